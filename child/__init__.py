@@ -1,0 +1,6 @@
+"""One subagent run, in its own OS process (``python -m child``).
+
+The daemon starts this package with ``HERMES_JOB_ID``, ``HERMES_CHILD_SOCKET``,
+``HERMES_CHILD_TOKEN`` and ``HERMES_DAEMON_PID`` in the environment; the child
+fetches its job spec over ``children.sock`` and reports back on it.
+"""

@@ -1,0 +1,98 @@
+"""Entry point of a child process: ``python -m child``.
+
+Order matters: arm the lifeline (PDEATHSIG + parent check) first, then name
+the process, then install the interrupt handlers, then fetch the job spec and
+run the agent.  Whatever happens, one ``child.result`` is sent before exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from child import lifeline
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM: the agent stops after its current step.
+
+    ``reason`` is a short text (``"SIGINT"``, ``"SIGTERM"``, ``"timeout"``).
+    """
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reason: str | None = None
+
+    def set(self, reason: str) -> None:
+        """Request the stop, keeping the first reason given."""
+        if self.reason is None:
+            self.reason = reason
+        self.event.set()
+
+    def is_set(self) -> bool:
+        """True once a stop was requested."""
+        return self.event.is_set()
+
+
+def _title(job: str, spec: dict | None = None) -> None:
+    try:
+        import setproctitle
+    except ImportError:  # pragma: no cover - a declared dependency
+        return
+    if spec is None:
+        setproctitle.setproctitle(f"hermes-child {job}")
+        return
+    goal = " ".join(str(spec.get("goal") or "").split())[:80]
+    setproctitle.setproctitle(f"hermes-child {job} {spec.get('kind', '')} {goal}".rstrip())
+
+
+def main() -> int:
+    """Run the job named by ``HERMES_JOB_ID``; returns the process exit status."""
+    job = os.environ.get("HERMES_JOB_ID", "")
+    parent = os.environ.get("HERMES_DAEMON_PID")
+    lifeline.arm(int(parent) if parent else None)
+    _title(job)
+    stop = StopFlag()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: stop.set(signal.Signals(signum).name))
+
+    from child.channel import Channel
+
+    channel = Channel(os.environ["HERMES_CHILD_SOCKET"], job, os.environ.get("HERMES_CHILD_TOKEN", ""))
+    started = time.monotonic()
+    try:
+        spec = channel.call("child.hello", pid=os.getpid())
+        _title(job, spec)
+        from child.agent import run
+
+        result = run(spec, channel, stop)
+    except BaseException as exc:  # noqa: BLE001 - report every failure, then exit
+        interrupted = stop.is_set() or isinstance(exc, KeyboardInterrupt)
+        result = {
+            "status": "interrupted" if interrupted else "failed",
+            "exit_reason": "interrupted" if interrupted else "error",
+            "summary": "",
+            "error": f"{exc.__class__.__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=20),
+            "api_calls": 0,
+            "tokens": {"input": 0, "output": 0},
+            "trace": [],
+            "duration_seconds": time.monotonic() - started,
+        }
+        print(result["traceback"], file=sys.stderr, flush=True)
+    try:
+        channel.call("child.result", timeout=10.0, **result)
+    except Exception as exc:  # noqa: BLE001 - the daemon may be gone; the log keeps it
+        print(f"hermes-child {job}: could not report result: {exc}", file=sys.stderr, flush=True)
+        channel.close()
+        return 1
+    channel.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The child's side of ``children.sock``: a DEALER socket speaking the protocol envelope.
+
+Not thread-safe: only the child's main thread uses it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import zmq
+
+from hermesd import protocol
+
+
+class ChannelError(Exception):
+    """The daemon did not answer in time, or answered with an error."""
+
+
+class Channel:
+    """Request/reply to the daemon on behalf of one job.
+
+    ``path``: filesystem path of ``children.sock``; ``job``: the job id;
+    ``token``: the per-job secret the daemon handed over in the environment.
+    """
+
+    def __init__(self, path: str, job: str, token: str):
+        self.job = job
+        self.token = token
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 2000)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+        self._sock.connect(f"ipc://{path}")
+
+    def _args(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"job": self.job, "token": self.token, **args}
+
+    def notify(self, op: str, **args: Any) -> None:
+        """Send a request whose reply nobody waits for (progress reports)."""
+        _, frame = protocol.encode_request(op, self._args(args))
+        self._sock.send(frame)
+
+    def call(self, op: str, timeout: float | None = 30.0, **args: Any) -> Any:
+        """Send a request and return its result.
+
+        ``timeout`` in seconds (``None`` waits for ever).  Replies to earlier
+        notifications are skipped.  Raises :class:`ChannelError` on timeout and
+        :class:`hermesd.protocol.ProtocolError` when the daemon answers an error.
+        """
+        req_id, frame = protocol.encode_request(op, self._args(args))
+        self._sock.send(frame)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait_ms = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            if not self._sock.poll(wait_ms if wait_ms >= 0 else None):
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise ChannelError(f"no reply from hermesd to {op} within {timeout}s")
+                continue
+            reply = protocol.decode_reply(self._sock.recv())
+            if reply.get("id") == req_id:
+                return protocol.raise_for_reply(reply)
+
+    def close(self) -> None:
+        """Flush pending messages (up to the linger time) and close."""
+        self._sock.close()
+        self._ctx.term()

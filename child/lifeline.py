@@ -1,0 +1,54 @@
+"""Tie the child's life to the daemon's: PR_SET_PDEATHSIG, a parent check and a watchdog.
+
+When hermesd dies (even by ``kill -9``) the child must die too and take its
+process group with it: the commands its tools started run in that group, and
+PDEATHSIG alone does not reach them.  Three layers:
+
+1. ``prctl(PR_SET_PDEATHSIG, SIGUSR2)`` (Linux, ``prctl(2)``): the kernel signals
+   the child when its parent exits; the handler kills the whole process group.
+2. Right after arming, the parent pid is compared with ``HERMES_DAEMON_PID``:
+   a daemon that died before the prctl call is caught here.
+3. A daemon thread polls ``getppid()`` every 0.2 s, for the case where the
+   main thread sits in a long C call and cannot run the Python signal handler.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+DEATH_SIGNAL = signal.SIGUSR2
+
+
+def _die_with_group(*_: object) -> None:
+    try:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    finally:
+        os._exit(137)
+
+
+def arm(expected_parent: int | None) -> None:
+    """Arm all three layers.  Exits at once (status 137, group killed) if the
+    parent is already not ``expected_parent``."""
+    signal.signal(DEATH_SIGNAL, _die_with_group)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the watchdog still works
+        pass
+    if expected_parent is None:
+        expected_parent = os.getppid()
+    if os.getppid() != expected_parent:
+        _die_with_group()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.2)
+            if os.getppid() != expected_parent:
+                _die_with_group()
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()

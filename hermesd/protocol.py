@@ -1,0 +1,238 @@
+"""The wire protocol shared by hermesd, its clients and its children.
+
+This is the only daemon module that clients (``client/``) and children
+(``child/``) import.  Everything that crosses a socket is a msgpack map:
+
+* request  ``{"v": 1, "id": ID, "op": NAME, "args": {...}}``
+* reply    ``{"v": 1, "id": ID, "ok": true, "result": ...}``
+* error    ``{"v": 1, "id": ID, "ok": false,
+             "error": {"code": CODE, "message": TEXT, "details": {...}}}``
+* event    ``{"v": 1, "seq": N, "type": T, "time": ISO8601, "job": ID|None,
+             "session": ID|None, "data": {...}}`` published as the two frames
+  ``[b"event", msgpack(event)]`` on ``events.sock``.
+
+Children speak the same envelope on ``children.sock``, with the ``child.*``
+ops listed in :data:`CHILD_OPS`.
+
+The set of error codes is closed: :data:`ERROR_CODES` documents each one,
+and :data:`EXIT_CODES` gives the exit status ``hermesctl`` uses for it
+(``docs/protocol.md`` is checked against both by the test suite).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""Largest frame either side accepts (16 MiB); larger frames get ``too_large``."""
+
+EVENT_TOPIC = b"event"
+
+ERROR_CODES: dict[str, str] = {
+    "bad_request": "The frame is not a valid request: not msgpack, not a map, "
+    "a missing or mistyped field, or an argument of the wrong type or value.",
+    "unknown_op": "The op is not one the daemon knows.",
+    "not_found": "The job, session, board, task or profile named does not exist.",
+    "capacity_reached": "A cap is full (delegation.max_async_children, "
+    "supervisor.max_children); the message says how to fall back.",
+    "depth_limit": "A delegation would go deeper than delegation.max_spawn_depth.",
+    "invalid_state": "The object is not in a state that allows the operation "
+    "(e.g. cancelling a finished job).",
+    "invalid_config": "The configuration file is invalid; details name file, line and key.",
+    "too_large": "The frame is larger than MAX_MESSAGE_BYTES, or a value exceeds a limit.",
+    "version_mismatch": "The request's protocol version is not one this daemon speaks.",
+    "shutting_down": "The daemon is stopping and accepts no new work.",
+    "internal": "An unexpected error inside the daemon; the daemon stays up.",
+}
+
+EXIT_CODES: dict[str, int] = {
+    "bad_request": 2,
+    "unknown_op": 2,
+    "not_found": 5,
+    "capacity_reached": 4,
+    "depth_limit": 4,
+    "invalid_state": 6,
+    "invalid_config": 7,
+    "too_large": 2,
+    "version_mismatch": 8,
+    "shutting_down": 3,
+    "internal": 1,
+    # client-side conditions, never sent by the daemon:
+    "daemon_not_running": 3,
+    "timeout": 9,
+    "job_failed": 10,
+}
+"""Exit status of ``hermesctl`` per error code (0 is success, 2 is also click's usage error)."""
+
+CHILD_OPS = ("child.hello", "child.progress", "child.result", "child.delegate", "child.call")
+"""Ops a child process sends on ``children.sock``.
+
+* ``child.hello {job, pid, token}`` → the job spec (see ``hermesd.procs.child_spec``).
+* ``child.progress {job, token, turn, tool?, tokens?, text?}`` → ``{}``.
+* ``child.result {job, token, status, exit_reason, summary, error, api_calls,
+  tokens: {input, output}, trace: [...], duration_seconds, trajectory?}`` → ``{}``.
+* ``child.delegate {job, token, tasks: [...], background, ...}`` → delegation results.
+* ``child.call {job, token, op, args}`` → a whitelisted daemon op on behalf of the child.
+"""
+
+
+class ProtocolError(Exception):
+    """An error that travels on the wire.
+
+    ``code`` is one of :data:`ERROR_CODES`; ``message`` is for people;
+    ``details`` is a small map for programs (e.g. ``{"file": ..., "line": ...}``).
+    Raises ``ValueError`` when ``code`` is not in the closed set.
+    """
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None):
+        if code not in ERROR_CODES:
+            raise ValueError(f"unknown protocol error code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the ``error`` map of a reply."""
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+@dataclass
+class Request:
+    """A decoded, validated request: ``id`` (str or int), ``op`` (str), ``args`` (dict)."""
+
+    id: Any
+    op: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+_ids = itertools.count(1)
+
+
+def new_request_id() -> str:
+    """Return a request id unique within this process: ``"<pid>-<n>"``."""
+    return f"{os.getpid()}-{next(_ids)}"
+
+
+def packb(obj: Any) -> bytes:
+    """Encode ``obj`` as msgpack (binary type for bytes, str for text)."""
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpackb(frame: bytes) -> Any:
+    """Decode one msgpack frame, refusing frames over :data:`MAX_MESSAGE_BYTES`.
+
+    Raises :class:`ProtocolError` (``too_large`` or ``bad_request``).
+    """
+    if len(frame) > MAX_MESSAGE_BYTES:
+        raise ProtocolError("too_large", f"frame of {len(frame)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        return msgpack.unpackb(frame, raw=False, strict_map_key=False,
+                               max_buffer_size=MAX_MESSAGE_BYTES)
+    except Exception as exc:  # msgpack raises many types for bad input
+        raise ProtocolError("bad_request", f"frame is not valid msgpack: {exc.__class__.__name__}") from None
+
+
+def encode_request(op: str, args: dict[str, Any] | None = None, req_id: Any = None) -> tuple[Any, bytes]:
+    """Build a request frame; returns ``(id, frame)``."""
+    req_id = new_request_id() if req_id is None else req_id
+    return req_id, packb({"v": PROTOCOL_VERSION, "id": req_id, "op": op, "args": args or {}})
+
+
+def decode_request(frame: bytes) -> Request:
+    """Decode and validate a request frame.
+
+    Raises :class:`ProtocolError` with ``too_large``, ``bad_request`` or
+    ``version_mismatch``; the exception carries ``req_id`` (or ``None``) so the
+    caller can still address its error reply.
+    """
+    msg = unpackb(frame)
+    if not isinstance(msg, dict):
+        raise ProtocolError("bad_request", "request must be a msgpack map")
+    req_id = msg.get("id")
+    try:
+        if not isinstance(req_id, (str, int)) or isinstance(req_id, bool):
+            raise ProtocolError("bad_request", "request field 'id' must be a string or integer")
+        version = msg.get("v")
+        if version != PROTOCOL_VERSION:
+            raise ProtocolError("version_mismatch",
+                                f"protocol version {version!r} not supported; this daemon speaks {PROTOCOL_VERSION}",
+                                {"supported": [PROTOCOL_VERSION]})
+        op = msg.get("op")
+        if not isinstance(op, str) or not op:
+            raise ProtocolError("bad_request", "request field 'op' must be a non-empty string")
+        args = msg.get("args", {})
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise ProtocolError("bad_request", "request field 'args' must be a map")
+        return Request(req_id, op, args)
+    except ProtocolError as err:
+        err.req_id = req_id if isinstance(req_id, (str, int)) and not isinstance(req_id, bool) else None
+        raise
+
+
+def encode_reply(req_id: Any, result: Any) -> bytes:
+    """Build a success reply frame."""
+    return packb({"v": PROTOCOL_VERSION, "id": req_id, "ok": True, "result": result})
+
+
+def encode_error(req_id: Any, err: ProtocolError) -> bytes:
+    """Build an error reply frame from a :class:`ProtocolError`."""
+    return packb({"v": PROTOCOL_VERSION, "id": req_id, "ok": False, "error": err.to_wire()})
+
+
+def decode_reply(frame: bytes) -> dict[str, Any]:
+    """Decode a reply frame into a map with ``id``, ``ok`` and ``result`` or ``error``.
+
+    Raises :class:`ProtocolError` (``bad_request``) when the frame is not a reply.
+    """
+    msg = unpackb(frame)
+    if not isinstance(msg, dict) or "ok" not in msg or "id" not in msg:
+        raise ProtocolError("bad_request", "reply must be a map with 'id' and 'ok'")
+    return msg
+
+
+def raise_for_reply(reply: dict[str, Any]) -> Any:
+    """Return ``reply["result"]`` or raise the :class:`ProtocolError` it carries."""
+    if reply.get("ok"):
+        return reply.get("result")
+    err = reply.get("error") or {}
+    code = err.get("code") if err.get("code") in ERROR_CODES else "internal"
+    raise ProtocolError(code, str(err.get("message", "")), err.get("details") or {})
+
+
+def encode_event(event: dict[str, Any]) -> list[bytes]:
+    """Return the PUB frames ``[EVENT_TOPIC, msgpack(event)]`` of an event map."""
+    return [EVENT_TOPIC, packb(event)]
+
+
+def arg(args: dict[str, Any], name: str, types: type | tuple[type, ...], default: Any = ...,
+        *, choices: tuple[Any, ...] | None = None) -> Any:
+    """Fetch and type-check one request argument.
+
+    ``default`` omitted means the argument is required.  Booleans are never
+    accepted where integers are expected.  Raises :class:`ProtocolError`
+    (``bad_request``) naming the argument when it is missing, of the wrong
+    type, or not one of ``choices``.
+    """
+    if name not in args or args[name] is None:
+        if default is ...:
+            raise ProtocolError("bad_request", f"missing argument '{name}'", {"field": name})
+        return default
+    value = args[name]
+    tlist = types if isinstance(types, tuple) else (types,)
+    if (isinstance(value, bool) and bool not in tlist) or not isinstance(value, tlist):
+        names = "/".join(t.__name__ for t in tlist)
+        raise ProtocolError("bad_request", f"argument '{name}' must be {names}, not {type(value).__name__}",
+                            {"field": name})
+    if choices is not None and value not in choices:
+        raise ProtocolError("bad_request", f"argument '{name}' must be one of {', '.join(map(str, choices))}",
+                            {"field": name})
+    return value
