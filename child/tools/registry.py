@@ -1,0 +1,149 @@
+"""Toolsets, tool lookup and the one safe way to run a tool.
+
+* :data:`TOOLSETS` maps each toolset (``terminal``, ``file``, ``web``,
+  ``delegation``, ``kanban``) to its tool names.
+* :func:`resolve_toolsets` expands ``all`` / ``*`` (every toolset but
+  ``kanban``, which only its literal name enables — SPEC §7).
+* :func:`execute` validates the arguments against the tool's JSON Schema and
+  runs the handler; it never raises, so a model's unknown tool, bad arguments or
+  a failing command become an error result the model can read (SPEC §8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from child.tools import DEFAULT_LIMITS, Tool, ToolContext, ToolError
+from child.tools import delegation, files, kanban, terminal, web
+
+__all__ = ["DEFAULT_LIMITS", "TOOLSETS", "Tool", "ToolContext", "ToolError", "ToolResult", "execute",
+           "get_tool", "known_tool_names", "resolve_toolsets", "toolset_of", "tools_for"]
+
+_TOOLS: dict[str, Tool] = {t.name: t for module in (terminal, files, web, delegation, kanban) for t in module.TOOLS}
+
+TOOLSETS: dict[str, list[str]] = {}
+"""Toolset name → its tool names, in definition order."""
+for _tool in _TOOLS.values():
+    TOOLSETS.setdefault(_tool.toolset, []).append(_tool.name)
+
+EXPLICIT_ONLY = ("kanban",)
+"""Toolsets that ``all`` and ``*`` leave out; only their literal name enables them."""
+
+MAX_REPORTED_ERRORS = 3
+"""At most this many schema violations are listed in one error result."""
+
+_VALIDATORS = {name: jsonschema.Draft202012Validator(t.input_schema) for name, t in _TOOLS.items()}
+
+
+def resolve_toolsets(names: list[str]) -> list[str]:
+    """Expand toolset names into the list of toolsets they enable, in :data:`TOOLSETS` order.
+
+    ``all`` and ``*`` stand for every toolset except :data:`EXPLICIT_ONLY`.
+    Raises ``ValueError`` naming every unknown name.
+    """
+    unknown = [n for n in names if n not in TOOLSETS and n not in ("all", "*")]
+    if unknown:
+        raise ValueError(f"unknown toolset(s): {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(TOOLSETS)}, all, *")
+    wanted = set(names)
+    if wanted & {"all", "*"}:
+        wanted |= {t for t in TOOLSETS if t not in EXPLICIT_ONLY}
+    return [t for t in TOOLSETS if t in wanted]
+
+
+def tools_for(toolsets: list[str]) -> list[Tool]:
+    """The tools of these toolsets (names as :func:`resolve_toolsets` takes them).
+    Raises ``ValueError`` for an unknown toolset."""
+    return [_TOOLS[name] for ts in resolve_toolsets(toolsets) for name in TOOLSETS[ts]]
+
+
+def known_tool_names() -> list[str]:
+    """Every tool of every toolset, sorted (the stable key set of ``tool_stats``)."""
+    return sorted(_TOOLS)
+
+
+def get_tool(name: str) -> Tool | None:
+    """The tool called ``name``, or ``None``."""
+    return _TOOLS.get(name)
+
+
+def toolset_of(name: str) -> str | None:
+    """The toolset tool ``name`` belongs to, or ``None`` for an unknown tool."""
+    tool = _TOOLS.get(name)
+    return tool.toolset if tool else None
+
+
+@dataclass
+class ToolResult:
+    """The outcome of one tool call: ``ok``, the ``content`` shown to the model
+    (the output, or the error message), and ``bytes`` (its UTF-8 length)."""
+
+    ok: bool
+    content: str
+    bytes: int
+
+    @classmethod
+    def of(cls, ok: bool, content: str) -> ToolResult:
+        """Build a result, counting the bytes of ``content``."""
+        return cls(ok, content, len(content.encode("utf-8", "replace")))
+
+
+def _field(err: jsonschema.ValidationError) -> str:
+    """The dotted path of the argument a validation error is about."""
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".")
+    if err.validator == "required":
+        missing = [p for p in err.validator_value if p not in err.instance]
+        path = ".".join(filter(None, [path, missing[0] if missing else ""]))
+    elif err.validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        path = ".".join(filter(None, [path, extra[0] if extra else ""]))
+    return path or "(arguments)"
+
+
+def _describe(err: jsonschema.ValidationError) -> str:
+    """A short reason for a validation error (jsonschema's own text repeats the whole value)."""
+    value = err.validator_value
+    reasons = {
+        "required": "is required",
+        "additionalProperties": "is not an argument of this tool",
+        "type": f"must be of type {value}, not {type(err.instance).__name__}",
+        "enum": f"must be one of {', '.join(map(str, value or []))}",
+        "maxItems": f"has {len(err.instance) if isinstance(err.instance, list) else '?'} items, at most {value} allowed",
+        "minItems": f"needs at least {value} item(s)",
+        "minLength": "must not be empty" if value == 1 else f"must be at least {value} characters",
+        "minimum": f"must be at least {value}",
+        "maximum": f"must be at most {value}",
+        "exclusiveMinimum": f"must be greater than {value}",
+    }
+    return reasons.get(err.validator, err.message[:200])
+
+
+def execute(name: str, args: dict, ctx: ToolContext, allowed: list[str] | None = None) -> ToolResult:
+    """Run tool ``name`` with ``args`` and return a :class:`ToolResult`; never raises
+    (except ``KeyboardInterrupt``/``SystemExit``).
+
+    ``ok=False`` with a message naming the tool (and the field, for bad
+    arguments) when the tool is unknown or not in ``allowed`` (tool names; ``None``
+    allows every tool), when ``args`` do not match its schema, when the handler
+    raises :class:`ToolError`, or when it fails unexpectedly.
+    """
+    tool = _TOOLS.get(name)
+    if tool is None or (allowed is not None and name not in allowed):
+        offered = sorted(allowed) if allowed is not None else known_tool_names()
+        why = "unknown tool" if tool is None else "tool not available to this agent"
+        return ToolResult.of(False, f"{why}: {name!r}; available tools: {', '.join(offered) or 'none'}")
+    if not isinstance(args, dict):
+        return ToolResult.of(False, f"tool {name!r}: arguments must be a JSON object, not {type(args).__name__}")
+    errors = sorted(_VALIDATORS[name].iter_errors(args), key=jsonschema.exceptions.relevance, reverse=True)
+    if errors:
+        reasons = "; ".join(f"field '{_field(e)}' {_describe(e)}" for e in errors[:MAX_REPORTED_ERRORS])
+        return ToolResult.of(False, f"tool {name!r}: invalid arguments: {reasons}")
+    try:
+        return ToolResult.of(True, tool.handler(args, ctx))
+    except ToolError as exc:
+        return ToolResult.of(False, f"{name}: {exc or 'failed'}")
+    except Exception as exc:  # noqa: BLE001 - a tool bug must not end the run
+        return ToolResult.of(False, f"tool {name!r} failed unexpectedly: {exc.__class__.__name__}: {exc}")

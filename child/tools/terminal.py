@@ -1,0 +1,169 @@
+"""The ``terminal`` tool: run one shell command in the job's working directory.
+
+Process groups — two requirements pull in different directions:
+
+1. hermesd stops a job with ``killpg(child_pgid)`` (and the child's lifeline
+   does the same when the daemon dies), so every command a tool starts must be
+   *in the child's process group*: a command in a group of its own would
+   survive its job.
+2. A command that runs past its timeout, or is running when the job is asked
+   to stop, must die *with everything it started* — but the child cannot
+   ``killpg`` its own group without killing itself.
+
+So the command stays in the child's group and session (no ``setsid``, no
+``setpgid``), and on timeout or stop the tool kills the command's process tree
+itself: the descendants of its ``/bin/sh`` (found with psutil) plus every
+process still carrying this run's ``HERMES_TOOL_RUN`` marker in its environment
+— that catches the double-forked orphans (``(cmd &)``, ``nohup cmd &``) that
+init adopted and the parent chain no longer leads to.  SIGTERM first, SIGKILL
+after a short grace.  A command that finishes normally may leave background
+processes behind on purpose (a server for a later step); they live in the
+child's group and end with the job.
+
+Output goes to an unlinked temporary file, not a pipe: nothing has to drain it
+while the command runs, a background process holding it open cannot make the
+tool hang, and only the first and last ``max_output_bytes/2`` are ever read.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+
+import psutil
+
+from child.tools import Tool, ToolContext, ToolError, join_capped, schema
+from child.tools.policy import dangerous
+
+MARKER = "HERMES_TOOL_RUN"
+"""Environment variable set to a fresh id in every command's environment."""
+
+POLL_SECONDS = 0.1
+"""How often the wait loop looks at the command and the stop flag."""
+
+KILL_GRACE_SECONDS = 0.3
+"""How long a killed command's processes get between SIGTERM and SIGKILL."""
+
+MAX_TIMEOUT_SECONDS = 3600
+
+
+def _read_capped(out, limit: int) -> str:
+    """The command's output (file object ``out``), capped at ``limit`` bytes."""
+    size = os.fstat(out.fileno()).st_size
+    half = limit // 2
+    out.seek(0)
+    if size <= limit:
+        return join_capped(out.read(), b"", 0)
+    head = out.read(half)
+    out.seek(size - (limit - half))
+    return join_capped(head, out.read(), size - limit)
+
+
+def _tree(proc: subprocess.Popen, run_id: str) -> list[psutil.Process]:
+    """The command's shell, its descendants, and any process with its marker."""
+    found: dict[int, psutil.Process] = {}
+    try:
+        shell = psutil.Process(proc.pid)
+        found[shell.pid] = shell
+        found.update((p.pid, p) for p in shell.children(recursive=True))
+    except psutil.Error:
+        pass
+    me = os.getpid()
+    for p in psutil.process_iter():
+        if p.pid in found or p.pid == me:
+            continue
+        try:
+            if p.environ().get(MARKER) == run_id:
+                found[p.pid] = p
+        except psutil.Error:  # gone, a zombie, or not ours to read
+            continue
+    return list(found.values())
+
+
+def kill_tree(proc: subprocess.Popen, run_id: str) -> int:
+    """Kill the command and everything it started (SIGTERM, then SIGKILL after
+    :data:`KILL_GRACE_SECONDS`); reap the shell.  Returns how many processes were signalled."""
+    procs = _tree(proc, run_id)
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=KILL_GRACE_SECONDS)
+    for p in alive + _tree(proc, run_id):  # again: a dying shell may have forked
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
+    return len(procs)
+
+
+def _status(returncode: int) -> str:
+    if returncode < 0:
+        return f"[killed by signal {signal.Signals(-returncode).name}]"
+    return f"[exit status: {returncode}]"
+
+
+def run_command(args: dict, ctx: ToolContext) -> str:
+    """Handler of ``terminal``: ``{"command": str, "timeout"?: seconds}`` → output
+    then ``[exit status: N]``.
+
+    Raises :class:`ToolError` when the policy denies the command, when it times
+    out or when the job is asked to stop (both with the output so far).
+    """
+    command = args["command"]
+    rule = dangerous(command)
+    if rule is not None and not ctx.auto_approve:
+        raise ToolError(f"command denied ({rule.reason}); dangerous commands run only when "
+                        "delegation.subagent_auto_approve is true")
+    timeout = float(args.get("timeout") or ctx.limits["terminal_timeout_seconds"])
+    limit = int(ctx.limits["max_output_bytes"])
+    run_id = uuid.uuid4().hex
+    with tempfile.TemporaryFile(prefix="hermes-terminal-") as out:
+        try:
+            proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=ctx.cwd, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, env={**os.environ, MARKER: run_id})
+        except OSError as exc:
+            raise ToolError(f"cannot start /bin/sh in {ctx.cwd}: {exc}") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                proc.wait(timeout=POLL_SECONDS)
+                return f"{_read_capped(out, limit)}\n{_status(proc.returncode)}"
+            except subprocess.TimeoutExpired:
+                pass
+            if ctx.stop.is_set():
+                why = "interrupted: the job was asked to stop"
+            elif time.monotonic() >= deadline:
+                why = f"timed out after {timeout:g}s"
+            else:
+                continue
+            killed = kill_tree(proc, run_id)
+            raise ToolError(f"[{why}; {killed} process(es) of the command were killed; output so far "
+                            f"below]\n{_read_capped(out, limit)}")
+
+
+TOOLS = [
+    Tool(
+        name="terminal",
+        toolset="terminal",
+        description=(
+            "Run a shell command (/bin/sh -c) in the job's working directory and return its combined "
+            "stdout and stderr followed by its exit status. Standard input is empty; long output is cut "
+            "in the middle. The command and everything it started are killed at the timeout. "
+            "Destructive system commands are refused."
+        ),
+        input_schema=schema({
+            "command": {"type": "string", "minLength": 1, "description": "The shell command line."},
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_SECONDS,
+                        "description": "Seconds before the command is killed (default: the job's "
+                                       "terminal_timeout_seconds)."},
+        }, required=("command",)),
+        handler=run_command,
+    ),
+]
