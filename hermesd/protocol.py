@@ -236,3 +236,24 @@ def arg(args: dict[str, Any], name: str, types: type | tuple[type, ...], default
         raise ProtocolError("bad_request", f"argument '{name}' must be one of {', '.join(map(str, choices))}",
                             {"field": name})
     return value
+
+
+TOOLSETS = ("terminal", "file", "web", "delegation", "kanban")
+"""Toolset names a request may ask for; ``all`` and ``*`` mean every one except ``kanban``."""
+
+
+def expand_toolsets(names: list[str]) -> list[str]:
+    """Expand ``all``/``*`` (never to ``kanban``) and de-duplicate, keeping order.
+
+    Raises :class:`ProtocolError` (``bad_request``) naming unknown toolsets.
+    """
+    out: list[str] = []
+    unknown = [n for n in names if n not in TOOLSETS and n not in ("all", "*")]
+    if unknown:
+        raise ProtocolError("bad_request", f"unknown toolset(s) {', '.join(map(repr, unknown))}; "
+                            f"known: {', '.join(TOOLSETS)}, all", {"field": "toolsets"})
+    for name in names:
+        for item in ([t for t in TOOLSETS if t != "kanban"] if name in ("all", "*") else [name]):
+            if item not in out:
+                out.append(item)
+    return out

@@ -1,0 +1,262 @@
+"""Load and validate ``config.yaml`` into typed settings (SPEC §9).
+
+The file is read with ``yaml.safe_load`` semantics; every error names the
+file, the line and the dotted key (``config.yaml:7: delegation.max_async_children:
+must be an integer >= 1, not 'three'``).  Unknown keys are errors too, so a
+typo never silently falls back to a default.
+
+Each section is a frozen dataclass; a field's type and ``metadata`` (``min``,
+``choices``) are its validation rule, so the schema is written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hermesd import paths
+
+PROVIDERS = ("anthropic", "openai-compat", "local", "scripted")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+START_METHODS = ("spawn", "forkserver")
+
+
+class ConfigError(Exception):
+    """An invalid configuration: ``file``, ``line`` (1-based or None), ``key`` (dotted or None)."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None, key: str | None = None):
+        where = ":".join(str(p) for p in (file, line) if p is not None)
+        text = f"{where}: " if where else ""
+        text += f"{key}: " if key else ""
+        super().__init__(text + message)
+        self.file, self.line, self.key, self.reason = file, line, key, message
+
+    def details(self) -> dict[str, Any]:
+        """The ``details`` map of an ``invalid_config`` protocol error."""
+        return {"file": self.file, "line": self.line, "key": self.key, "reason": self.reason}
+
+
+def _min(n: float) -> dict[str, Any]:
+    return {"min": n}
+
+
+def _choices(*values: str) -> dict[str, Any]:
+    return {"choices": values}
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """``delegation:`` — caps and rules of SPEC §4."""
+
+    max_async_children: int = field(default=3, metadata=_min(1))
+    max_concurrent_children: int = field(default=3, metadata=_min(1))
+    max_spawn_depth: int = field(default=1, metadata=_min(0))
+    max_tasks_per_call: int = field(default=8, metadata=_min(1))
+    child_timeout_seconds: float = field(default=600.0, metadata=_min(0.1))
+    subagent_auto_approve: bool = False
+    max_turns: int = field(default=10, metadata=_min(1))
+    model: str | None = None
+    provider: str | None = field(default=None, metadata=_choices(*PROVIDERS))
+
+
+@dataclass(frozen=True)
+class Supervisor:
+    """``supervisor:`` — the global cap, stopping, and where state and logs live."""
+
+    max_children: int = field(default=16, metadata=_min(1))
+    stop_timeout_seconds: float = field(default=10.0, metadata=_min(0.1))
+    interrupt_grace_seconds: float = field(default=3.0, metadata=_min(0.0))
+    state_dir: str | None = None
+    log_dir: str | None = None
+    start_method: str = field(default="spawn", metadata=_choices(*START_METHODS))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """``limits:`` — caps on what one tool call may produce."""
+
+    max_output_bytes: int = field(default=65536, metadata=_min(256))
+    max_file_bytes: int = field(default=1048576, metadata=_min(1))
+    terminal_timeout_seconds: float = field(default=60.0, metadata=_min(0.1))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """``batch:`` — defaults of the batch job type."""
+
+    output_dir: str = "data"
+    num_workers: int = field(default=4, metadata=_min(1))
+    max_turns: int = field(default=10, metadata=_min(1))
+
+
+@dataclass(frozen=True)
+class Kanban:
+    """``kanban:`` — the dispatcher's timing and retry rules."""
+
+    heartbeat_ttl_seconds: float = field(default=300.0, metadata=_min(1))
+    max_spawn_failures: int = field(default=3, metadata=_min(1))
+    dispatch_interval_seconds: float = field(default=1.0, metadata=_min(0.05))
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole ``config.yaml``.  ``source`` is the file it came from (or None for defaults)."""
+
+    model: str | None = None
+    provider: str | None = field(default=None, metadata=_choices(*PROVIDERS))
+    base_url: str | None = None
+    reasoning_effort: str | None = field(default=None, metadata=_choices(*REASONING_EFFORTS))
+    toolsets: list[str] = field(default_factory=lambda: ["terminal", "file", "web"])
+    delegation: Delegation = field(default_factory=Delegation)
+    supervisor: Supervisor = field(default_factory=Supervisor)
+    limits: Limits = field(default_factory=Limits)
+    batch: Batch = field(default_factory=Batch)
+    kanban: Kanban = field(default_factory=Kanban)
+    source: str | None = field(default=None, metadata={"internal": True})
+
+    def state_dir(self) -> Path:
+        """Directory of ``state.db`` (``supervisor.state_dir`` or ``HERMES_HOME``)."""
+        return Path(self.supervisor.state_dir).expanduser() if self.supervisor.state_dir else paths.hermes_home()
+
+    def log_dir(self) -> Path:
+        """Directory of per-job directories (``supervisor.log_dir`` or ``HERMES_HOME/jobs``)."""
+        return Path(self.supervisor.log_dir).expanduser() if self.supervisor.log_dir else paths.hermes_home() / "jobs"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data view (for ``status`` and child specs)."""
+        return dataclasses.asdict(self)
+
+
+def default_path() -> Path:
+    """``$HERMES_HOME/config.yaml`` (``~/.hermes/config.yaml``)."""
+    return paths.hermes_home() / "config.yaml"
+
+
+class _Lines:
+    """Map dotted keys of a YAML document to their 1-based line numbers."""
+
+    def __init__(self, node: yaml.Node | None):
+        self.lines: dict[str, int] = {}
+        if node is not None:
+            self._walk(node, "")
+
+    def _walk(self, node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = f"{prefix}{key_node.value}"
+                self.lines[key] = key_node.start_mark.line + 1
+                self._walk(value_node, key + ".")
+
+    def get(self, key: str) -> int | None:
+        """Line of ``key``, or of its nearest enclosing key, or None."""
+        while key:
+            if key in self.lines:
+                return self.lines[key]
+            key = key.rpartition(".")[0]
+        return None
+
+
+def _describe(hint: Any, meta: dict[str, Any]) -> str:
+    if "choices" in meta:
+        return "one of " + ", ".join(meta["choices"])
+    base = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, "a list of strings")
+    return base + (f" >= {meta['min']}" if "min" in meta else "")
+
+
+def _convert(value: Any, hint: Any, meta: dict[str, Any]) -> Any:
+    """Return ``value`` converted to ``hint`` or raise ValueError with the expectation."""
+    optional = typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", None))
+    if optional:
+        if value is None:
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    ok = True
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif typing.get_origin(hint) is list:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if ok and "min" in meta:
+        ok = value >= meta["min"]
+    if ok and "choices" in meta:
+        ok = value in meta["choices"]
+    if not ok:
+        raise ValueError(f"must be {_describe(hint, meta)}, not {value!r}")
+    return value
+
+
+def _build(cls: type, data: Any, prefix: str, file: str | None, lines: _Lines) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        key = prefix.rstrip(".") or None
+        raise ConfigError("must be a mapping of keys to values", file, lines.get(prefix.rstrip(".")), key)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    for key in data:
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"unknown key (known keys: {known})", file, lines.get(f"{prefix}{key}"), f"{prefix}{key}")
+    values = {}
+    for name, f in fields.items():
+        if name not in data:
+            continue
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, data[name], f"{prefix}{name}.", file, lines)
+            continue
+        try:
+            values[name] = _convert(data[name], hint, dict(f.metadata))
+        except ValueError as exc:
+            raise ConfigError(str(exc), file, lines.get(f"{prefix}{name}"), f"{prefix}{name}") from None
+    return cls(**values)
+
+
+def parse(text: str, file: str | None = None) -> Config:
+    """Validate YAML ``text`` into a :class:`Config`.  Raises :class:`ConfigError`."""
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise ConfigError(f"invalid YAML: {exc.problem or exc}", file, mark.line + 1 if mark else None) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", file) from None
+    config = _build(Config, data, "", file, _Lines(node))
+    return dataclasses.replace(config, source=file)
+
+
+def load(path: str | os.PathLike | None = None) -> Config:
+    """Load the config file.
+
+    ``path`` None means ``$HERMES_HOME/config.yaml``, and a missing default
+    file means all defaults; an explicit ``path`` must exist.  Raises
+    :class:`ConfigError` naming the file (and line and key where known).
+    """
+    explicit = path is not None
+    file = Path(path) if explicit else default_path()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError("no such file", str(file)) from None
+        return Config()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", str(file)) from None
+    return parse(text, str(file))

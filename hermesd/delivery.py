@@ -1,0 +1,119 @@
+"""Completion notifications of background delegations (SPEC §4).
+
+When a background job reaches any terminal state, a notification row is
+written *in the same transaction* as the transition, holding the rendered,
+self-contained block (the parent may be deep in other work and must not need
+its history to understand it), and an ``async_delegation`` event is recorded.
+
+Delivery: a notification with no originating session is delivered by its
+event (clients read it with ``events``/``wait``) and acknowledged at once.  One
+with a session is handed to that session as a new turn when the session is
+idle (see ``hermesd.sessions``), and acknowledged (``state='delivered'``) in the
+same transaction that stores the turn — exactly once, across restarts too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from hermesd import clock
+from hermesd.events import EventLog
+from hermesd.store import Store
+
+BACKGROUND_KINDS = ("background",)
+
+
+def _duration(seconds: float | None) -> str:
+    seconds = float(seconds or 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes}m {sec}s" if hours else f"{minutes}m {sec}s"
+
+
+def render_block(job: dict[str, Any]) -> str:
+    """The self-contained text block for a finished background job row.
+
+    Title with the id, dispatch time and age, goal, context, toolsets, role,
+    model, status, API calls, duration, then the result — or the partial output
+    and the reason when it did not complete.
+    """
+    status = job["status"]
+    done = status == "completed"
+    age = _duration(clock.age_seconds(job["dispatched_at"])) if job.get("dispatched_at") else "?"
+    lines = [
+        f"[Async delegation {job['id']} {'complete' if done else status} - {_duration(job.get('duration_seconds'))}]",
+        f"  Dispatched: {job.get('dispatched_at')} ({age} ago)",
+        f"  Goal: {job.get('goal') or ''}",
+        f"  Context: {job.get('context') or '(none)'}",
+        f"  Toolsets: {', '.join(job.get('toolsets') or []) or '(none)'}",
+        f"  Role: {job.get('role') or 'leaf'}",
+        f"  Model: {job.get('model') or '(default)'}",
+        f"  Status: {status} (exit reason: {job.get('exit_reason') or status})",
+        f"  API calls: {job.get('api_calls') or 0}",
+        f"  Duration: {_duration(job.get('duration_seconds'))}",
+    ]
+    summary = (job.get("summary") or "").strip()
+    if done:
+        lines.append("  Result:")
+        lines += [f"    {line}" for line in (summary or "(empty)").splitlines()]
+    else:
+        lines.append("  Partial output:")
+        lines += [f"    {line}" for line in (summary or "(none)").splitlines()]
+        lines.append(f"  Reason: {job.get('error') or job.get('exit_reason') or status}")
+    return "\n".join(lines)
+
+
+def event_data(job: dict[str, Any], block: str) -> dict[str, Any]:
+    """The data of an ``async_delegation`` event for a finished job row."""
+    return {
+        "delegation_id": job["id"], "goal": job.get("goal"), "context": job.get("context"),
+        "toolsets": job.get("toolsets") or [], "role": job.get("role"), "model": job.get("model"),
+        "status": job["status"], "exit_reason": job.get("exit_reason"), "api_calls": job.get("api_calls") or 0,
+        "duration_seconds": job.get("duration_seconds"), "dispatched_at": job.get("dispatched_at"),
+        "completed_at": job.get("completed_at"), "result": job.get("summary"), "error": job.get("error"),
+        "session": job.get("session"), "block": block,
+    }
+
+
+class Delivery:
+    """Writes notifications at completion and tracks their delivery.
+
+    ``deliver_to_session`` is set by the sessions service: called with a
+    session id after commit, it delivers that session's pending notifications
+    when the session is idle.
+    """
+
+    def __init__(self, store: Store, events: EventLog):
+        self.store = store
+        self.events = events
+        self.deliver_to_session: Callable[[str], None] | None = None
+
+    def on_terminal(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        """Terminal hook (runs inside the transition's transaction); returns events to publish."""
+        if job["kind"] not in BACKGROUND_KINDS:
+            return []
+        block = render_block(job)
+        session = job.get("session")
+        self.store.insert("notifications", {
+            "job": job["id"], "session": session, "block": block, "created_at": clock.now_iso(),
+            "state": "pending" if session else "delivered",
+            "delivered_at": None if session else clock.now_iso()}, replace=True)
+        return [self.events.record("async_delegation", job=job["id"], session=session, data=event_data(job, block))]
+
+    def pending(self, session: str | None = None) -> list[dict[str, Any]]:
+        """Undelivered notifications, oldest first (of one session, or all)."""
+        if session is None:
+            return self.store.all("SELECT * FROM notifications WHERE state = 'pending' ORDER BY created_at")
+        return self.store.all("SELECT * FROM notifications WHERE state = 'pending' AND session = ? "
+                              "ORDER BY created_at", (session,))
+
+    def acknowledge(self, job: str) -> None:
+        """Mark the notification of ``job`` delivered (call inside the transaction that delivers it)."""
+        self.store.update("notifications", "job", job, {"state": "delivered", "delivered_at": clock.now_iso()})
+
+    def kick(self, session: str | None) -> None:
+        """Try to deliver what is pending for ``session`` (after a commit)."""
+        if session and self.deliver_to_session is not None:
+            self.deliver_to_session(session)

@@ -1,0 +1,123 @@
+"""Events: persist, then publish (SPEC §2).
+
+Every event gets a strictly increasing ``seq`` from the ``events`` table and is
+committed before it is sent on ``events.sock``.  Durable events (transitions,
+completions) are committed one by one with fsync; high-rate ``job.progress``
+events are group-committed every :data:`FLUSH_SECONDS`, so an fsync per token
+never limits throughput.  Order is kept: a durable event first flushes the
+buffer of non-durable ones.
+
+A client that reconnects calls ``events_since(seq)`` and loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from hermesd import clock, protocol
+from hermesd.store import Store
+
+FLUSH_SECONDS = 0.05
+Publisher = Callable[[list[bytes]], None]
+Listener = Callable[[dict[str, Any]], None]
+
+
+def _wire(row: dict[str, Any]) -> dict[str, Any]:
+    return {"v": protocol.PROTOCOL_VERSION, "seq": row["seq"], "type": row["type"], "time": row["time"],
+            "job": row["job"], "session": row["session"], "data": row["data"]}
+
+
+class EventLog:
+    """Append-then-publish event log over a :class:`Store`.
+
+    ``publish`` sends PUB frames (must never block); ``listeners`` are in-process
+    callbacks run after publishing (e.g. waiters and the delivery of notifications).
+    """
+
+    def __init__(self, store: Store, publish: Publisher | None = None):
+        self.store = store
+        self.publish = publish or (lambda frames: None)
+        self.listeners: list[Listener] = []
+        self._buffer: list[dict[str, Any]] = []
+        self._flush_handle: asyncio.TimerHandle | None = None
+
+    def _insert(self, etype: str, job: str | None, session: str | None, data: dict[str, Any]) -> dict[str, Any]:
+        row = {"type": etype, "time": clock.now_iso(), "job": job, "session": session, "data": data}
+        row["seq"] = self.store.insert("events", row)
+        return _wire(row)
+
+    def record(self, etype: str, *, job: str | None = None, session: str | None = None,
+               data: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Insert an event inside the caller's transaction; the caller publishes it after commit.
+
+        Returns the wire event (with ``seq``).
+        """
+        self.flush()
+        return self._insert(etype, job, session, data or {})
+
+    def emit(self, etype: str, *, job: str | None = None, session: str | None = None,
+             data: dict[str, Any] | None = None, durable: bool = True) -> dict[str, Any] | None:
+        """Persist and publish one event.
+
+        ``durable=False`` buffers it for a group commit (returns None); durable
+        events are committed (fsync) before this returns the wire event.
+        """
+        if not durable:
+            self._buffer.append({"type": etype, "job": job, "session": session, "data": data or {},
+                                 "time": clock.now_iso()})
+            self._schedule_flush()
+            return None
+        event = self.record(etype, job=job, session=session, data=data)
+        self.send(event)
+        return event
+
+    def _schedule_flush(self) -> None:
+        if self._flush_handle is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._flush_handle = loop.call_later(FLUSH_SECONDS, self.flush)
+
+    def flush(self) -> None:
+        """Commit buffered non-durable events in one transaction, then publish them."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        if not self._buffer:
+            return
+        pending, self._buffer = self._buffer, []
+        with self.store.transaction():
+            events = []
+            for row in pending:
+                row["seq"] = self.store.insert("events", {k: row[k] for k in ("type", "time", "job", "session", "data")})
+                events.append(_wire(row))
+        for event in events:
+            self.send(event)
+
+    def send(self, event: dict[str, Any]) -> None:
+        """Publish an already-committed event and run the in-process listeners."""
+        self.publish(protocol.encode_event(event))
+        for listener in list(self.listeners):
+            listener(event)
+
+    def since(self, seq: int, limit: int = 1000, types: list[str] | None = None) -> list[dict[str, Any]]:
+        """Committed events with ``seq > seq``, oldest first, at most ``limit``."""
+        self.flush()
+        sql = "SELECT * FROM events WHERE seq > ?"
+        params: list[Any] = [seq]
+        if types:
+            sql += f" AND type IN ({', '.join('?' for _ in types)})"
+            params += types
+        sql += " ORDER BY seq LIMIT ?"
+        params.append(limit)
+        return [_wire(r) for r in self.store.all(sql, params)]
+
+    def last_seq(self) -> int:
+        """The highest committed seq (0 when there is none)."""
+        self.flush()
+        row = self.store.one("SELECT MAX(seq) AS seq FROM events")
+        return (row or {}).get("seq") or 0

@@ -1,0 +1,65 @@
+"""Daemon-wide ops: hello, status, events_since, reload, shutdown."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hermesd import __version__, protocol
+from hermesd.handlers import HANDLERS, op
+from hermesd.protocol import arg
+
+CAPABILITIES = ["delegate", "background", "queue", "events", "cancel", "logs"]
+
+
+@op("hello")
+async def hello(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Identify the daemon.
+
+    Returns ``{version, protocol, pid, uptime_seconds, capabilities, ops}``.
+    """
+    return {"version": __version__, "protocol": protocol.PROTOCOL_VERSION, "pid": os.getpid(),
+            "uptime_seconds": d.uptime(), "capabilities": CAPABILITIES, "ops": sorted(HANDLERS)}
+
+
+@op("status")
+async def status(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Daemon state: pid, uptime, caps and how full they are, job counts by state, last event seq."""
+    counts = {row["status"]: row["n"] for row in
+              d.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")}
+    return {"version": __version__, "pid": os.getpid(), "uptime_seconds": d.uptime(), "started_at": d.started_at,
+            "stopping": d.stopping, "runtime_dir": str(d.sockets.dir), "state_db": str(d.store.path),
+            "config": d.config.source, "children": len(d.procs.children), "queued": len(d.scheduler.queue),
+            "caps": d.scheduler.usage(), "jobs": counts, "last_seq": d.events.last_seq(),
+            "pending_notifications": len(d.delivery.pending())}
+
+
+@op("events_since")
+async def events_since(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Committed events after ``since`` (seq, default 0), at most ``limit`` (default 1000, max 10000).
+
+    Optional ``types`` (list of event types) filters.  Returns ``{events, last_seq}``;
+    a client that reconnects subscribes first, then fetches this backlog, then
+    de-duplicates by seq, and so loses nothing.
+    """
+    since = arg(args, "since", int, 0)
+    limit = min(arg(args, "limit", int, 1000), 10000)
+    types = arg(args, "types", list, None)
+    if types is not None and not all(isinstance(t, str) for t in types):
+        raise protocol.ProtocolError("bad_request", "argument 'types' must be a list of strings", {"field": "types"})
+    return {"events": d.events.since(since, limit, types), "last_seq": d.events.last_seq()}
+
+
+@op("reload")
+async def reload(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Re-read the config file (as SIGHUP does).  An invalid file is refused
+    (``invalid_config`` naming file, line and key) and the running config kept."""
+    return d.reload()
+
+
+@op("shutdown")
+async def shutdown(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Stop gracefully (as SIGTERM does): refuse new work, interrupt every child,
+    persist final states and notifications, remove the sockets, exit 0."""
+    d.loop.call_soon(d.request_shutdown, "shutdown request")
+    return {"stopping": True, "pid": os.getpid()}

@@ -1,0 +1,50 @@
+"""Ops of child processes on ``children.sock`` (token already checked)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from hermesd.handlers import op
+from hermesd.protocol import arg
+
+
+@op("child.hello", child=True)
+async def child_hello(d, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The child is up: the job goes ``running``; returns the job spec."""
+    return d.runner.on_hello(job, arg(args, "pid", int, None))
+
+
+@op("child.progress", child=True)
+async def child_progress(d, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Progress of a turn: ``turn``, ``tool``, ``api_calls``, ``tokens {input, output}``, ``text``."""
+    d.runner.on_progress(job, args)
+    return {}
+
+
+def _save_trajectory(d, job: str, trajectory: Any) -> None:
+    path = d.runner.job_dir(job) / "trajectory.json"
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(trajectory, fh, ensure_ascii=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+@op("child.result", child=True)
+async def child_result(d, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The final result: ``status, exit_reason, summary, error, api_calls, tokens,
+    trace, duration_seconds`` and optionally ``trajectory`` and ``messages``."""
+    result = {k: v for k, v in args.items() if k not in ("job", "token")}
+    if result.get("trajectory") is not None:
+        try:
+            _save_trajectory(d, job, result["trajectory"])
+        except OSError:
+            pass  # the job's result still counts; the trajectory file is a convenience
+    hook = d.services.get("result_hook")
+    if hook is not None:
+        hook(job, result)
+    d.runner.on_result(job, result)
+    return {}

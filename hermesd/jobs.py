@@ -1,0 +1,187 @@
+"""Jobs and their state machine (SPEC §3).
+
+::
+
+    queued ──► starting ──► running ──► completed
+      │           │            ├──────► failed
+      │           │            ├──────► interrupted
+      │           │            ├──────► timed_out
+      │           │            ├──────► cancelled
+      │           └─(same)─────┴──────► lost
+      └──► cancelled | failed | lost
+
+Every transition is checked against :data:`TRANSITIONS` (a terminal state is
+final), persisted with its ``job.state`` event in one fsynced transaction, and
+only then published.  Terminal hooks run inside that same transaction, so a
+completion notification is durable exactly when the terminal state is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any, Callable
+
+from hermesd import clock
+from hermesd.events import EventLog
+from hermesd.protocol import ProtocolError
+from hermesd.store import Store
+
+STATES = ("queued", "starting", "running", "completed", "failed", "interrupted", "timed_out", "cancelled", "lost")
+TERMINAL = frozenset({"completed", "failed", "interrupted", "timed_out", "cancelled", "lost"})
+ACTIVE = ("starting", "running")
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"starting", "cancelled", "failed", "lost"}),
+    "starting": frozenset({"running"}) | TERMINAL,
+    "running": TERMINAL - {"queued"},
+}
+KINDS = ("delegation", "background", "session_turn", "batch", "batch_item", "kanban_worker")
+ID_PREFIX = {"delegation": "deleg", "background": "bg", "session_turn": "turn", "batch": "batch",
+             "batch_item": "item", "kanban_worker": "kbw"}
+
+RECORD_FIELDS = ("id", "kind", "status", "exit_reason", "goal", "context", "toolsets", "role", "model",
+                 "session", "parent", "summary", "error", "api_calls", "tokens", "duration_seconds",
+                 "dispatched_at", "started_at", "completed_at", "pid")
+
+TerminalHook = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+
+class InvalidTransition(ProtocolError):
+    """A transition not allowed by :data:`TRANSITIONS` (protocol code ``invalid_state``)."""
+
+    def __init__(self, job_id: str, old: str, new: str):
+        super().__init__("invalid_state", f"job {job_id} cannot go from {old} to {new}",
+                         {"job": job_id, "status": old, "requested": new})
+
+
+def check_transition(job_id: str, old: str, new: str) -> None:
+    """Raise :class:`InvalidTransition` unless ``old → new`` is allowed."""
+    if new not in TRANSITIONS.get(old, frozenset()):
+        raise InvalidTransition(job_id, old, new)
+
+
+def new_id(kind: str) -> str:
+    """A fresh job id: ``<prefix>_<12 hex digits>`` (``deleg_…``, ``bg_…``, ``turn_…``)."""
+    return f"{ID_PREFIX[kind]}_{secrets.token_hex(6)}"
+
+
+def record(row: dict[str, Any]) -> dict[str, Any]:
+    """The public job record of SPEC §11 from a ``jobs`` row."""
+    out = {k: row.get(k) for k in RECORD_FIELDS if k != "tokens"}
+    out["tokens"] = {"input": row.get("tokens_in") or 0, "output": row.get("tokens_out") or 0}
+    out["background"] = bool(row.get("background"))
+    out["trace"] = row.get("trace") or []
+    return out
+
+
+class JobTable:
+    """All jobs: create, read, and move through the state machine.
+
+    ``terminal_hooks`` are called inside the terminal transition's transaction
+    with the updated row and return extra wire events to publish after commit.
+    """
+
+    def __init__(self, store: Store, events: EventLog):
+        self.store = store
+        self.events = events
+        self.terminal_hooks: list[TerminalHook] = []
+        self._started_mono: dict[str, float] = {}
+        self._waiters: dict[str, list[asyncio.Future]] = {}
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        """The ``jobs`` row of ``job_id`` or None."""
+        return self.store.one("SELECT * FROM jobs WHERE id = ?", (job_id,))
+
+    def require(self, job_id: str) -> dict[str, Any]:
+        """The row of ``job_id``; raises ``ProtocolError(not_found)``."""
+        row = self.get(job_id)
+        if row is None:
+            raise ProtocolError("not_found", f"no job {job_id!r}", {"job": job_id})
+        return row
+
+    def list(self, *, statuses: tuple[str, ...] | None = None, parent: str | None = None,
+             session: str | None = None, kinds: tuple[str, ...] | None = None,
+             limit: int = 1000) -> list[dict[str, Any]]:
+        """Rows filtered by status, parent, session and kind, oldest first."""
+        sql, params = "SELECT * FROM jobs WHERE 1=1", []
+        for column, values in (("status", statuses), ("kind", kinds)):
+            if values:
+                sql += f" AND {column} IN ({', '.join('?' for _ in values)})"
+                params += list(values)
+        for column, value in (("parent", parent), ("session", session)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                params.append(value)
+        sql += " ORDER BY dispatched_at, rowid LIMIT ?"
+        params.append(limit)
+        return self.store.all(sql, params)
+
+    def create(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """Insert a new ``queued`` job and publish ``job.queued``; returns its row.
+
+        ``fields`` are ``jobs`` columns (``goal``, ``toolsets``, ``spec``…); ``id``
+        defaults to :func:`new_id`.
+        """
+        row = {"id": fields.pop("id", None) or new_id(kind), "kind": kind, "status": "queued",
+               "dispatched_at": clock.now_iso(), **fields}
+        with self.store.transaction():
+            self.store.insert("jobs", row)
+            row = self.require(row["id"])
+            event = self.events.record("job.queued", job=row["id"], session=row.get("session"),
+                                       data={"job": record(row)})
+        self.events.send(event)
+        return row
+
+    def update(self, job_id: str, **fields: Any) -> None:
+        """Persist non-state fields (pid, progress counters); no event."""
+        self.store.update("jobs", "id", job_id, fields)
+
+    def transition(self, job_id: str, status: str, **fields: Any) -> dict[str, Any]:
+        """Move ``job_id`` to ``status`` with extra column ``fields``; returns the new row.
+
+        Raises :class:`InvalidTransition` (``invalid_state``) or ``not_found``.
+        """
+        row = self.require(job_id)
+        previous = row["status"]
+        check_transition(job_id, previous, status)
+        now = clock.now_iso()
+        if status == "running" and not row.get("started_at"):
+            fields.setdefault("started_at", now)
+            self._started_mono[job_id] = clock.monotonic()
+        if status in TERMINAL:
+            fields.setdefault("completed_at", now)
+            if "duration_seconds" not in fields or fields["duration_seconds"] is None:
+                started = self._started_mono.pop(job_id, None)
+                if started is not None:
+                    fields["duration_seconds"] = clock.monotonic() - started
+                elif row.get("started_at"):
+                    fields["duration_seconds"] = max(0.0, (clock.parse_iso(now) - clock.parse_iso(row["started_at"])).total_seconds())
+                else:
+                    fields["duration_seconds"] = 0.0
+            self._started_mono.pop(job_id, None)
+        extra: list[dict[str, Any]] = []
+        with self.store.transaction():
+            self.store.update("jobs", "id", job_id, {"status": status, **fields})
+            row = self.require(job_id)
+            event = self.events.record("job.state", job=job_id, session=row.get("session"),
+                                       data={"status": status, "previous": previous, "job": record(row)})
+            if status in TERMINAL:
+                for hook in self.terminal_hooks:
+                    extra += hook(row)
+        for ev in [event, *extra]:
+            self.events.send(ev)
+        if status in TERMINAL:
+            for fut in self._waiters.pop(job_id, []):
+                if not fut.done():
+                    fut.set_result(row)
+        return row
+
+    def wait(self, job_id: str) -> asyncio.Future:
+        """A future resolved with the row once ``job_id`` is terminal (already-terminal: resolved now)."""
+        fut = asyncio.get_running_loop().create_future()
+        row = self.require(job_id)
+        if row["status"] in TERMINAL:
+            fut.set_result(row)
+        else:
+            self._waiters.setdefault(job_id, []).append(fut)
+        return fut

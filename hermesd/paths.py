@@ -1,0 +1,106 @@
+"""Where hermesd keeps things, and binding its sockets with safe permissions.
+
+* ``HERMES_HOME`` (default ``~/.hermes``): ``config.yaml``, ``state.db``,
+  ``profiles/NAME/``, ``jobs/ID/`` (each job's log and scratch space).
+* Runtime directory (SPEC §2): ``$HERMES_RUNTIME_DIR``, else
+  ``$XDG_RUNTIME_DIR/hermes``, else ``$HERMES_HOME/run``; mode 0700, holding
+  ``hermesd.sock`` (requests), ``events.sock`` (events), ``children.sock``
+  (child processes), all 0600, and ``hermesd.lock``.
+
+Clients and children import this module to find the sockets.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def hermes_home() -> Path:
+    """Return ``$HERMES_HOME`` or ``~/.hermes`` (not created)."""
+    env = os.environ.get("HERMES_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".hermes"
+
+
+def runtime_dir() -> Path:
+    """Return the runtime directory of SPEC §2 (not created)."""
+    env = os.environ.get("HERMES_RUNTIME_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / "hermes"
+    return hermes_home() / "run"
+
+
+@dataclass(frozen=True)
+class Sockets:
+    """Paths of the three sockets and the lock file inside one runtime directory."""
+
+    dir: Path
+
+    @property
+    def control(self) -> Path:
+        """``hermesd.sock``: ROUTER for client requests."""
+        return self.dir / "hermesd.sock"
+
+    @property
+    def events(self) -> Path:
+        """``events.sock``: PUB for events."""
+        return self.dir / "events.sock"
+
+    @property
+    def children(self) -> Path:
+        """``children.sock``: ROUTER for child processes."""
+        return self.dir / "children.sock"
+
+    @property
+    def lock(self) -> Path:
+        """``hermesd.lock``: held (flock) by the running daemon; holds its pid."""
+        return self.dir / "hermesd.lock"
+
+
+def sockets(directory: Path | None = None) -> Sockets:
+    """Return the socket paths in ``directory`` (default :func:`runtime_dir`)."""
+    return Sockets(Path(directory) if directory else runtime_dir())
+
+
+class UnsafeDirectory(Exception):
+    """The runtime directory exists but is not ours, or is open to others."""
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) with mode 0700, or check an existing one.
+
+    Raises :class:`UnsafeDirectory` when it belongs to another user or is a
+    symlink; tightens the mode to 0700 when it is ours but looser.
+    """
+    old = os.umask(0o077)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    finally:
+        os.umask(old)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirectory(f"{path} is not a directory")
+    if st.st_uid != os.getuid():
+        raise UnsafeDirectory(f"{path} belongs to uid {st.st_uid}, not to you (uid {os.getuid()})")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+def bind_ipc(sock, path: Path) -> None:
+    """Bind a zmq socket to ``ipc://path`` with the socket file created 0600.
+
+    The umask is tightened around ``bind`` so the file is never visible with
+    looser permissions, then the mode is checked and set explicitly.
+    """
+    old = os.umask(0o177)
+    try:
+        sock.bind(f"ipc://{path}")
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)

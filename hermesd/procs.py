@@ -1,0 +1,245 @@
+"""Starting, stopping and reaping child processes.
+
+Each child runs ``python -m child`` in a new session (``setsid``: its own
+process group, no controlling terminal), in the job's working directory, with
+stdout and stderr appended to ``jobs/ID/log`` (a file, never a pipe the
+daemon must drain) and an environment scrubbed of systemd's variables.
+
+Graceful stop (supervisord/systemd ``KillMode=mixed`` style):
+
+1. ``SIGINT`` to the child itself: it finishes or abandons its step and
+   reports ``interrupted`` with its partial output;
+2. after ``interrupt_grace_seconds``: ``SIGTERM`` to its whole process group;
+3. after another grace period: ``SIGKILL`` to the process group.
+
+A signal that finds the process gone (``ESRCH``) is the normal end of a race,
+not an error.  When the child exits, its process group is killed (commands its
+tools started) and descendants that escaped the group by double-forking are
+found by the ``HERMES_JOB_ID`` in their environment and killed too.  hermesd is
+a child subreaper (``PR_SET_CHILD_SUBREAPER``), so those orphans are re-parented
+to it and reaped here: no zombies.
+
+Every OS call goes through :class:`OS`, the one seam tests replace to drive
+both sides of every race deterministically.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+PR_SET_CHILD_SUBREAPER = 36
+SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
+SUPERVISOR_ENV = "HERMES_SUPERVISOR"
+
+
+class OS:
+    """The real operating system: spawn, signal, wait, clock."""
+
+    def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
+        """Start ``argv`` in a new session; returns a handle with ``.pid``.
+
+        Raises ``OSError`` when the program or ``cwd`` cannot be used.
+        """
+        with open(log_path, "ab", buffering=0) as log:
+            return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+
+    def kill(self, pid: int, sig: int) -> bool:
+        """Send ``sig`` to ``pid``; False when it is already gone."""
+        try:
+            os.kill(pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def killpg(self, pgid: int, sig: int) -> bool:
+        """Send ``sig`` to process group ``pgid``; False when it is empty."""
+        try:
+            os.killpg(pgid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # a zombie-only group on some kernels
+            return False
+
+    def reap(self) -> list[tuple[int, int]]:
+        """Reap every exited child: ``[(pid, returncode)]`` (negative = killed by signal)."""
+        out = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return out
+            if pid == 0:
+                return out
+            out.append((pid, os.waitstatus_to_exitcode(status)))
+
+    def descendants_with_env(self, key: str, value: str) -> list[int]:
+        """Pids of our descendants whose environment has ``key=value``."""
+        found = []
+        try:
+            procs = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return found
+        for proc in procs:
+            try:
+                if proc.environ().get(key) == value:
+                    found.append(proc.pid)
+            except psutil.Error:
+                continue
+        return found
+
+    def start_time(self, pid: int) -> float | None:
+        """The process's start time (seconds since the epoch), or None when gone."""
+        try:
+            return psutil.Process(pid).create_time()
+        except psutil.Error:
+            return None
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def child_env(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a child: ``base`` minus systemd's variables, plus ``extra``."""
+    env = {k: v for k, v in base.items() if k not in SCRUBBED_ENV}
+    env.update(extra)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+@dataclass
+class Child:
+    """One live child process: ``job`` id, ``pid`` (= its process group id), its handle."""
+
+    job: str
+    pid: int
+    handle: Any
+    stop_reason: str | None = None
+    timers: list[Any] = field(default_factory=list)
+    returncode: int | None = None
+
+
+ExitCallback = Callable[[Child], None]
+
+
+class ProcessManager:
+    """The live children of this daemon.
+
+    ``loop`` schedules the escalation timers (``call_later``); ``on_exit`` is
+    called once per child after it is reaped and its group cleaned up.
+    ``grace`` is the pause in seconds between the steps of a graceful stop.
+    """
+
+    def __init__(self, loop: Any, on_exit: ExitCallback, *, os_seam: OS | None = None,
+                 grace: float = 3.0, supervisor_id: str = ""):
+        self.loop = loop
+        self.on_exit = on_exit
+        self.os = os_seam or OS()
+        self.grace = grace
+        self.supervisor_id = supervisor_id
+        self.children: dict[str, Child] = {}
+        self._by_pid: dict[int, Child] = {}
+
+    def start(self, job: str, *, cwd: str, log_path: Path, env: dict[str, str],
+              argv: list[str] | None = None) -> Child:
+        """Spawn the child of ``job``.  Raises ``OSError`` when it cannot start."""
+        argv = argv or [sys.executable, "-m", "child"]
+        extra = {"HERMES_JOB_ID": job, SUPERVISOR_ENV: self.supervisor_id, "HERMES_DAEMON_PID": str(os.getpid())}
+        handle = self.os.spawn(argv, cwd=cwd, env=child_env(os.environ, {**env, **extra}), log_path=log_path)
+        child = Child(job, handle.pid, handle)
+        self.children[job] = child
+        self._by_pid[child.pid] = child
+        return child
+
+    def stop(self, job: str, reason: str) -> bool:
+        """Begin the graceful stop of ``job``'s child; False when it has none.
+
+        ``reason`` is remembered (``cancel``, ``shutdown``, ``timeout``, …) for
+        the final state.  Calling again only keeps the first reason.
+        """
+        child = self.children.get(job)
+        if child is None:
+            return False
+        if child.stop_reason is not None:
+            return True
+        child.stop_reason = reason
+        self.os.kill(child.pid, signal.SIGINT)
+        child.timers.append(self.loop.call_later(self.grace, self._escalate, child, signal.SIGTERM))
+        child.timers.append(self.loop.call_later(2 * self.grace + 0.5, self._escalate, child, signal.SIGKILL))
+        return True
+
+    def kill_now(self, job: str, reason: str) -> None:
+        """SIGKILL the child's process group at once (no grace)."""
+        child = self.children.get(job)
+        if child is not None:
+            child.stop_reason = child.stop_reason or reason
+            self._escalate(child, signal.SIGKILL)
+
+    def _escalate(self, child: Child, sig: int) -> None:
+        if child.returncode is None:
+            self.os.killpg(child.pid, sig)
+
+    def reap(self) -> None:
+        """Reap every exited process; finish the bookkeeping of our children."""
+        for pid, code in self.os.reap():
+            child = self._by_pid.pop(pid, None)
+            if child is None:
+                continue  # an orphaned grandchild re-parented to us: reaped, nothing else to do
+            child.returncode = code
+            if hasattr(child.handle, "returncode"):
+                child.handle.returncode = code  # we reaped it; keep subprocess from waiting again
+            for timer in child.timers:
+                timer.cancel()
+            self.children.pop(child.job, None)
+            self.cleanup_group(child)
+            self.on_exit(child)
+
+    def cleanup_group(self, child: Child) -> None:
+        """Kill what is left of the child's process group and its escaped descendants."""
+        self.os.killpg(child.pid, signal.SIGKILL)
+        for pid in self.os.descendants_with_env("HERMES_JOB_ID", child.job):
+            self.os.kill(pid, signal.SIGKILL)
+
+    def signal_all(self, sig: int) -> None:
+        """Send ``sig`` to every child's process group."""
+        for child in list(self.children.values()):
+            self.os.killpg(child.pid, sig)
+
+
+def sweep_leftovers(supervisor_id: str) -> list[int]:
+    """Kill every process left by an earlier daemon of this state directory.
+
+    Each child carries ``HERMES_SUPERVISOR=<state db path>`` in its environment
+    (its tools' commands inherit it).  Returns the pids that were killed.
+    """
+    killed = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(SUPERVISOR_ENV) != supervisor_id:
+                continue
+            proc.kill()
+            killed.append(proc.pid)
+        except (psutil.Error, OSError) as exc:
+            if getattr(exc, "errno", None) not in (None, errno.ESRCH):
+                continue
+    return killed

@@ -1,0 +1,269 @@
+"""From ``queued`` to a terminal state: admission, start, child reports, exit.
+
+The runner joins the scheduler (caps), the process manager (OS processes) and
+the job table (state machine).  Its rules:
+
+* A job is admitted (caps checked, row written) in one step, then started as
+  soon as every pool it needs has room.
+* ``child.hello`` moves it to ``running``; ``child.result`` to its terminal
+  state; if the process exits without a result the exit decides.
+* The final state honours why the daemon stopped it: ``cancel`` → ``cancelled``,
+  ``timeout`` → ``timed_out``, ``shutdown``/``session_stop`` → ``interrupted``.
+* Slots are released only once the job is terminal *and* its process reaped.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any, Callable
+
+from hermesd import jobs as jobs_mod
+from hermesd.config import Config
+from hermesd.jobs import JobTable
+from hermesd.procs import Child, ProcessManager
+from hermesd.protocol import ProtocolError
+from hermesd.scheduler import Scheduler
+
+STOP_STATUS = {"cancel": "cancelled", "timeout": "timed_out", "shutdown": "interrupted",
+               "session_stop": "interrupted", "parent_stop": "interrupted"}
+LOG_TAIL_BYTES = 2000
+
+SpecHook = Callable[[dict[str, Any], dict[str, Any]], None]
+
+
+def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of a log file as text ('' when missing)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class Runner:
+    """Job lifecycle.  ``spec_hooks`` let job types add to the spec a child receives."""
+
+    def __init__(self, config: Config, jobs: JobTable, scheduler: Scheduler, procs: ProcessManager,
+                 children_socket: Path, loop: Any):
+        self.config = config
+        self.jobs = jobs
+        self.scheduler = scheduler
+        self.procs = procs
+        self.children_socket = children_socket
+        self.loop = loop
+        self.tokens: dict[str, str] = {}
+        self.results: dict[str, dict[str, Any]] = {}
+        self.spec_hooks: dict[str, SpecHook] = {}
+        self.exit_hooks: list[Callable[[dict[str, Any]], None]] = []
+        self.accepting = True
+        self._timeouts: dict[str, Any] = {}
+
+    # admission -----------------------------------------------------------
+
+    def job_dir(self, job: str) -> Path:
+        """``jobs/ID/``: the job's log and scratch space."""
+        return self.config.log_dir() / job
+
+    def log_path(self, job: str) -> Path:
+        """``jobs/ID/log``: the child's stdout and stderr."""
+        return self.job_dir(job) / "log"
+
+    def submit(self, kind: str, *, pools: tuple[str, ...] = (), background: bool = False,
+               queue: bool = False, **fields: Any) -> dict[str, Any]:
+        """Admit a job and start it when its pools have room; returns its row.
+
+        Background jobs go through the ``async`` cap (``capacity_reached``
+        unless ``queue``).  Raises ``ProtocolError`` (``shutting_down``,
+        ``bad_request`` for a missing cwd, ``capacity_reached``).
+        """
+        if not self.accepting:
+            raise ProtocolError("shutting_down", "hermesd is shutting down and accepts no new work")
+        cwd = fields.get("cwd")
+        if cwd is not None and not Path(cwd).is_dir():
+            raise ProtocolError("bad_request", f"working directory {cwd!r} does not exist", {"field": "cwd"})
+        job_id = fields.pop("id", None) or jobs_mod.new_id(kind)
+        needs = ("global", *pools)
+        if background:
+            if not self.scheduler.admit_background(job_id, queue=queue):
+                needs = ("async", *needs)
+        try:
+            row = self.jobs.create(kind, id=job_id, background=int(background), **fields)
+        except BaseException:
+            self.scheduler.release(job_id)
+            raise
+        self.scheduler.enqueue(job_id, needs)
+        self.pump()
+        return self.jobs.require(job_id)
+
+    def pump(self) -> None:
+        """Start every queued job that now fits its caps."""
+        if not self.accepting:
+            return
+        for job_id in self.scheduler.take_startable():
+            self._start(job_id)
+
+    def _start(self, job_id: str) -> None:
+        row = self.jobs.get(job_id)
+        if row is None or row["status"] != "queued":
+            self.scheduler.release(job_id)
+            return
+        self.jobs.transition(job_id, "starting")
+        token = secrets.token_hex(16)
+        self.tokens[job_id] = token
+        try:
+            self.job_dir(job_id).mkdir(parents=True, exist_ok=True)
+            child = self.procs.start(job_id, cwd=row.get("cwd") or str(self.job_dir(job_id)),
+                                     log_path=self.log_path(job_id),
+                                     env={"HERMES_CHILD_SOCKET": str(self.children_socket),
+                                          "HERMES_CHILD_TOKEN": token})
+        except OSError as exc:
+            self.tokens.pop(job_id, None)
+            self.jobs.transition(job_id, "failed", exit_reason="error", error=f"could not start child: {exc}")
+            self._finished(job_id)
+            return
+        self.jobs.update(job_id, pid=child.pid, proc_start=self.procs.os.start_time(child.pid))
+        timeout = (row.get("spec") or {}).get("timeout_seconds") or self.config.delegation.child_timeout_seconds
+        # the child enforces its own wall clock; the daemon's timer is the backstop
+        self._timeouts[job_id] = self.loop.call_later(float(timeout) + 5.0, self.stop, job_id, "timeout")
+
+    # child reports -------------------------------------------------------
+
+    def authenticate(self, args: dict[str, Any]) -> str:
+        """Return the job id of a child message whose token matches; raises ``not_found``."""
+        job_id, token = args.get("job"), args.get("token")
+        if not isinstance(job_id, str) or not isinstance(token, str) or self.tokens.get(job_id) != token:
+            raise ProtocolError("not_found", "unknown child or wrong token")
+        return job_id
+
+    def child_spec(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The job spec a child receives in reply to ``child.hello``."""
+        cfg, deleg = self.config, self.config.delegation
+        extra = dict(row.get("spec") or {})
+        spec = {
+            "job": row["id"], "kind": row["kind"], "goal": row.get("goal") or "", "context": row.get("context"),
+            "toolsets": row.get("toolsets") or [], "role": row.get("role") or "leaf",
+            "provider": row.get("provider") or deleg.provider or cfg.provider,
+            "model": row.get("model") or deleg.model or cfg.model,
+            "base_url": cfg.base_url, "reasoning_effort": cfg.reasoning_effort,
+            "max_turns": deleg.max_turns, "timeout_seconds": deleg.child_timeout_seconds,
+            "cwd": row.get("cwd") or str(self.job_dir(row["id"])), "depth": row.get("depth") or 0,
+            "max_spawn_depth": deleg.max_spawn_depth, "auto_approve": deleg.subagent_auto_approve,
+            "limits": {"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
+                       "terminal_timeout_seconds": cfg.limits.terminal_timeout_seconds},
+            "script": None, "history": None, "system_prompt": None, "record_trajectory": False,
+        }
+        spec.update(extra)
+        hook = self.spec_hooks.get(row["kind"])
+        if hook is not None:
+            hook(row, spec)
+        return spec
+
+    def on_hello(self, job_id: str, pid: int | None) -> dict[str, Any]:
+        """``child.hello``: the job goes ``running``; returns its spec."""
+        row = self.jobs.require(job_id)
+        if row["status"] == "starting":
+            row = self.jobs.transition(job_id, "running")
+        elif row["status"] != "running":
+            raise ProtocolError("invalid_state", f"job {job_id} is {row['status']}")
+        return self.child_spec(row)
+
+    def on_result(self, job_id: str, result: dict[str, Any]) -> None:
+        """``child.result``: remember it; the job turns terminal now."""
+        self.results[job_id] = result
+        row = self.jobs.require(job_id)
+        if row["status"] in jobs_mod.TERMINAL:
+            return
+        child = self.procs.children.get(job_id)
+        self._terminal(job_id, result, child.stop_reason if child else None)
+
+    def _terminal(self, job_id: str, result: dict[str, Any] | None, stop_reason: str | None,
+                  returncode: int | None = None) -> None:
+        row = self.jobs.require(job_id)
+        result = result or {}
+        status = result.get("status") if result.get("status") in jobs_mod.TERMINAL else None
+        if stop_reason in STOP_STATUS:
+            status = STOP_STATUS[stop_reason]
+        error = result.get("error")
+        if status is None:
+            status = "failed"
+            tail = log_tail(self.log_path(job_id)).strip()
+            error = f"child exited with status {returncode} before reporting a result"
+            if tail:
+                error += f"; last log lines:\n{tail[-800:]}"
+        if stop_reason and not error:
+            error = {"cancel": "cancelled by request", "timeout": "child_timeout_seconds reached",
+                     "shutdown": "hermesd shut down", "session_stop": "stopped by /stop in its session"
+                     }.get(stop_reason, stop_reason)
+        tokens = result.get("tokens") or {}
+        exit_reason = result.get("exit_reason") or ({"cancelled": "interrupted", "timed_out": "timeout",
+                                                      "interrupted": "interrupted"}.get(status, "error"))
+        fields = {"exit_reason": exit_reason, "summary": result.get("summary") or row.get("summary"), "error": error,
+                  "api_calls": int(result.get("api_calls") or row.get("api_calls") or 0),
+                  "tokens_in": int(tokens.get("input") or row.get("tokens_in") or 0),
+                  "tokens_out": int(tokens.get("output") or row.get("tokens_out") or 0),
+                  "trace": result.get("trace") or row.get("trace") or [],
+                  "stop_reason": stop_reason}
+        if result.get("duration_seconds") is not None:
+            fields["duration_seconds"] = float(result["duration_seconds"])
+        self.jobs.transition(job_id, status, **fields)
+
+    def on_progress(self, job_id: str, args: dict[str, Any]) -> None:
+        """``child.progress``: keep counters and publish a ``job.progress`` event (group-committed)."""
+        tokens = args.get("tokens") or {}
+        fields = {}
+        if isinstance(args.get("api_calls"), int):
+            fields["api_calls"] = args["api_calls"]
+        if isinstance(tokens, dict):
+            fields.update({"tokens_in": int(tokens.get("input") or 0), "tokens_out": int(tokens.get("output") or 0)})
+        if fields:
+            self.jobs.update(job_id, **fields)
+        data = {k: args[k] for k in ("turn", "tool", "api_calls", "tokens", "text") if k in args}
+        row = self.jobs.get(job_id)
+        self.jobs.events.emit("job.progress", job=job_id, session=row.get("session") if row else None,
+                              data=data, durable=False)
+
+    # stopping and exit ---------------------------------------------------
+
+    def stop(self, job_id: str, reason: str) -> dict[str, Any]:
+        """Cancel a queued job at once, or begin the graceful stop of a live one.
+
+        Returns the row.  Raises ``not_found``, or ``invalid_state`` for a job
+        already terminal.
+        """
+        row = self.jobs.require(job_id)
+        if row["status"] in jobs_mod.TERMINAL:
+            raise ProtocolError("invalid_state", f"job {job_id} is already {row['status']}",
+                                {"job": job_id, "status": row["status"]})
+        if row["status"] == "queued":
+            self.scheduler.release(job_id)
+            row = self.jobs.transition(job_id, STOP_STATUS.get(reason, "cancelled"), stop_reason=reason,
+                                       exit_reason="interrupted", error=f"{reason} before it started")
+            self._finished(job_id)
+            return row
+        if not self.procs.stop(job_id, reason):  # starting, but the process is already gone
+            self._terminal(job_id, None, reason)
+        return self.jobs.require(job_id)
+
+    def on_exit(self, child: Child) -> None:
+        """Called by the process manager once a child has been reaped."""
+        job_id = child.job
+        row = self.jobs.get(job_id)
+        if row is not None and row["status"] not in jobs_mod.TERMINAL:
+            self._terminal(job_id, self.results.get(job_id), child.stop_reason, child.returncode)
+        self._finished(job_id)
+
+    def _finished(self, job_id: str) -> None:
+        handle = self._timeouts.pop(job_id, None)
+        if handle is not None:
+            handle.cancel()
+        self.tokens.pop(job_id, None)
+        self.results.pop(job_id, None)
+        self.scheduler.release(job_id)
+        row = self.jobs.get(job_id)
+        for hook in self.exit_hooks:
+            hook(row)
+        self.pump()

@@ -1,0 +1,115 @@
+"""Capacity caps and the queue in front of them (SPEC §4).
+
+Caps are *pools* with a limit: ``global`` (``supervisor.max_children``: every
+child process of every kind), ``async`` (``delegation.max_async_children``:
+background delegations), and per-owner pools created on demand, such as
+``group:<id>`` (``delegation.max_concurrent_children`` for one foreground
+parallel group) or ``batch:<id>`` (a batch's ``num_workers``).
+
+A job holds its slots from the moment it is started (or, for a background
+delegation, admitted) until the daemon calls :meth:`Scheduler.release` — after
+the job is terminal *and* its process has been reaped, so the number of live
+child processes never exceeds a cap, not even for an instant.
+
+The queue is FIFO with skipping: a job whose own pool is full (its group, its
+batch) never holds back a job behind it that has room.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from hermesd.protocol import ProtocolError
+
+
+@dataclass
+class _Waiting:
+    job: str
+    pools: tuple[str, ...]
+
+
+class Scheduler:
+    """Pools, holdings and the wait queue.  ``limits`` maps pool name → max holders."""
+
+    def __init__(self, limits: dict[str, int]):
+        self.limits = dict(limits)
+        self.count: Counter[str] = Counter()
+        self.held: dict[str, set[str]] = {}
+        self.queue: list[_Waiting] = []
+
+    def set_limit(self, pool: str, limit: int) -> None:
+        """Create or change a pool's limit (lowering it never stops running jobs)."""
+        self.limits[pool] = limit
+
+    def room(self, pool: str) -> int:
+        """Free slots in ``pool`` (unknown pools are unlimited)."""
+        limit = self.limits.get(pool)
+        return 1 << 30 if limit is None else limit - self.count[pool]
+
+    def try_hold(self, job: str, pools: tuple[str, ...]) -> bool:
+        """Take a slot in each of ``pools`` not yet held by ``job`` — all or nothing."""
+        have = self.held.setdefault(job, set())
+        need = [p for p in pools if p not in have]
+        if any(self.room(p) <= 0 for p in need):
+            if not have:
+                self.held.pop(job, None)
+            return False
+        for p in need:
+            have.add(p)
+            self.count[p] += 1
+        return True
+
+    def admit_background(self, job: str, *, queue: bool, limit_name: str = "delegation.max_async_children") -> bool:
+        """Admit a background job into the ``async`` pool.
+
+        Returns True when it holds a slot now, False when it was queued to wait
+        for one (``queue=True``).  Raises ``ProtocolError(capacity_reached)``
+        with a message on how to fall back when the pool is full and
+        ``queue`` is False.
+        """
+        if self.try_hold(job, ("async",)):
+            return True
+        if queue:
+            return False
+        limit = self.limits.get("async")
+        raise ProtocolError(
+            "capacity_reached",
+            f"{limit} background delegations are already running ({limit_name} = {limit}); "
+            "run this task in the foreground instead, wait for one to finish "
+            "(hermesctl wait ID), or pass --queue to wait for a free slot",
+            {"pool": "async", "limit": limit, "running": self.count["async"]})
+
+    def enqueue(self, job: str, pools: tuple[str, ...]) -> None:
+        """Queue ``job`` until it can hold every pool in ``pools``."""
+        self.queue.append(_Waiting(job, pools))
+
+    def take_startable(self) -> list[str]:
+        """Remove and return, in FIFO order, every queued job that now fits (slots taken)."""
+        started, waiting = [], []
+        for entry in self.queue:
+            if self.try_hold(entry.job, entry.pools):
+                started.append(entry.job)
+            else:
+                waiting.append(entry)
+        self.queue = waiting
+        return started
+
+    def is_queued(self, job: str) -> bool:
+        """True while ``job`` waits in the queue."""
+        return any(w.job == job for w in self.queue)
+
+    def queued_jobs(self) -> list[str]:
+        """Ids waiting in the queue, in order."""
+        return [w.job for w in self.queue]
+
+    def release(self, job: str) -> None:
+        """Drop ``job`` from the queue and give back every slot it holds."""
+        self.queue = [w for w in self.queue if w.job != job]
+        for pool in self.held.pop(job, set()):
+            self.count[pool] -= 1
+
+    def usage(self) -> dict[str, dict[str, int | None]]:
+        """``{pool: {"used": n, "limit": m}}`` for status displays."""
+        pools = set(self.limits) | {p for p, n in self.count.items() if n}
+        return {p: {"used": self.count[p], "limit": self.limits.get(p)} for p in sorted(pools)}

@@ -1,0 +1,346 @@
+"""The daemon: one asyncio event loop, three sockets, one dispatch table.
+
+Client requests (``hermesd.sock``), child messages (``children.sock``),
+signals and timers all end in the same handlers (``hermesd.handlers``).  No
+handler blocks: long work happens in children, and a request that waits (for
+example ``wait``) parks a future instead of holding anything.
+
+Start-up order: lock the runtime directory (one daemon per directory), open
+the state database, end what an earlier daemon left running, reconcile its
+jobs, bind the sockets (0600 in a 0700 directory), then ``READY=1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from hermesd import __version__, clock, config as config_mod, paths, protocol
+from hermesd.delivery import Delivery
+from hermesd.events import EventLog
+from hermesd.handlers import CHILD_HANDLERS, HANDLERS, WORK_OPS
+from hermesd.jobs import ACTIVE, JobTable
+from hermesd.procs import ProcessManager, become_subreaper, sweep_leftovers
+from hermesd.protocol import ProtocolError
+from hermesd.runner import Runner
+from hermesd.scheduler import Scheduler
+from hermesd.store import Store
+from hermesd.systemd import Notifier
+
+log = logging.getLogger("hermesd")
+PUB_HWM = 100_000
+
+
+class AlreadyRunning(Exception):
+    """Another live hermesd owns the runtime directory."""
+
+
+class Daemon:
+    """One hermesd instance.  ``config`` is validated; ``runtime`` the socket directory."""
+
+    def __init__(self, config: config_mod.Config, runtime: Path | None = None, config_path: str | None = None):
+        self.config = config
+        self.config_path = config_path
+        self.sockets = paths.sockets(runtime)
+        self.started_mono = clock.monotonic()
+        self.started_at = clock.now_iso()
+        self.notifier = Notifier()
+        self.stopping = False
+        self.services: dict[str, Any] = {}
+        self._lock_fd: int | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # start-up ------------------------------------------------------------
+
+    def _lock(self) -> None:
+        paths.ensure_private_dir(self.sockets.dir)
+        fd = os.open(self.sockets.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise AlreadyRunning(f"hermesd is already running (pid {pid}) with runtime directory {self.sockets.dir}")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+        # The lock is free, so no live daemon owns these sockets; still probe, as SPEC §2 asks.
+        if self.sockets.control.exists() and _probe(self.sockets.control):
+            raise AlreadyRunning(f"a live hermesd answers on {self.sockets.control}")
+        for path in (self.sockets.control, self.sockets.events, self.sockets.children):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def _open_state(self) -> None:
+        state_dir = self.config.state_dir()
+        paths.ensure_private_dir(state_dir)
+        self.config.log_dir().mkdir(parents=True, exist_ok=True)
+        self.store = Store(state_dir / "state.db")
+        self.supervisor_id = str((state_dir / "state.db").resolve())
+        self.events = EventLog(self.store, self._publish)
+        self.jobs = JobTable(self.store, self.events)
+        self.delivery = Delivery(self.store, self.events)
+        self.jobs.terminal_hooks.append(self.delivery.on_terminal)
+        deleg, sup = self.config.delegation, self.config.supervisor
+        self.scheduler = Scheduler({"global": sup.max_children, "async": deleg.max_async_children})
+        self.loop = asyncio.get_running_loop()
+        self.procs = ProcessManager(self.loop, self._on_child_exit, grace=sup.interrupt_grace_seconds,
+                                    supervisor_id=self.supervisor_id)
+        self.runner = Runner(self.config, self.jobs, self.scheduler, self.procs, self.sockets.children, self.loop)
+
+    def _on_child_exit(self, child) -> None:
+        self.runner.on_exit(child)
+
+    def _reconcile(self) -> None:
+        """Repair what a dead daemon left: end its processes, settle its jobs."""
+        killed = sweep_leftovers(self.supervisor_id)
+        if killed:
+            log.warning("ended %d process(es) left by an earlier hermesd: %s", len(killed), killed)
+        for row in self.jobs.list(statuses=ACTIVE):
+            self.jobs.transition(row["id"], "lost", exit_reason="error",
+                                 error="hermesd stopped while this job ran and its process could not be "
+                                       "accounted for on restart")
+        for row in self.jobs.list(statuses=("queued",)):
+            needs = ("global",)
+            if row.get("background"):
+                needs = ("async", "global")
+            self.scheduler.enqueue(row["id"], needs)
+        from hermesd.handlers import restore_hooks
+
+        for hook in restore_hooks:
+            hook(self)
+
+    def _bind(self) -> None:
+        self.ctx = zmq.asyncio.Context()
+        self.control = self.ctx.socket(zmq.ROUTER)
+        self.children = self.ctx.socket(zmq.ROUTER)
+        self.pub = self.ctx.socket(zmq.PUB)
+        for sock in (self.control, self.children):
+            sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+            sock.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, PUB_HWM)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        paths.bind_ipc(self.pub, self.sockets.events)
+        paths.bind_ipc(self.children, self.sockets.children)
+        paths.bind_ipc(self.control, self.sockets.control)
+
+    def _publish(self, frames: list[bytes]) -> None:
+        pub = getattr(self, "pub", None)
+        if pub is None:
+            return
+        try:
+            pub.send_multipart(frames, flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # a full subscriber queue drops; clients catch up with events_since
+
+    # running -------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Run until shut down; returns the exit status (0 on a clean stop)."""
+        self._lock()
+        self._open_state()
+        become_subreaper()
+        self._reconcile()
+        self._bind()
+        loop = self.loop
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda s=sig: self.request_shutdown(f"signal {signal.Signals(s).name}"))
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+        loop.add_signal_handler(signal.SIGCHLD, self.procs.reap)
+        self.procs.reap()
+        self.runner.pump()
+        self._done = asyncio.Event()
+        self._spawn(self._serve(self.control, self._dispatch_client))
+        self._spawn(self._serve(self.children, self._dispatch_child))
+        if self.notifier.watchdog_seconds:
+            self._spawn(self._watchdog(self.notifier.watchdog_seconds / 2))
+        self.events.emit("daemon.started", data={"pid": os.getpid(), "version": __version__})
+        self.notifier.notify(READY="1", STATUS=self.status_line(), MAINPID=str(os.getpid()))
+        log.info("hermesd %s ready (pid %d, runtime %s)", __version__, os.getpid(), self.sockets.dir)
+        await self._done.wait()
+        await self._shutdown()
+        return 0
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _watchdog(self, interval: float) -> None:
+        while True:
+            self.notifier.notify(WATCHDOG="1", STATUS=self.status_line())
+            await asyncio.sleep(interval)
+
+    def status_line(self) -> str:
+        """``STATUS=`` text: running and queued counts."""
+        running = len(self.procs.children) if hasattr(self, "procs") else 0
+        queued = len(self.scheduler.queue) if hasattr(self, "scheduler") else 0
+        return f"{running} running, {queued} queued"
+
+    async def _serve(self, sock: zmq.asyncio.Socket, dispatch) -> None:
+        while True:
+            try:
+                frames = await sock.recv_multipart(copy=True)
+            except zmq.ZMQError:
+                if self.stopping:
+                    return
+                continue
+            except asyncio.CancelledError:
+                return
+            if len(frames) < 2:
+                continue  # nothing to answer to
+            self._spawn(self._answer(sock, frames[:-1], frames[-1], dispatch))
+
+    async def _answer(self, sock, envelope: list[bytes], frame: bytes, dispatch) -> None:
+        req_id = None
+        try:
+            request = protocol.decode_request(frame)
+            req_id = request.id
+            result = await dispatch(request)
+            reply = protocol.encode_reply(req_id, result)
+        except ProtocolError as err:
+            req_id = getattr(err, "req_id", req_id)
+            reply = protocol.encode_error(req_id, err)
+        except Exception as exc:  # the daemon never dies of a request
+            log.error("internal error: %s", traceback.format_exc())
+            reply = protocol.encode_error(req_id, ProtocolError("internal", f"{exc.__class__.__name__}: {exc}"))
+        if len(reply) > protocol.MAX_MESSAGE_BYTES:
+            reply = protocol.encode_error(req_id, ProtocolError("too_large", "reply exceeds the message size limit"))
+        try:
+            await sock.send_multipart([*envelope, reply])
+        except zmq.ZMQError:
+            pass  # the peer is gone
+
+    async def _dispatch_client(self, request: protocol.Request) -> Any:
+        handler = HANDLERS.get(request.op)
+        if handler is None:
+            raise ProtocolError("unknown_op", f"unknown op {request.op!r}", {"op": request.op})
+        if self.stopping and request.op in WORK_OPS:
+            raise ProtocolError("shutting_down", "hermesd is shutting down and accepts no new work")
+        return await handler(self, request.args)
+
+    async def _dispatch_child(self, request: protocol.Request) -> Any:
+        handler = CHILD_HANDLERS.get(request.op)
+        if handler is None:
+            raise ProtocolError("unknown_op", f"unknown child op {request.op!r}", {"op": request.op})
+        job = self.runner.authenticate(request.args)
+        return await handler(self, job, request.args)
+
+    # control -------------------------------------------------------------
+
+    def request_shutdown(self, reason: str) -> None:
+        """Begin the graceful stop (signals and the ``shutdown`` op end here)."""
+        if self.stopping:
+            return
+        log.info("shutting down (%s)", reason)
+        self.stopping = True
+        self.runner.accepting = False
+        self.notifier.notify(STOPPING="1", STATUS="stopping")
+        self._done.set()
+
+    def reload(self) -> dict[str, Any]:
+        """Re-read the config file; an invalid file is refused and the running config kept.
+
+        Raises ``ProtocolError(invalid_config)`` naming file, line and key.
+        """
+        self.notifier.notify(RELOADING="1", MONOTONIC_USEC=str(time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000))
+        try:
+            new = config_mod.load(self.config_path)
+        except config_mod.ConfigError as err:
+            log.error("reload refused: %s", err)
+            self.notifier.notify(READY="1", STATUS=self.status_line())
+            self.events.emit("daemon.reload_failed", data={"error": str(err), **err.details()})
+            raise ProtocolError("invalid_config", str(err), err.details()) from None
+        self.config = new
+        self.runner.config = new
+        self.scheduler.set_limit("global", new.supervisor.max_children)
+        self.scheduler.set_limit("async", new.delegation.max_async_children)
+        self.procs.grace = new.supervisor.interrupt_grace_seconds
+        self.events.emit("daemon.reloaded", data={"source": new.source})
+        self.notifier.notify(READY="1", STATUS=self.status_line())
+        self.runner.pump()
+        return {"reloaded": True, "source": new.source}
+
+    async def _shutdown(self) -> None:
+        for job in list(self.scheduler.queued_jobs()):
+            row = self.jobs.get(job)
+            if row and row["status"] == "queued" and not row.get("background") and row["kind"] != "batch_item":
+                self.runner.stop(job, "shutdown")
+        for job in list(self.procs.children):
+            self.procs.stop(job, "shutdown")
+        deadline = clock.monotonic() + self.config.supervisor.stop_timeout_seconds
+        while self.procs.children and clock.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            self.procs.reap()
+        if self.procs.children:
+            log.warning("%d child(ren) still alive after stop_timeout_seconds: SIGKILL", len(self.procs.children))
+            self.procs.signal_all(signal.SIGKILL)
+            end = clock.monotonic() + 2.0
+            while self.procs.children and clock.monotonic() < end:
+                await asyncio.sleep(0.02)
+                self.procs.reap()
+        sweep_leftovers(self.supervisor_id)
+        self.procs.reap()
+        from hermesd.handlers import shutdown_hooks
+
+        for hook in shutdown_hooks:
+            hook(self)
+        self.events.emit("daemon.stopped", data={"pid": os.getpid()})
+        self.events.flush()
+        await asyncio.sleep(0.05)  # let the last events leave the PUB socket
+        for task in list(self._tasks):
+            task.cancel()
+        for sock in (self.control, self.children, self.pub):
+            sock.close(linger=0)
+        self.ctx.term()
+        for path in (self.sockets.control, self.sockets.events, self.sockets.children):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+        self.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+
+    def uptime(self) -> float:
+        """Seconds since start (monotonic)."""
+        return clock.monotonic() - self.started_mono
+
+
+def _probe(path: Path, timeout_ms: int = 300) -> bool:
+    """True when something answers ``hello`` on the control socket at ``path``."""
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(f"ipc://{path}")
+        _, frame = protocol.encode_request("hello")
+        sock.send(frame)
+        return bool(sock.poll(timeout_ms))
+    finally:
+        sock.close()
+
+
+def run(config: config_mod.Config, config_path: str | None = None) -> int:
+    """Run a daemon in the foreground until it is shut down; returns the exit status."""
+    daemon = Daemon(config, config_path=config_path)
+    try:
+        return asyncio.run(daemon.run())
+    except AlreadyRunning as exc:
+        print(f"hermesd: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,226 @@
+"""The state database: SQLite in WAL mode, with a schema version and migrations.
+
+One file, ``state.db``, owned by the daemon's single event-loop thread.
+``PRAGMA synchronous=FULL``: every commit is fsynced, so a job transition or a
+notification that was committed survives ``kill -9`` and power loss.  Structured
+columns hold JSON text, so the file stays readable with the ``sqlite3`` shell.
+
+The schema version lives in ``PRAGMA user_version``; :data:`MIGRATIONS` are
+applied in order at open, each in its own transaction.  A database written by
+a newer hermesd is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+JSON_COLUMNS = {"toolsets", "spec", "trace", "data", "content", "artifacts", "result_data"}
+
+MIGRATIONS: list[str] = [
+    # 1: jobs, events, notifications, sessions, messages
+    """
+    CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        exit_reason TEXT,
+        parent TEXT,
+        session TEXT,
+        goal TEXT NOT NULL DEFAULT '',
+        context TEXT,
+        toolsets TEXT NOT NULL DEFAULT '[]',
+        role TEXT NOT NULL DEFAULT 'leaf',
+        model TEXT,
+        provider TEXT,
+        cwd TEXT,
+        background INTEGER NOT NULL DEFAULT 0,
+        depth INTEGER NOT NULL DEFAULT 0,
+        spec TEXT NOT NULL DEFAULT '{}',
+        summary TEXT,
+        error TEXT,
+        api_calls INTEGER NOT NULL DEFAULT 0,
+        tokens_in INTEGER NOT NULL DEFAULT 0,
+        tokens_out INTEGER NOT NULL DEFAULT 0,
+        trace TEXT NOT NULL DEFAULT '[]',
+        pid INTEGER,
+        proc_start REAL,
+        stop_reason TEXT,
+        dispatched_at TEXT NOT NULL,
+        started_at TEXT,
+        completed_at TEXT,
+        duration_seconds REAL
+    );
+    CREATE INDEX jobs_status ON jobs(status);
+    CREATE INDEX jobs_parent ON jobs(parent);
+    CREATE INDEX jobs_session ON jobs(session);
+    CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        type TEXT NOT NULL,
+        time TEXT NOT NULL,
+        job TEXT,
+        session TEXT,
+        data TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE TABLE notifications (
+        job TEXT PRIMARY KEY,
+        session TEXT,
+        block TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending',
+        created_at TEXT NOT NULL,
+        delivered_at TEXT
+    );
+    CREATE INDEX notifications_state ON notifications(state);
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        title TEXT,
+        origin TEXT,
+        spec TEXT NOT NULL DEFAULT '{}',
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session TEXT NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        time TEXT NOT NULL,
+        job TEXT,
+        notification TEXT
+    );
+    CREATE INDEX messages_session ON messages(session, id);
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class StoreError(Exception):
+    """The state database cannot be opened or written (newer schema, disk full, read-only)."""
+
+
+def _decode_row(row: sqlite3.Row | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    out = {}
+    for key in row.keys():
+        value = row[key]
+        if key in JSON_COLUMNS and isinstance(value, str):
+            value = json.loads(value)
+        out[key] = value
+    return out
+
+
+def _encode(key: str, value: Any) -> Any:
+    if key in JSON_COLUMNS and value is not None and not isinstance(value, str):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return value
+
+
+class Store:
+    """The state database at ``path`` (created with its parent directories, mode 0600)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA busy_timeout=5000")
+            self.path.chmod(0o600)
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open state database {self.path}: {exc}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot create state database {self.path}: {exc.strerror}") from None
+        self._depth = 0
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema version {version}, newer than this hermesd "
+                             f"({SCHEMA_VERSION}); upgrade hermesd or use another HERMES_HOME")
+        for number in range(version, SCHEMA_VERSION):
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version={number + 1}")
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``); nests by joining the outer one.
+
+        Raises :class:`StoreError` when the commit fails (disk full, read-only).
+        """
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self.db
+            finally:
+                self._depth -= 1
+            return
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"state database {self.path}: {exc}") from None
+        self._depth = 1
+        try:
+            yield self.db
+        except BaseException:
+            self._depth = 0
+            self.db.execute("ROLLBACK")
+            raise
+        self._depth = 0
+        try:
+            self.db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.db.execute("ROLLBACK")
+            raise StoreError(f"state database {self.path}: commit failed: {exc}") from None
+
+    # generic row helpers -------------------------------------------------
+
+    def insert(self, table: str, row: dict[str, Any], *, replace: bool = False) -> int:
+        """Insert ``row`` (JSON columns encoded); returns the rowid."""
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        verb = "INSERT OR REPLACE" if replace else "INSERT"
+        with self.transaction() as db:
+            cur = db.execute(f"{verb} INTO {table} ({cols}) VALUES ({marks})",
+                             [_encode(k, v) for k, v in row.items()])
+            return cur.lastrowid
+
+    def update(self, table: str, key: str, key_value: Any, fields: dict[str, Any]) -> None:
+        """``UPDATE table SET fields WHERE key = key_value``."""
+        if not fields:
+            return
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self.transaction() as db:
+            db.execute(f"UPDATE {table} SET {sets} WHERE {key} = ?",
+                       [_encode(k, v) for k, v in fields.items()] + [key_value])
+
+    def one(self, sql: str, params: tuple | list = ()) -> dict[str, Any] | None:
+        """First row of a query, decoded, or None."""
+        return _decode_row(self.db.execute(sql, params).fetchone())
+
+    def all(self, sql: str, params: tuple | list = ()) -> list[dict[str, Any]]:
+        """All rows of a query, decoded."""
+        return [_decode_row(r) for r in self.db.execute(sql, params).fetchall()]
+
+    def close(self) -> None:
+        """Checkpoint the WAL and close."""
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass
+        self.db.close()
