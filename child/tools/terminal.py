@@ -64,7 +64,7 @@ def _read_capped(out, limit: int) -> str:
 
 
 def _tree(proc: subprocess.Popen, run_id: str) -> list[psutil.Process]:
-    """The command's shell, its descendants, and any process with its marker."""
+    """The command's shell, its descendants, and any process with its marker; zombies left out."""
     found: dict[int, psutil.Process] = {}
     try:
         shell = psutil.Process(proc.pid)
@@ -81,7 +81,15 @@ def _tree(proc: subprocess.Popen, run_id: str) -> list[psutil.Process]:
                 found[p.pid] = p
         except psutil.Error:  # gone, a zombie, or not ours to read
             continue
-    return list(found.values())
+    return [p for p in found.values() if _alive(p)]
+
+
+def _alive(p: psutil.Process) -> bool:
+    """False for a process that is gone or already a zombie (dead, waiting to be reaped)."""
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def kill_tree(proc: subprocess.Popen, run_id: str) -> int:
@@ -134,7 +142,10 @@ def run_command(args: dict, ctx: ToolContext) -> str:
         while True:
             try:
                 proc.wait(timeout=POLL_SECONDS)
-                return f"{_read_capped(out, limit)}\n{_status(proc.returncode)}"
+                output = _read_capped(out, limit)
+                if output and not output.endswith("\n"):
+                    output += "\n"
+                return output + _status(proc.returncode)
             except subprocess.TimeoutExpired:
                 pass
             if ctx.stop.is_set():
