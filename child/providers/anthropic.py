@@ -1,0 +1,171 @@
+"""The ``anthropic`` provider: the Messages API through the official ``anthropic`` SDK.
+
+Reaches Anthropic and every Anthropic-compatible server (vLLM, Ollama,
+llama.cpp's server) through ``base_url`` (or ``ANTHROPIC_BASE_URL``).  Requests
+stream (``client.messages.stream``), so long generations do not hit read
+timeouts and streamed tool input is assembled by the SDK.
+
+Errors: the SDK itself retries 408/409/429/5xx/529 and connection errors
+(``max_retries`` times, honouring ``retry-after-ms`` / ``retry-after``) and never
+retries 400/401/403/404; what still fails becomes a :class:`ProviderError` with
+``retryable=False``.  The SDK does not retry a stream that breaks or reports an
+``error`` event (e.g. ``overloaded_error``) after it started: that becomes a
+``ProviderError(retryable=True)`` for the agent loop to retry.
+
+``import anthropic`` costs about a second, so it happens on the first call.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from child.providers.base import Completion, ProviderError
+
+DEFAULT_MODEL = "claude-sonnet-4-6"
+
+THINKING_BUDGETS = {"none": 0, "minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32000}
+"""Extended-thinking ``budget_tokens`` per ``reasoning_effort`` (1024 is the API's minimum)."""
+
+NO_KEY = "hermesd-no-key"
+"""Placeholder key for a ``base_url`` server that needs none (the SDK refuses to send without one)."""
+
+RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+"""Error types of an ``event: error`` mid-stream for which a fresh attempt may succeed."""
+
+_HINTS = {
+    401: " (check ANTHROPIC_API_KEY / ANTHROPIC_AUTH_TOKEN)",
+    403: " (the key may not have access to this model)",
+    404: " (check the model name and base_url)",
+}
+
+
+class AnthropicProvider:
+    """Claude (or an Anthropic-compatible server) behind :meth:`complete`.
+
+    ``model``: model name (an OpenRouter-style ``anthropic/`` prefix is dropped);
+    ``base_url``: server URL (default ``ANTHROPIC_BASE_URL``, else Anthropic's);
+    ``api_key``: default ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_AUTH_TOKEN`` (both sent
+    as ``Authorization: Bearer``); ``max_retries``: SDK retries per call;
+    ``timeout``: seconds per HTTP request; ``temperature``: sent only when set
+    and thinking is off.  Raises :class:`ProviderError` when there is neither a
+    key nor a ``base_url``.
+    """
+
+    name = "anthropic"
+    synthetic = False
+
+    def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
+                 max_retries: int = 4, timeout: float = 600.0, temperature: float | None = None):
+        self.model = (model or DEFAULT_MODEL).removeprefix("anthropic/")
+        self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+        if api_key:
+            self._auth = {"api_key": api_key}
+        elif os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN"):
+            self._auth = {}  # the SDK reads the environment itself
+        elif self.base_url:
+            self._auth = {"api_key": NO_KEY}
+        else:
+            raise ProviderError("no Anthropic credentials: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN), "
+                                "or set base_url to an Anthropic-compatible server")
+        self.max_retries, self.timeout, self.temperature = max_retries, timeout, temperature
+        self._client: Any = None
+
+    def _sdk(self) -> Any:
+        if self._client is None:
+            import anthropic
+
+            self._client = anthropic.Anthropic(base_url=self.base_url, max_retries=self.max_retries,
+                                               timeout=self.timeout, **self._auth)
+        return self._client
+
+    def request(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                max_tokens: int, reasoning_effort: str | None) -> dict[str, Any]:
+        """The keyword arguments of ``client.messages.stream`` for one call.
+
+        Raises :class:`ProviderError` for an unknown ``reasoning_effort``.
+        """
+        effort = reasoning_effort or "none"
+        if effort not in THINKING_BUDGETS:
+            raise ProviderError(f"unknown reasoning_effort {effort!r}: use one of {', '.join(THINKING_BUDGETS)}")
+        budget = THINKING_BUDGETS[effort]
+        kwargs: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens + budget,
+                                  "messages": wire_messages(messages)}
+        if system:
+            kwargs["system"] = system
+        if tools:
+            kwargs["tools"] = tools
+        if budget:
+            kwargs["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        elif self.temperature is not None:
+            kwargs["extra_body"] = {"temperature": self.temperature}  # the SDK has no temperature argument
+        return kwargs
+
+    def complete(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                 *, max_tokens: int = 4096, reasoning_effort: str | None = None) -> Completion:
+        """One streamed Messages API call; see :class:`child.providers.base.Provider`.
+
+        ``reasoning_effort`` (none/minimal/low/medium/high/xhigh) turns on extended
+        thinking with a budget from :data:`THINKING_BUDGETS`, added to ``max_tokens``.
+        """
+        import anthropic
+        import httpx2
+
+        kwargs = self.request(system, messages, tools, max_tokens, reasoning_effort)
+        try:
+            with self._sdk().messages.stream(**kwargs) as stream:
+                try:
+                    finished = any(event.type == "message_stop" for event in stream)
+                except anthropic.APIStatusError as exc:
+                    raise ProviderError(f"stream error from the model server: {_describe(exc)}",
+                                        retryable=exc.type in RETRYABLE_STREAM_ERRORS) from None
+                except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
+                    raise ProviderError(f"stream broke off: {exc.__class__.__name__}: {exc}",
+                                        retryable=True) from None
+                if not finished:
+                    raise ProviderError("stream ended before message_stop", retryable=True)
+                return to_completion(stream.current_message_snapshot)
+        except anthropic.APIStatusError as exc:
+            raise ProviderError(f"Anthropic API error {exc.status_code}: {_describe(exc)}"
+                                f"{_HINTS.get(exc.status_code, '')}", status=exc.status_code) from None
+        except anthropic.APIConnectionError as exc:
+            raise ProviderError(f"cannot reach {self.base_url or 'the Anthropic API'}: {exc}") from None
+
+
+def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as the API takes them: thinking blocks without a signature
+    (written by another provider) are dropped, everything else is sent unchanged."""
+    out = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list):
+            content = [b for b in content if not (b.get("type") == "thinking" and not b.get("signature"))]
+        out.append({"role": message["role"], "content": content})
+    return out
+
+
+def to_completion(message: Any) -> Completion:
+    """An SDK ``Message`` as a :class:`Completion` of internal blocks.
+
+    Text, thinking and tool_use blocks keep only their API fields; other block
+    types (e.g. ``redacted_thinking``) are kept as the API sent them.
+    """
+    blocks = []
+    for block in message.content:
+        if block.type == "text":
+            blocks.append({"type": "text", "text": block.text})
+        elif block.type == "thinking":
+            blocks.append({"type": "thinking", "thinking": block.thinking, "signature": block.signature})
+        elif block.type == "tool_use":
+            blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input or {})})
+        else:
+            blocks.append(block.model_dump(mode="json", exclude_none=True))
+    usage = message.usage
+    cached = (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
+    return Completion(blocks, stop_reason=message.stop_reason or "end_turn",
+                      usage={"input": usage.input_tokens + cached, "output": usage.output_tokens})
+
+
+def _describe(exc: Any) -> str:
+    """``type: message`` of an SDK status error (from the error body; never the key)."""
+    return f"{exc.type or 'error'}: {exc.api_message or exc.message}"
