@@ -128,21 +128,23 @@ def cap_text(text: str, limit: int) -> str:
     return join_capped(data[:half], data[len(data) - (limit - half):], len(data) - limit)
 
 
-def daemon_call(ctx: ToolContext, op: str, timeout: float | None = 30.0, **args: Any) -> Any:
-    """Send one request to hermesd over ``ctx.channel`` and return its result.
+def daemon_call(ctx: ToolContext, request: str, /, timeout: float | None = 30.0, **args: Any) -> Any:
+    """Send request ``request`` (a ``child.*`` op) with ``args`` to hermesd over
+    ``ctx.channel`` and return its result.  ``args`` may hold a key ``op``
+    (``child.call`` needs one), hence the positional-only first parameters.
 
     Raises :class:`ToolError` when there is no channel, when the daemon answers
     an error (the message carries its code, e.g. ``capacity_reached: ...``) or
     does not answer in time.
     """
     if ctx.channel is None:
-        raise ToolError(f"{op} needs a connection to hermesd, and this process has none")
+        raise ToolError(f"{request} needs a connection to hermesd, and this process has none")
     from hermesd.protocol import ProtocolError
 
     from child.channel import ChannelError
 
     try:
-        return ctx.channel.call(op, timeout=timeout, **args)
+        return ctx.channel.call(request, timeout=timeout, **args)
     except ProtocolError as err:
         raise ToolError(f"{err.code}: {err.message}") from None
     except ChannelError as err:

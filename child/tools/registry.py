@@ -103,22 +103,25 @@ def _field(err: jsonschema.ValidationError) -> str:
     return path or "(arguments)"
 
 
+_REASONS = {
+    "required": lambda v, inst: "is required",
+    "additionalProperties": lambda v, inst: "is not an argument of this tool",
+    "type": lambda v, inst: f"must be of type {v}, not {type(inst).__name__}",
+    "enum": lambda v, inst: f"must be one of {', '.join(map(str, v))}",
+    "maxItems": lambda v, inst: f"has {len(inst)} items, at most {v} allowed",
+    "minItems": lambda v, inst: f"needs at least {v} item(s)",
+    "minLength": lambda v, inst: "must not be empty" if v == 1 else f"must be at least {v} characters",
+    "minimum": lambda v, inst: f"must be at least {v}",
+    "maximum": lambda v, inst: f"must be at most {v}",
+    "exclusiveMinimum": lambda v, inst: f"must be greater than {v}",
+}
+"""Short reasons per JSON Schema keyword (jsonschema's own text repeats the whole value)."""
+
+
 def _describe(err: jsonschema.ValidationError) -> str:
-    """A short reason for a validation error (jsonschema's own text repeats the whole value)."""
-    value = err.validator_value
-    reasons = {
-        "required": "is required",
-        "additionalProperties": "is not an argument of this tool",
-        "type": f"must be of type {value}, not {type(err.instance).__name__}",
-        "enum": f"must be one of {', '.join(map(str, value or []))}",
-        "maxItems": f"has {len(err.instance) if isinstance(err.instance, list) else '?'} items, at most {value} allowed",
-        "minItems": f"needs at least {value} item(s)",
-        "minLength": "must not be empty" if value == 1 else f"must be at least {value} characters",
-        "minimum": f"must be at least {value}",
-        "maximum": f"must be at most {value}",
-        "exclusiveMinimum": f"must be greater than {value}",
-    }
-    return reasons.get(err.validator, err.message[:200])
+    """A short reason for a validation error."""
+    reason = _REASONS.get(str(err.validator))
+    return reason(err.validator_value, err.instance) if reason else err.message[:200]
 
 
 def execute(name: str, args: dict, ctx: ToolContext, allowed: list[str] | None = None) -> ToolResult:
