@@ -1,0 +1,166 @@
+"""The ``openai-compat`` provider: chat completions through the official ``openai`` SDK.
+
+For OpenRouter and every other OpenAI-style server (vLLM, LM Studio, Ollama's
+``/v1``...).  The internal Anthropic-style messages are translated both ways
+(format: https://platform.openai.com/docs/api-reference/chat/create):
+
+* tools → ``{"type": "function", "function": {"name", "description", "parameters"}}``
+* assistant tool_use blocks ↔ ``tool_calls`` with JSON-string ``arguments``;
+  arguments that are not a JSON object become ``{INVALID_JSON: raw}`` (see
+  :mod:`child.messages`) so the loop answers with a tool error, never a crash
+* tool_result blocks → ``{"role": "tool", "tool_call_id", "content"}`` messages
+* ``reasoning_content`` (DeepSeek, vLLM) or ``reasoning`` (OpenRouter) in a
+  reply → a thinking block with an empty signature; thinking is not sent back
+
+Keys: ``api_key``, else ``OPENROUTER_API_KEY`` for an openrouter.ai URL, else
+``OPENAI_API_KEY``, else ``OPENROUTER_API_KEY`` (and then OpenRouter's URL when
+no ``base_url`` is given).  A ``base_url`` server that needs no key gets a
+placeholder.  The SDK retries 408/409/429/5xx itself; what still fails is a
+:class:`ProviderError` with ``retryable=False``.  Requests do not stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from child import messages as m
+from child.providers.base import Completion, ProviderError
+
+OPENROUTER_URL = "https://openrouter.ai/api/v1"
+NO_KEY = "hermesd-no-key"
+
+STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
+                "length": "max_tokens", "content_filter": "refusal"}
+"""OpenAI ``finish_reason`` → internal ``stop_reason``."""
+
+
+class OpenAICompatProvider:
+    """A model behind an OpenAI-style ``/chat/completions`` endpoint.
+
+    ``model``: required (e.g. ``anthropic/claude-sonnet-4.6`` on OpenRouter);
+    ``base_url``: default ``OPENAI_BASE_URL``, else OpenAI's (OpenRouter's when
+    only ``OPENROUTER_API_KEY`` is set); ``max_retries``: SDK retries per call;
+    ``timeout``: seconds per request; ``temperature``: sent only when set.
+    Raises :class:`ProviderError` when the model or every credential is missing.
+    """
+
+    name = "openai-compat"
+    synthetic = False
+
+    def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
+                 max_retries: int = 4, timeout: float = 600.0, temperature: float | None = None):
+        if not model:
+            raise ProviderError("the openai-compat provider needs a model name (config key `model`, or --model)")
+        self.model = model
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        openrouter = os.environ.get("OPENROUTER_API_KEY")
+        if base_url and "openrouter.ai" in base_url:
+            api_key = api_key or openrouter
+        api_key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not api_key and openrouter:
+            api_key, base_url = openrouter, base_url or OPENROUTER_URL
+        if not api_key and not base_url:
+            raise ProviderError("no key for the openai-compat provider: set OPENAI_API_KEY or "
+                                "OPENROUTER_API_KEY, or set base_url to a server that needs none")
+        self.base_url, self._api_key = base_url, api_key or NO_KEY
+        self.max_retries, self.timeout, self.temperature = max_retries, timeout, temperature
+        self._client: Any = None
+
+    def _sdk(self) -> Any:
+        if self._client is None:
+            import openai
+
+            self._client = openai.OpenAI(api_key=self._api_key, base_url=self.base_url,
+                                         max_retries=self.max_retries, timeout=self.timeout)
+        return self._client
+
+    def request(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                max_tokens: int, reasoning_effort: str | None) -> dict[str, Any]:
+        """The keyword arguments of ``client.chat.completions.create`` for one call."""
+        kwargs: dict[str, Any] = {"model": self.model, "messages": to_chat(system, messages)}
+        kwargs["max_completion_tokens" if self.base_url is None else "max_tokens"] = max_tokens
+        if tools:
+            kwargs["tools"] = [{"type": "function", "function": {
+                "name": t["name"], "description": t.get("description", ""), "parameters": t["input_schema"]}}
+                for t in tools]
+        if reasoning_effort:
+            kwargs["reasoning_effort"] = reasoning_effort
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        return kwargs
+
+    def complete(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                 *, max_tokens: int = 4096, reasoning_effort: str | None = None) -> Completion:
+        """One chat-completions call; see :class:`child.providers.base.Provider`."""
+        import openai
+
+        kwargs = self.request(system, messages, tools, max_tokens, reasoning_effort)
+        try:
+            response = self._sdk().chat.completions.create(**kwargs)
+        except openai.APIStatusError as exc:
+            raise ProviderError(f"chat completions error {exc.status_code}: {exc.message}",
+                                status=exc.status_code) from None
+        except openai.APIConnectionError as exc:
+            raise ProviderError(f"cannot reach {self.base_url or 'the OpenAI API'}: {exc}") from None
+        if not response.choices:
+            raise ProviderError("the server answered without any choice", retryable=True)
+        return from_chat(response)
+
+
+def to_chat(system: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Internal messages (with ``system`` first) as chat-completions messages."""
+    chat: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for message in messages:
+        if message["role"] == "assistant":
+            chat.append(_assistant(message))
+            continue
+        for block in m.blocks_of(message, "tool_result"):
+            chat.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": block["content"]})
+        words = m.final_text(message)
+        if words:
+            chat.append({"role": "user", "content": words})
+    return chat
+
+
+def _assistant(message: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "assistant", "content": m.final_text(message) or None}
+    calls = [{"id": b["id"], "type": "function",
+              "function": {"name": b["name"], "arguments": _arguments(b["input"])}}
+             for b in m.tool_uses(message)]
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _arguments(value: dict[str, Any]) -> str:
+    return value[m.INVALID_JSON] if m.INVALID_JSON in value else json.dumps(value)
+
+
+def _parse_arguments(raw: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or "{}")
+    except ValueError:
+        return {m.INVALID_JSON: raw}
+    return value if isinstance(value, dict) else {m.INVALID_JSON: raw}
+
+
+def from_chat(response: Any) -> Completion:
+    """The first choice of an SDK ``ChatCompletion`` as a :class:`Completion`."""
+    choice = response.choices[0]
+    message = choice.message
+    blocks = []
+    reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+    if isinstance(reasoning, str) and reasoning:
+        blocks.append(m.thinking(reasoning))
+    if message.content:
+        blocks.append(m.text(message.content))
+    for call in message.tool_calls or []:
+        blocks.append(m.tool_use(call.function.name, _parse_arguments(call.function.arguments), id=call.id or None))
+    usage = response.usage
+    tokens = {"input": getattr(usage, "prompt_tokens", 0) or 0, "output": getattr(usage, "completion_tokens", 0) or 0}
+    stop = STOP_REASONS.get(choice.finish_reason or "stop", choice.finish_reason)
+    if message.tool_calls:
+        stop = "tool_use"
+    return Completion(blocks, stop_reason=stop, usage=tokens)

@@ -1,0 +1,102 @@
+"""A fake OpenAI-style chat-completions API (``POST .../chat/completions``) for tests.
+
+Answers non-streaming requests in the real shape
+(https://platform.openai.com/docs/api-reference/chat/object): one choice with
+``message`` (``content``, ``tool_calls`` with JSON-string ``arguments``, and
+``reasoning_content`` as DeepSeek and vLLM send it), ``finish_reason`` and
+``usage``; errors as ``{"error": {"message", "type", "code"}}`` with their status.
+
+Use::
+
+    with FakeOpenAI() as api:
+        api.reply_tool_call("terminal", {"command": "pwd"}).reply_text("done")
+        provider = OpenAICompatProvider("fake-model", base_url=api.url + "/v1")
+
+With the queue empty the server answers ``Done.``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import FakeServer, Out, Received
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class ChatReply:
+    """A successful completion: ``content``, ``tool_calls`` (``{"name", "arguments"
+    (dict or raw string), "id"?}``), ``reasoning_content``, ``finish_reason``
+    (default ``tool_calls`` when there are calls, else ``stop``) and ``usage``."""
+
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning_content: str | None = None
+    finish_reason: str | None = None
+    usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 11, "completion_tokens": 5})
+
+    def write(self, out: Out, request: Received) -> None:
+        """Send the ``chat.completion`` object."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.reasoning_content is not None:
+            message["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            message["tool_calls"] = [_call(c) for c in self.tool_calls]
+        usage = {**self.usage, "total_tokens": sum(self.usage.values())}
+        out.json(200, {"id": f"chatcmpl-fake-{next(_ids)}", "object": "chat.completion", "created": 0,
+                       "model": (request.body or {}).get("model", "fake"),
+                       "choices": [{"index": 0, "message": message, "logprobs": None,
+                                    "finish_reason": self.finish_reason or ("tool_calls" if self.tool_calls
+                                                                            else "stop")}],
+                       "usage": usage})
+
+
+def _call(call: dict[str, Any]) -> dict[str, Any]:
+    arguments = call["arguments"]
+    return {"id": call.get("id") or f"call_fake_{next(_ids)}", "type": "function",
+            "function": {"name": call["name"],
+                         "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}}
+
+
+@dataclass
+class ChatError:
+    """An HTTP error ``status`` with ``message``, error ``type`` and extra ``headers``."""
+
+    status: int
+    message: str = "fake error"
+    type: str = "server_error"
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def write(self, out: Out, request: Received) -> None:
+        """Send the error response."""
+        out.json(self.status, {"error": {"message": self.message, "type": self.type, "code": None}}, self.headers)
+
+
+class FakeOpenAI(FakeServer):
+    """The fake chat-completions API; see the module doc.  Its base URL for the
+    SDK is ``url + "/v1"``."""
+
+    def __init__(self, *, delay: float = 0.0, port: int = 0):
+        super().__init__(delay=delay, port=port)
+        self.default = ChatReply("Done.")
+
+    def routes(self) -> tuple[str, ...]:
+        return ("/chat/completions",)
+
+    def reply_text(self, text: str, *, reasoning: str | None = None) -> FakeOpenAI:
+        """Queue a final answer ``text`` (with ``reasoning_content`` when given)."""
+        return self.reply(ChatReply(text, reasoning_content=reasoning))
+
+    def reply_tool_call(self, name: str, arguments: dict[str, Any] | str, *, id: str | None = None,  # noqa: A002
+                        content: str | None = None) -> FakeOpenAI:
+        """Queue a reply calling ``name``; a string ``arguments`` is sent as is (even if not JSON)."""
+        return self.reply(ChatReply(content, [{"name": name, "arguments": arguments, "id": id}]))
+
+    def reply_error(self, status: int, message: str = "fake error", *,
+                    headers: dict[str, str] | None = None) -> FakeOpenAI:
+        """Queue an HTTP error ``status``."""
+        return self.reply(ChatError(status, message, headers=headers or {}))
