@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from child.messages import blocks_of, tool_uses
 from child.tools.registry import known_tool_names
 
 REASONING_MARKERS = ("<REASONING_SCRATCHPAD>", "<think>")
@@ -46,10 +47,11 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _blocks(message: dict) -> list[dict]:
+def _ordered_blocks(message: dict) -> list[dict]:
+    """Every block of ``message`` in order (plain-string content as one text block)."""
     content = message.get("content")
     if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
+        return [{"type": "text", "text": content}]
     return [b for b in content or [] if isinstance(b, dict)]
 
 
@@ -105,40 +107,36 @@ def to_sharegpt(system: str, messages: list[dict], tools: list[dict]) -> list[di
     turns = [{"from": "system", "value": system_turn(system, tools)}]
     names: dict[str, str] = {}
     for message in messages:
-        blocks = _blocks(message)
         if message.get("role") == "assistant":
-            names.update((str(b.get("id", "")), str(b.get("name", ""))) for b in blocks if b.get("type") == "tool_use")
-            candidates = [("gpt", _gpt_value(blocks))]
+            names.update((str(b.get("id", "")), str(b.get("name", ""))) for b in tool_uses(message))
+            candidates = [("gpt", _gpt_value(_ordered_blocks(message)))]
         else:
-            results = [b for b in blocks if b.get("type") == "tool_result"]
-            text = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text" and b.get("text"))
-            candidates = [("tool", _tool_value(results, names)), ("human", text)]
+            text = "\n".join(b["text"] for b in blocks_of(message, "text") if b.get("text"))
+            candidates = [("tool", _tool_value(blocks_of(message, "tool_result"), names)), ("human", text)]
         turns.extend({"from": who, "value": value} for who, value in candidates if value)
     return turns
 
 
-def _assistant_blocks(messages: list[dict]):
+def _assistant_blocks(messages: list[dict], kind: str):
     for message in messages:
         if message.get("role") == "assistant":
-            yield from _blocks(message)
+            yield from blocks_of(message, kind)
 
 
 def has_reasoning(messages: list[dict]) -> bool:
     """True when any assistant turn shows reasoning: a non-empty ``thinking``
     block, or text containing one of :data:`REASONING_MARKERS` (SPEC §6: samples
     without reasoning are discarded)."""
-    for block in _assistant_blocks(messages):
-        if block.get("type") == "thinking" and str(block.get("thinking", "")).strip():
-            return True
-        if block.get("type") == "text" and any(m in str(block.get("text", "")) for m in REASONING_MARKERS):
-            return True
-    return False
+    if any(str(b.get("thinking", "")).strip() for b in _assistant_blocks(messages, "thinking")):
+        return True
+    texts = (str(b.get("text", "")) for b in _assistant_blocks(messages, "text"))
+    return any(marker in text for text in texts for marker in REASONING_MARKERS)
 
 
 def tool_calls_in(messages: list[dict]) -> list[str]:
     """The names of every tool the model called, in order, repeats and unknown
     names included (the batch filter drops runs that call a name outside the valid list)."""
-    return [str(b.get("name", "")) for b in _assistant_blocks(messages) if b.get("type") == "tool_use"]
+    return [str(b.get("name", "")) for b in _assistant_blocks(messages, "tool_use")]
 
 
 def tool_stats(messages: list[dict]) -> dict[str, dict[str, int]]:
@@ -150,13 +148,10 @@ def tool_stats(messages: list[dict]) -> dict[str, dict[str, int]]:
     (see :func:`tool_calls_in`).
     """
     stats = {name: {"count": 0, "success": 0, "failure": 0} for name in known_tool_names()}
-    failed: dict[str, bool] = {}
-    for message in messages:
-        for block in _blocks(message):
-            if block.get("type") == "tool_result":
-                failed[str(block.get("tool_use_id", ""))] = bool(block.get("is_error"))
-    for block in _assistant_blocks(messages):
-        if block.get("type") == "tool_use" and block.get("name") in stats:
+    failed = {str(b.get("tool_use_id", "")): bool(b.get("is_error"))
+              for message in messages for b in blocks_of(message, "tool_result")}
+    for block in _assistant_blocks(messages, "tool_use"):
+        if block.get("name") in stats:
             entry = stats[block["name"]]
             entry["count"] += 1
             entry["failure" if failed.get(str(block.get("id", "")), True) else "success"] += 1
