@@ -64,16 +64,17 @@ class Connection:
             self._req = sock
         return self._req
 
-    def call(self, op: str, timeout: float | None = None, **args: Any) -> Any:
+    def call(self, op: str, _timeout: float | None = None, **args: Any) -> Any:
         """Send ``op`` with ``args`` and return the result.
 
+        ``_timeout`` (seconds) overrides the connection's reply timeout.
         Raises :class:`ProtocolError` (the daemon's error) or :class:`ClientError`
         (``daemon_not_running``, ``timeout``).
         """
         sock = self._socket()
         req_id, frame = protocol.encode_request(op, args)
         sock.send(frame)
-        wait = self.timeout if timeout is None else timeout
+        wait = self.timeout if _timeout is None else _timeout
         deadline = time.monotonic() + wait
         while True:
             left = deadline - time.monotonic()

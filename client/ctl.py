@@ -138,7 +138,7 @@ def _wait(job_id: str, timeout: float | None) -> dict[str, Any]:
     while True:
         chunk = 30.0 if deadline is None else max(0.0, min(30.0, deadline - time.monotonic()))
         try:
-            answer = conn().call("wait", timeout=chunk + 10.0, id=job_id, timeout=chunk)
+            answer = conn().call("wait", chunk + 10.0, id=job_id, timeout=chunk)
         except ClientError as err:
             if err.code != "timeout" and not (err.code == "daemon_not_running" and deadline is None):
                 raise
@@ -281,3 +281,7 @@ def hello() -> None:
 def main() -> None:
     """Console-script entry point."""
     cli(obj={})
+
+
+if __name__ == "__main__":
+    main()

@@ -57,3 +57,7 @@ def version() -> None:
 def main() -> None:
     """Console-script entry point."""
     cli()
+
+
+if __name__ == "__main__":
+    main()

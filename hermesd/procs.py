@@ -118,8 +118,7 @@ def become_subreaper() -> bool:
 
 def child_env(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
     """The environment of a child: ``base`` minus systemd's variables, plus ``extra``."""
-    env = {k: v for k, v in base.items() if k not in SCRUBBED_ENV}
-    env.update(extra)
+    env = {k: v for k, v in {**base, **extra}.items() if k not in SCRUBBED_ENV}
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

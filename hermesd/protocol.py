@@ -133,8 +133,7 @@ def unpackb(frame: bytes) -> Any:
     if len(frame) > MAX_MESSAGE_BYTES:
         raise ProtocolError("too_large", f"frame of {len(frame)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:
-        return msgpack.unpackb(frame, raw=False, strict_map_key=False,
-                               max_buffer_size=MAX_MESSAGE_BYTES)
+        return msgpack.unpackb(frame, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises many types for bad input
         raise ProtocolError("bad_request", f"frame is not valid msgpack: {exc.__class__.__name__}") from None
 

@@ -1,0 +1,159 @@
+"""A real hermesd in a temporary directory, for integration tests.
+
+The daemon runs as a real process (``python -m hermesd.cli run``) with its own
+``HERMES_HOME`` and runtime directory.  :meth:`DaemonProc.cleanup` ends every
+process it started — the daemon, its children and their descendants (found by
+the ``HERMES_SUPERVISOR`` variable in their environment) — even when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import yaml
+
+from client.connection import ClientError, Connection
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "data"
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
+    """Poll ``cond`` until it returns a truthy value; raise AssertionError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def processes_with_env(key: str, value: str) -> list[psutil.Process]:
+    """Every live (non-zombie) process whose environment has ``key=value``."""
+    found = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(key) == value:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+class DaemonProc:
+    """One hermesd under test.  ``config`` is written to ``HERMES_HOME/config.yaml``."""
+
+    def __init__(self, base: Path, config: dict[str, Any] | None = None, env: dict[str, str] | None = None):
+        self.base = base
+        self.home = base / "home"
+        self.runtime = base / "run"
+        self.work = base / "work"
+        for d in (self.home, self.work):
+            d.mkdir(parents=True, exist_ok=True)
+        cfg = {"provider": "scripted", "supervisor": {"interrupt_grace_seconds": 0.5, "stop_timeout_seconds": 5}}
+        for key, value in (config or {}).items():
+            if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+                cfg[key] = {**cfg[key], **value}
+            else:
+                cfg[key] = value
+        self.config = cfg
+        (self.home / "config.yaml").write_text(yaml.safe_dump(cfg))
+        self.env = {**os.environ, "HERMES_HOME": str(self.home), "HERMES_RUNTIME_DIR": str(self.runtime),
+                    **(env or {})}
+        for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY",
+                    "NOTIFY_SOCKET", "WATCHDOG_USEC"):
+            if key not in (env or {}):
+                self.env.pop(key, None)
+        self.proc: subprocess.Popen | None = None
+        self.supervisor_id = str((self.home / "state.db").resolve())
+        self.log_path = base / "hermesd.log"
+
+    def start(self, timeout: float = 15.0) -> "DaemonProc":
+        """Start the daemon and wait until it answers ``hello``."""
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "hermesd.cli", "run"], env=self.env, cwd=str(self.work),
+                                     stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"hermesd exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                return bool(self.conn(timeout=0.5).call("hello"))
+            except ClientError:
+                return False
+
+        wait_for(up, timeout, 0.05, "hermesd to answer hello")
+        return self
+
+    def log(self) -> str:
+        """The daemon's own stderr so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def conn(self, timeout: float = 10.0) -> Connection:
+        """A fresh in-process client connection."""
+        return Connection(self.runtime, timeout=timeout)
+
+    def call(self, op: str, **args: Any) -> Any:
+        """One request on a fresh connection."""
+        c = self.conn()
+        try:
+            return c.call(op, **args)
+        finally:
+            c.close()
+
+    def ctl(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess:
+        """Run ``hermesctl ARGS`` as a real process (text output)."""
+        return subprocess.run([sys.executable, "-m", "client.ctl", *args], env={**self.env, **(env or {})},
+                              cwd=str(self.work), capture_output=True, text=True, timeout=timeout)
+
+    def delegate(self, goal: str = "test goal", **args: Any) -> dict[str, Any]:
+        """``delegate`` with the test work directory as cwd."""
+        args.setdefault("cwd", str(self.work))
+        return self.call("delegate", goal=goal, **args)
+
+    def wait_job(self, job_id: str, timeout: float = 30.0) -> dict[str, Any]:
+        """Block until the job is terminal; returns its record."""
+        answer = self.conn(timeout=timeout + 5).call("wait", timeout + 5, id=job_id, timeout=timeout)
+        assert answer["done"], f"job {job_id} still {answer['job']['status']} after {timeout}s"
+        return answer["job"]
+
+    def children(self) -> list[psutil.Process]:
+        """Live processes started for this daemon (children and their descendants)."""
+        return processes_with_env("HERMES_SUPERVISOR", self.supervisor_id)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM the daemon and wait for it; returns its exit status."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill9(self) -> None:
+        """``kill -9`` the daemon and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def cleanup(self) -> None:
+        """End everything this daemon started, whatever state the test left it in."""
+        try:
+            self.stop(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+        for proc in self.children():
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass

@@ -1,0 +1,80 @@
+"""Config validation: errors name the file, the line and the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from hermesd import config
+from hermesd.protocol import ProtocolError
+
+
+def test_defaults():
+    cfg = config.parse("")
+    assert cfg.delegation.max_async_children == 3
+    assert cfg.delegation.max_concurrent_children == 3
+    assert cfg.delegation.max_spawn_depth == 1
+
+
+@pytest.mark.parametrize("text,line,key", [
+    ("model: x\ndelegation:\n  max_async_children: three\n", 3, "delegation.max_async_children"),
+    ("delegation:\n  max_asyncc_children: 2\n", 2, "delegation.max_asyncc_children"),
+    ("provider: gpt\n", 1, "provider"),
+    ("supervisor:\n  max_children: 0\n", 2, "supervisor.max_children"),
+    ("toolsets: terminal\n", 1, "toolsets"),
+    ("delegation: [1, 2]\n", 1, "delegation"),
+    ("delegation:\n  subagent_auto_approve: 1\n", 2, "delegation.subagent_auto_approve"),
+])
+def test_errors_name_file_line_key(text, line, key):
+    with pytest.raises(config.ConfigError) as info:
+        config.parse(text, "/etc/hermes/config.yaml")
+    err = info.value
+    assert (err.file, err.line, err.key) == ("/etc/hermes/config.yaml", line, key)
+    assert str(err).startswith(f"/etc/hermes/config.yaml:{line}: {key}: ")
+
+
+def test_yaml_syntax_error_has_line():
+    with pytest.raises(config.ConfigError) as info:
+        config.parse("model: x\ndelegation:\n  - a\n  b: c\n", "c.yaml")
+    assert info.value.line in (3, 4) and "invalid YAML" in str(info.value)
+
+
+def test_check_config_command(tmp_path):
+    bad = tmp_path / "config.yaml"
+    bad.write_text("delegation:\n  max_spawn_depth: -1\n")
+    out = subprocess.run([sys.executable, "-m", "hermesd.cli", "check-config", "--config", str(bad)],
+                         capture_output=True, text=True)
+    assert out.returncode == 7
+    assert f"{bad}:2: delegation.max_spawn_depth:" in out.stderr
+    good = tmp_path / "good.yaml"
+    good.write_text("delegation:\n  max_async_children: 5\n")
+    out = subprocess.run([sys.executable, "-m", "hermesd.cli", "check-config", "--config", str(good)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_daemon_refuses_invalid_config(tmp_path):
+    from tests.harness import DaemonProc
+
+    d = DaemonProc(tmp_path)
+    (d.home / "config.yaml").write_text("supervisor:\n  max_children: lots\n")
+    out = subprocess.run([sys.executable, "-m", "hermesd.cli", "run"], env=d.env, capture_output=True, text=True,
+                         timeout=20)
+    assert out.returncode == 7
+    assert "config.yaml:2: supervisor.max_children" in out.stderr
+
+
+def test_reload_refuses_invalid_and_keeps_running_config(daemon):
+    path = daemon.home / "config.yaml"
+    original = path.read_text()
+    path.write_text(original + "delegation:\n  max_async_children: nope\n")
+    with pytest.raises(ProtocolError) as info:
+        daemon.call("reload")
+    assert info.value.code == "invalid_config"
+    assert info.value.details["key"] == "delegation.max_async_children"
+    assert daemon.call("status")["caps"]["async"]["limit"] == 3
+    path.write_text(original + "delegation:\n  max_async_children: 5\n")
+    assert daemon.call("reload")["reloaded"] is True
+    assert daemon.call("status")["caps"]["async"]["limit"] == 5

@@ -1,0 +1,103 @@
+"""The job state machine and the scheduler's caps, without processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from hermesd import jobs
+from hermesd.events import EventLog
+from hermesd.jobs import InvalidTransition, JobTable
+from hermesd.protocol import ProtocolError
+from hermesd.scheduler import Scheduler
+from hermesd.store import SCHEMA_VERSION, Store, StoreError
+
+
+@pytest.fixture
+def table(tmp_path):
+    store = Store(tmp_path / "state.db")
+    sent = []
+    events = EventLog(store, lambda frames: sent.append(frames))
+    t = JobTable(store, events)
+    t.sent = sent
+    yield t
+    store.close()
+
+
+def test_terminal_states_are_final():
+    for terminal in jobs.TERMINAL:
+        for target in jobs.STATES:
+            with pytest.raises(InvalidTransition):
+                jobs.check_transition("j", terminal, target)
+
+
+def test_allowed_paths():
+    jobs.check_transition("j", "queued", "starting")
+    jobs.check_transition("j", "starting", "running")
+    jobs.check_transition("j", "running", "completed")
+    with pytest.raises(InvalidTransition) as info:
+        jobs.check_transition("j", "queued", "running")
+    assert info.value.code == "invalid_state"
+
+
+def test_transition_persists_then_publishes(table):
+    row = table.create("delegation", goal="g", toolsets=["terminal"])
+    table.transition(row["id"], "starting")
+    table.transition(row["id"], "running")
+    done = table.transition(row["id"], "completed", summary="ok", exit_reason="completed")
+    assert done["status"] == "completed" and done["completed_at"] and done["duration_seconds"] >= 0
+    seqs = [e["seq"] for e in table.events.since(0)]
+    assert seqs == sorted(seqs) and len(seqs) == 4
+    assert len(table.sent) == 4
+    with pytest.raises(InvalidTransition):
+        table.transition(row["id"], "failed")
+    assert table.require(row["id"])["status"] == "completed"
+
+
+def test_terminal_hook_runs_in_same_transaction(table):
+    calls = []
+
+    def hook(row):
+        calls.append(row["status"])
+        raise RuntimeError("hook failed")
+
+    table.terminal_hooks.append(hook)
+    row = table.create("background", goal="g")
+    table.transition(row["id"], "starting")
+    with pytest.raises(RuntimeError):
+        table.transition(row["id"], "failed")
+    assert calls == ["failed"]
+    assert table.require(row["id"])["status"] == "starting"  # rolled back together
+
+
+def test_schema_version_and_newer_db_refused(tmp_path):
+    store = Store(tmp_path / "s.db")
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    store.db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    store.close()
+    with pytest.raises(StoreError) as info:
+        Store(tmp_path / "s.db")
+    assert "newer" in str(info.value)
+
+
+def test_scheduler_async_cap_rejects_or_queues():
+    s = Scheduler({"global": 10, "async": 2})
+    assert s.admit_background("a", queue=False) and s.admit_background("b", queue=False)
+    with pytest.raises(ProtocolError) as info:
+        s.admit_background("c", queue=False)
+    assert info.value.code == "capacity_reached"
+    assert s.admit_background("c", queue=True) is False
+    s.enqueue("c", ("async", "global"))
+    assert s.take_startable() == []
+    s.release("a")
+    assert s.take_startable() == ["c"]
+
+
+def test_scheduler_skips_full_group_but_keeps_order():
+    s = Scheduler({"global": 3})
+    s.set_limit("group:1", 1)
+    for job, pools in (("g1", ("global", "group:1")), ("g2", ("global", "group:1")), ("x", ("global",))):
+        s.enqueue(job, pools)
+    assert s.take_startable() == ["g1", "x"]
+    s.release("g1")
+    assert s.take_startable() == ["g2"]
+    assert s.usage()["global"] == {"used": 2, "limit": 3}
