@@ -69,7 +69,7 @@ class ToolContext:
     role: str = "leaf"
 
     def __post_init__(self) -> None:
-        self.limits = {**DEFAULT_LIMITS, **(self.limits or {})}
+        self.limits = {**DEFAULT_LIMITS, **{k: v for k, v in (self.limits or {}).items() if v is not None}}
         if self.stop is None:
             self.stop = _NeverStop()
 

@@ -50,6 +50,13 @@ KILL_GRACE_SECONDS = 0.3
 
 MAX_TIMEOUT_SECONDS = 3600
 
+MAX_SPOOL_BYTES = 256 * 1024 * 1024
+"""A command whose output file grows past this is killed (a runaway ``yes`` must not fill the disk)."""
+
+SCRUBBED_ENV = ("HERMES_CHILD_TOKEN",)
+"""Variables of the child a command does not inherit: the job's secret for ``children.sock``.
+``HERMES_JOB_ID`` stays, so a restarted daemon can find what a dead job left behind."""
+
 
 def _read_capped(out, limit: int) -> str:
     """The command's output (file object ``out``), capped at ``limit`` bytes."""
@@ -111,6 +118,12 @@ def kill_tree(proc: subprocess.Popen, run_id: str) -> int:
     return len(procs)
 
 
+def _environment(run_id: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
+    env[MARKER] = run_id
+    return env
+
+
 def _status(returncode: int) -> str:
     if returncode < 0:
         return f"[killed by signal {signal.Signals(-returncode).name}]"
@@ -121,8 +134,10 @@ def run_command(args: dict, ctx: ToolContext) -> str:
     """Handler of ``terminal``: ``{"command": str, "timeout"?: seconds}`` → output
     then ``[exit status: N]``.
 
-    Raises :class:`ToolError` when the policy denies the command, when it times
-    out or when the job is asked to stop (both with the output so far).
+    Raises :class:`ToolError` when the policy denies the command, or — with the
+    output so far — when it times out, when the job is asked to stop, or when its
+    output passes :data:`MAX_SPOOL_BYTES`.  The command's environment is the
+    child's, less :data:`SCRUBBED_ENV`, plus :data:`MARKER`.
     """
     command = args["command"]
     rule = dangerous(command)
@@ -135,7 +150,7 @@ def run_command(args: dict, ctx: ToolContext) -> str:
     with tempfile.TemporaryFile(prefix="hermes-terminal-") as out:
         try:
             proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=ctx.cwd, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, env={**os.environ, MARKER: run_id})
+                                    stdout=out, stderr=subprocess.STDOUT, env=_environment(run_id))
         except OSError as exc:
             raise ToolError(f"cannot start /bin/sh in {ctx.cwd}: {exc}") from None
         deadline = time.monotonic() + timeout
@@ -152,6 +167,8 @@ def run_command(args: dict, ctx: ToolContext) -> str:
                 why = "interrupted: the job was asked to stop"
             elif time.monotonic() >= deadline:
                 why = f"timed out after {timeout:g}s"
+            elif os.fstat(out.fileno()).st_size > MAX_SPOOL_BYTES:
+                why = f"output passed {MAX_SPOOL_BYTES} bytes"
             else:
                 continue
             killed = kill_tree(proc, run_id)
