@@ -37,6 +37,7 @@ class _NeverStop:
         self.event = threading.Event()
 
     def is_set(self) -> bool:
+        """Whether someone set :attr:`event` (only a test would)."""
         return self.event.is_set()
 
 
