@@ -159,3 +159,28 @@ def test_runaway_output_is_killed(tmp_path, monkeypatch):
     monkeypatch.setattr(terminal, "MAX_SPOOL_BYTES", 1_000_000)
     result = run(ctx_in(tmp_path, limits={"max_output_bytes": 100}), "yes", timeout=30)
     assert not result.ok and "output passed 1000000 bytes" in result.content
+
+
+def test_killpg_of_the_child_reaches_every_command_process(tmp_path):
+    """As hermesd stops a job: a child in its own session runs the tool; killing
+    the child's process group ends the child, the command and its background processes."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("from child.tools.registry import ToolContext, execute; "
+            f"execute('terminal', {{'command': 'sleep 300 & echo $! >> pids; echo $$ >> pids; sleep 301'}}, "
+            f"ToolContext(cwd={str(tmp_path)!r}))")
+    pid_file = tmp_path / "pids"
+    child = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        assert wait_for(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2)
+        pids = [int(p) for p in pid_file.read_text().split()]
+        assert all(os.getpgid(p) == child.pid for p in pids)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
+        assert wait_for(lambda: all(gone(p) for p in pids), 5)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
