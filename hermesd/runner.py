@@ -45,7 +45,13 @@ def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
 
 
 class Runner:
-    """Job lifecycle.  ``spec_hooks`` let job types add to the spec a child receives."""
+    """Job lifecycle.
+
+    Job types plug in with ``spec_hooks[kind](row, spec)`` (add to the spec a
+    child receives), ``result_hooks`` (``(row, result)`` when a child reports,
+    before the terminal transition) and ``exit_hooks`` (``(row)`` once the job
+    is terminal and its process reaped).
+    """
 
     def __init__(self, config: Config, jobs: JobTable, scheduler: Scheduler, procs: ProcessManager,
                  children_socket: Path, loop: Any):
@@ -59,6 +65,7 @@ class Runner:
         self.results: dict[str, dict[str, Any]] = {}
         self.spec_hooks: dict[str, SpecHook] = {}
         self.exit_hooks: list[Callable[[dict[str, Any]], None]] = []
+        self.result_hooks: list[Callable[[dict[str, Any], dict[str, Any]], None]] = []
         self.accepting = True
         self._timeouts: dict[str, Any] = {}
 
@@ -177,6 +184,8 @@ class Runner:
         row = self.jobs.require(job_id)
         if row["status"] in jobs_mod.TERMINAL:
             return
+        for hook in self.result_hooks:
+            hook(row, result)
         child = self.procs.children.get(job_id)
         self._terminal(job_id, result, child.stop_reason if child else None)
 

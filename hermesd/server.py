@@ -100,6 +100,10 @@ class Daemon:
         self.procs = ProcessManager(self.loop, self._on_child_exit, grace=sup.interrupt_grace_seconds,
                                     supervisor_id=self.supervisor_id)
         self.runner = Runner(self.config, self.jobs, self.scheduler, self.procs, self.sockets.children, self.loop)
+        from hermesd.handlers import setup_hooks
+
+        for hook in setup_hooks:
+            hook(self)
 
     def _on_child_exit(self, child) -> None:
         self.runner.on_exit(child)

@@ -5,8 +5,13 @@ A handler is ``async def handler(daemon, args) -> result`` (client ops) or
 child's token was checked).  Its docstring is at once the ``hermesctl`` help
 and the protocol reference (``docs/protocol.md`` is generated from it).
 
-``restore_hooks`` run at start-up after jobs are reconciled; ``shutdown_hooks``
-run after children are stopped.  Job-type modules register them.
+Job-type modules (sessions, batch, kanban) plug in through hooks:
+``setup_hooks`` run once the state database is open (create the module's
+service, e.g. ``daemon.services["batch"]``); ``restore_hooks`` run at start-up
+after jobs are reconciled (resume work); ``shutdown_hooks`` run after children
+are stopped.  Inside the runner: ``runner.spec_hooks[kind]``,
+``runner.result_hooks`` and ``runner.exit_hooks``; in the job table:
+``jobs.terminal_hooks``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ Handler = Callable[..., Awaitable[Any]]
 HANDLERS: dict[str, Handler] = {}
 CHILD_HANDLERS: dict[str, Handler] = {}
 WORK_OPS: set[str] = set()
+setup_hooks: list[Callable[[Any], None]] = []
 restore_hooks: list[Callable[[Any], None]] = []
 shutdown_hooks: list[Callable[[Any], None]] = []
 
@@ -34,4 +40,4 @@ def op(name: str, *, work: bool = False, child: bool = False) -> Callable[[Handl
     return register
 
 
-from hermesd.handlers import admin, children, jobs  # noqa: E402,F401  (registration)
+from hermesd.handlers import admin, batch, children, jobs, kanban, sessions  # noqa: E402,F401  (registration)

@@ -43,8 +43,5 @@ async def child_result(d, job: str, args: dict[str, Any]) -> dict[str, Any]:
             _save_trajectory(d, job, result["trajectory"])
         except OSError:
             pass  # the job's result still counts; the trajectory file is a convenience
-    hook = d.services.get("result_hook")
-    if hook is not None:
-        hook(job, result)
     d.runner.on_result(job, result)
     return {}

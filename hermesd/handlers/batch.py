@@ -1,0 +1,1 @@
+"""Batch ops (filled in by the batch job type)."""

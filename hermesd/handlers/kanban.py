@@ -1,0 +1,1 @@
+"""Kanban ops (filled in by the kanban job type)."""

@@ -1,0 +1,1 @@
+"""Sessions ops (filled in by the sessions job type)."""
