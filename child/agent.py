@@ -1,0 +1,260 @@
+"""The agent loop of one child: ask the model, run the tools it calls, repeat.
+
+One short loop whatever the provider (in the spirit of mini-swe-agent): the run
+is a plain list of messages (:mod:`child.messages`); each turn is one model call
+followed by the tool calls it asked for; the run ends with a final answer (a
+reply that calls no tool), at ``max_turns``, at the wall-clock timeout, on the
+stop flag (SIGINT/SIGTERM), or on a provider error.  The model call runs in a
+worker thread so that a stop or the timeout ends the run at once even while a
+request is in flight; tools are called in this thread and watch the stop flag
+themselves.  Every tool_use gets its tool_result, so the new messages are a
+valid conversation to continue (sessions store them).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+from child import messages as m
+from child.providers.base import Completion, ProviderError
+from child.providers.select import make_provider
+
+DEFAULTS: dict[str, Any] = {
+    "job": "", "kind": "delegation", "goal": "", "context": "", "toolsets": ["terminal", "file"],
+    "role": "leaf", "provider": None, "model": None, "base_url": None, "reasoning_effort": None,
+    "max_turns": 20, "timeout_seconds": None, "cwd": None, "depth": 1, "max_spawn_depth": 1,
+    "auto_approve": False, "limits": {}, "script": None, "history": None, "system_prompt": None,
+    "record_trajectory": False, "max_tokens": 4096,
+}
+"""Job-spec keys the loop reads, with the values it takes when a key is missing or ``None``."""
+
+RETRY_DELAYS = (1.0, 4.0, 10.0)
+"""Seconds to wait before each new attempt of a model call that failed with a retryable error."""
+
+POLL_SECONDS = 0.05
+"""How often the loop looks at the stop flag while a model call is in flight."""
+
+SYSTEM_PROMPT = (
+    "You are a subagent run by hermesd. You work alone on one task, in your own process, and your "
+    "final answer goes back to whoever gave you the task, who may be busy with other work: make it "
+    "self-contained (what you did, what you found, what is left). Use the tools when they help; "
+    "when the task is done, reply with the final answer and call no tool."
+)
+
+
+def run(spec: dict[str, Any], channel: Any, stop: Any) -> dict[str, Any]:
+    """Run the job ``spec`` (keys: :data:`DEFAULTS`) and return its result map.
+
+    ``channel``: :class:`child.channel.Channel` for ``child.progress`` reports (or
+    ``None``); ``stop``: :class:`child.__main__.StopFlag`.  The result has
+    ``status``, ``exit_reason``, ``summary``, ``error``, ``api_calls``, ``tokens``,
+    ``trace``, ``duration_seconds``, ``synthetic``, ``provider``, ``model``,
+    ``messages`` (this run's new messages) and, with ``record_trajectory``,
+    ``trajectory``.  Failures are reported in the map, not raised.
+    """
+    return Agent(spec, channel, stop).run()
+
+
+class Agent:
+    """One run of the loop; see :func:`run`."""
+
+    def __init__(self, spec: dict[str, Any], channel: Any, stop: Any):
+        self.spec = {**DEFAULTS, **{k: v for k, v in spec.items() if v is not None}}
+        self.channel, self.stop = channel, stop
+        self.history: list[dict] = list(self.spec["history"] or [])
+        self.new: list[dict] = []
+        self.api_calls, self.tokens, self.trace = 0, {"input": 0, "output": 0}, []
+        self.provider: Any = None
+        self.system, self.tools = "", []
+        self.started = time.monotonic()
+
+    def run(self) -> dict[str, Any]:
+        """The whole run: set up, loop, and the result map whatever happens."""
+        timer = arm_timeout(self.stop, self.spec["timeout_seconds"])
+        try:
+            registry = importlib.import_module("child.tools.registry")
+            self.tools = [t.spec() for t in registry.tools_for(list(self.spec["toolsets"]))]
+            self.system = system_prompt(self.spec, self.tools)
+            self.add(m.user(first_message(self.spec)))
+            self.provider = make_provider(self.spec, stop=self.stop)
+            return self.loop(registry)
+        except ProviderError as exc:
+            return self.finish("failed", "error", error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug still ends in a result with the partial output
+            traceback.print_exc(file=sys.stderr)
+            return self.finish("failed", "error", error=f"{exc.__class__.__name__}: {exc}")
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def loop(self, registry: Any) -> dict[str, Any]:
+        """Model call → tool calls, until a final answer, a limit or the stop flag."""
+        ctx = self.tool_context(registry)
+        for turn in range(1, int(self.spec["max_turns"]) + 1):
+            reply = self.query(turn)
+            if reply is None:
+                return self.finish_stopped()
+            self.add(m.assistant(reply.content))
+            calls = m.tool_uses(self.new[-1])
+            if not calls:
+                return self.finish("completed", "completed")
+            self.add(m.user(*[self.execute(registry, ctx, call, turn) for call in calls]))
+        return self.finish("failed", "max_turns",
+                           error=f"no final answer within max_turns={self.spec['max_turns']}")
+
+    def query(self, turn: int) -> Completion | None:
+        """One model call, retried on retryable errors; ``None`` once the stop flag is set."""
+        delays = list(RETRY_DELAYS)
+        while not self.stop.is_set():
+            try:
+                reply = call_until_stopped(lambda: self.provider.complete(
+                    self.system, self.history + self.new, self.tools, max_tokens=int(self.spec["max_tokens"]),
+                    reasoning_effort=self.spec["reasoning_effort"]), self.stop)
+            except ProviderError as exc:
+                if not exc.retryable or not delays:
+                    raise
+                delay = delays.pop(0)
+                print(f"hermes-child: model call failed ({exc}); retrying in {delay}s", file=sys.stderr, flush=True)
+                self.stop.event.wait(delay)
+                continue
+            if reply is not None:
+                self.api_calls += 1
+                for key in self.tokens:
+                    self.tokens[key] += int(reply.usage.get(key, 0))
+                self.progress(turn, None)
+            return reply
+        return None
+
+    def execute(self, registry: Any, ctx: Any, call: dict[str, Any], turn: int) -> dict[str, Any]:
+        """Run one tool_use block and return its tool_result block (never raises)."""
+        name, args = call["name"], call.get("input")
+        if self.stop.is_set():
+            return m.tool_result(call["id"], "not run: the job was stopped", is_error=True)
+        if not isinstance(args, dict) or m.INVALID_JSON in args:
+            raw = args.get(m.INVALID_JSON) if isinstance(args, dict) else args
+            ok, content = False, f"the arguments of {name} are not a JSON object: {str(raw)[:300]!r}"
+        else:
+            try:
+                result = registry.execute(name, args, ctx, allowed=[t["name"] for t in self.tools])
+                ok, content = bool(result.ok), str(result.content)
+            except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error result, not a crash
+                ok, content = False, f"{name} failed: {exc.__class__.__name__}: {exc}"
+        self.trace.append({"name": name, "ok": ok, "bytes": len(content.encode("utf-8"))})
+        self.progress(turn, name)
+        return m.tool_result(call["id"], content, is_error=not ok)
+
+    def tool_context(self, registry: Any) -> Any:
+        """The :class:`child.tools.registry.ToolContext` of this job."""
+        s = self.spec
+        return registry.ToolContext(cwd=s["cwd"] or os.getcwd(), limits=dict(s["limits"]),
+                                    auto_approve=bool(s["auto_approve"]), stop=self.stop, channel=self.channel,
+                                    job=s["job"], depth=int(s["depth"]), max_spawn_depth=int(s["max_spawn_depth"]),
+                                    role=s["role"])
+
+    def add(self, message: dict[str, Any]) -> None:
+        """Append a message to this run's conversation."""
+        self.new.append(message)
+
+    def progress(self, turn: int, tool: str | None) -> None:
+        """Report ``child.progress`` to the daemon (no reply awaited)."""
+        if self.channel is not None:
+            self.channel.notify("child.progress", turn=turn, tool=tool, api_calls=self.api_calls,
+                                tokens=dict(self.tokens))
+
+    def finish_stopped(self) -> dict[str, Any]:
+        """The result after the stop flag: ``timed_out`` for the timeout, else ``interrupted``."""
+        if self.stop.reason == "timeout":
+            limit = self.spec["timeout_seconds"]
+            return self.finish("timed_out", "timeout",
+                               error=f"wall-clock timeout ({limit}s)" if limit else "wall-clock timeout")
+        return self.finish("interrupted", "interrupted", error=f"interrupted ({self.stop.reason or 'stop'})")
+
+    def finish(self, status: str, exit_reason: str, error: str | None = None) -> dict[str, Any]:
+        """The result map (see :func:`run`)."""
+        replies = [m.final_text(msg) for msg in self.new if msg["role"] == "assistant"]
+        summary = replies[-1] if status == "completed" else "\n\n".join(r for r in replies if r)
+        result = {
+            "status": status, "exit_reason": exit_reason, "summary": summary, "error": error,
+            "api_calls": self.api_calls, "tokens": dict(self.tokens), "trace": list(self.trace),
+            "duration_seconds": time.monotonic() - self.started,
+            "synthetic": bool(getattr(self.provider, "synthetic", False)),
+            "provider": getattr(self.provider, "name", self.spec["provider"]),
+            "model": getattr(self.provider, "model", self.spec["model"]),
+            "messages": list(self.new),
+        }
+        if self.spec["record_trajectory"]:
+            result["trajectory"] = self.trajectory()
+        return result
+
+    def trajectory(self) -> dict[str, Any]:
+        """The whole conversation as a ShareGPT trajectory (:mod:`child.trajectory`):
+        ``conversations``, ``has_reasoning``, ``tool_names`` (every tool the model
+        called, in order, unknown names included), ``tools_offered`` and ``tool_stats``."""
+        trajectory = importlib.import_module("child.trajectory")
+        conversation = self.history + self.new
+        return {"conversations": trajectory.to_sharegpt(self.system, conversation, self.tools),
+                "has_reasoning": bool(trajectory.has_reasoning(conversation)),
+                "tool_names": trajectory.tool_calls_in(conversation),
+                "tools_offered": [t["name"] for t in self.tools],
+                "tool_stats": trajectory.tool_stats(conversation)}
+
+
+def system_prompt(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
+    """The spec's ``system_prompt`` (default :data:`SYSTEM_PROMPT`), the working
+    directory and the list of ``tools`` (``{"name", "description"}``)."""
+    lines = [spec.get("system_prompt") or SYSTEM_PROMPT, "", f"Working directory: {spec.get('cwd') or os.getcwd()}"]
+    if tools:
+        lines += ["", "Tools you can call:"]
+        lines += [f"- {t['name']}: {(t.get('description') or '').strip().partition(chr(10))[0]}" for t in tools]
+    else:
+        lines += ["", "You have no tools: answer from what you know."]
+    return "\n".join(lines)
+
+
+def first_message(spec: dict[str, Any]) -> str:
+    """The first user message of the run: the goal, then the context if any."""
+    goal, context = str(spec.get("goal") or ""), str(spec.get("context") or "")
+    return f"{goal}\n\nContext:\n{context}" if context.strip() else goal
+
+
+def call_until_stopped(fn: Callable[[], Any], stop: Any) -> Any:
+    """Return ``fn()`` run in a worker thread, or ``None`` as soon as ``stop.is_set()``
+    (also when ``fn`` returned just as the flag was set).
+
+    Re-raises what ``fn`` raised.  A call abandoned on stop finishes in its
+    (daemon) thread and its value is dropped.
+    """
+    done, box = threading.Event(), {}
+
+    def work() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="model-call", daemon=True).start()
+    while not done.wait(POLL_SECONDS) and not stop.is_set():
+        pass
+    if stop.is_set():  # the stop wins, even over a reply that arrived at the same moment
+        return None
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def arm_timeout(stop: Any, seconds: float | None) -> threading.Timer | None:
+    """Set ``stop`` with reason ``"timeout"`` after ``seconds`` (wall clock, from now); ``None`` = no limit."""
+    if not seconds:
+        return None
+    timer = threading.Timer(float(seconds), stop.set, args=("timeout",))
+    timer.daemon = True
+    timer.start()
+    return timer

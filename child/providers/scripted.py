@@ -1,0 +1,134 @@
+"""The ``scripted`` provider: deterministic replies, for tests and instant demos.
+
+No model is called, so every result is marked ``synthetic`` (nobody trains on
+it).  With a script (the job spec's ``script``), each :meth:`complete` plays the
+next step::
+
+    {"thinking"?: str, "text"?: str, "tool_calls"?: [{"name", "input", "id"?}],
+     "sleep"?: seconds, "error"?: str, "retryable"?: bool}
+
+A step with ``tool_calls`` asks for those tools; a step without is the final
+answer (its ``text``).  ``sleep`` waits first (cut short by the stop flag);
+``error`` raises :class:`ProviderError` instead of answering.  When the script
+runs out, the reply is a final answer that quotes the goal.
+
+Without a script the plan comes from the goal and the tools offered: think,
+run ``pwd`` with a tool that takes a ``command`` (the ``terminal`` toolset),
+write a short note with a tool that takes ``path`` and ``content`` (the ``file``
+toolset), then the final answer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from child import messages as m
+from child.providers.base import Completion, ProviderError
+
+NOTE_PATH = "hermes-note.md"
+"""File the default plan writes in the job's working directory."""
+
+
+class ScriptedProvider:
+    """Replays ``script`` (a list of steps, see the module doc) or the default plan.
+
+    ``goal``: the job's goal, quoted in the final answer; ``stop``: the child's
+    stop flag (``.event``), which cuts a ``sleep`` short; ``model``: a label.
+    """
+
+    name = "scripted"
+    synthetic = True
+
+    def __init__(self, script: list[dict[str, Any]] | None = None, *, goal: str = "",
+                 model: str | None = None, stop: Any = None):
+        self.script = list(script) if script is not None else None
+        self.goal = goal
+        self.model = model or "scripted"
+        self.stop = stop
+        self._played = 0
+
+    def complete(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                 *, max_tokens: int = 4096, reasoning_effort: str | None = None) -> Completion:
+        """Return the next step as a :class:`Completion` (see the module doc)."""
+        if self.script is None:
+            self.script = default_plan(self.goal, tools)
+        step = self.script[self._played] if self._played < len(self.script) else None
+        self._played += 1
+        if step is None:
+            step = {"text": final_answer(self.goal, messages)}
+        self._sleep(float(step.get("sleep") or 0))
+        if step.get("error"):
+            raise ProviderError(str(step["error"]), retryable=bool(step.get("retryable")))
+        content = self._blocks(step, messages)
+        calls = any(b["type"] == "tool_use" for b in content)
+        prompt = len(system) + len(json.dumps(messages))
+        usage = {"input": prompt // 4, "output": len(json.dumps(content)) // 4}
+        return Completion(content, stop_reason="tool_use" if calls else "end_turn", usage=usage)
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        if self.stop is not None:
+            self.stop.event.wait(seconds)
+        else:
+            time.sleep(seconds)
+
+    def _blocks(self, step: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        blocks = []
+        if step.get("thinking"):
+            blocks.append(m.thinking(str(step["thinking"])))
+        calls = step.get("tool_calls") or []
+        if step.get("text"):
+            blocks.append(m.text(str(step["text"])))
+        elif not calls:
+            blocks.append(m.text(final_answer(self.goal, messages)))
+        for i, call in enumerate(calls):
+            call_id = call.get("id") or f"toolu_scripted_{self._played}_{i}"
+            blocks.append(m.tool_use(str(call["name"]), dict(call.get("input") or {}), id=call_id))
+        return blocks
+
+
+def default_plan(goal: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The steps played without a script: use what the offered ``tools`` allow."""
+    steps = []
+    shell = _find_tool(tools, {"command": "pwd"})
+    if shell:
+        steps.append({"thinking": f"The goal is: {goal}\nFirst I look at where I am.",
+                      "tool_calls": [shell]})
+    note = _find_tool(tools, {"path": NOTE_PATH, "content": f"# Note\n\nGoal: {goal}\n"})
+    if note:
+        steps.append({"thinking": "I write down the goal in a short note.", "tool_calls": [note]})
+    return steps
+
+
+def _find_tool(tools: list[dict[str, Any]], wanted: dict[str, Any]) -> dict[str, Any] | None:
+    """A call ``{"name", "input"}`` of the first tool whose schema takes every key
+    of ``wanted`` and whose other required arguments have an enum naming ``write``
+    (e.g. an ``action`` argument); ``None`` if no tool fits."""
+    for tool in tools:
+        props = tool.get("input_schema", {}).get("properties", {})
+        if not set(wanted) <= set(props):
+            continue
+        args = dict(wanted)
+        for name in tool.get("input_schema", {}).get("required", []):
+            if name not in args:
+                if "write" not in props.get(name, {}).get("enum", []):
+                    break
+                args[name] = "write"
+        else:
+            return {"name": tool["name"], "input": args}
+    return None
+
+
+def final_answer(goal: str, messages: list[dict[str, Any]]) -> str:
+    """The scripted final answer: quotes ``goal`` and the first line of each tool
+    result seen in ``messages``."""
+    lines = [f'Scripted run (synthetic, no model was called) for the goal: "{goal}".']
+    for message in messages:
+        for block in m.blocks_of(message, "tool_result"):
+            first = (str(block.get("content") or "").strip().splitlines() or [""])[0]
+            status = "error" if block.get("is_error") else "ok"
+            lines.append(f"- tool result ({status}): {first[:200]}")
+    return "\n".join(lines)
