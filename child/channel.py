@@ -36,12 +36,12 @@ class Channel:
     def _args(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"job": self.job, "token": self.token, **args}
 
-    def notify(self, op: str, **args: Any) -> None:
+    def notify(self, op: str, /, **args: Any) -> None:
         """Send a request whose reply nobody waits for (progress reports)."""
         _, frame = protocol.encode_request(op, self._args(args))
         self._sock.send(frame)
 
-    def call(self, op: str, timeout: float | None = 30.0, **args: Any) -> Any:
+    def call(self, op: str, /, timeout: float | None = 30.0, **args: Any) -> Any:
         """Send a request and return its result.
 
         ``timeout`` in seconds (``None`` waits for ever).  Replies to earlier

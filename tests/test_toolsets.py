@@ -201,9 +201,6 @@ def test_tool_error_is_importable_from_the_registry():
     assert issubclass(ToolError, Exception)
 
 
-@pytest.mark.xfail(raises=TypeError, strict=False,
-                   reason="child.channel.Channel.call names its first parameter 'op', which collides with "
-                          "the 'op' argument of child.call; it must be positional-only (op, /, ...)")
 def test_kanban_through_a_real_channel(ctx, tmp_path):
     import threading
 
