@@ -283,5 +283,9 @@ def main() -> None:
     cli(obj={})
 
 
-if __name__ == "__main__":
-    main()
+
+# Command families living in their own modules (imported last: they import this one).
+from client.sessions import COMMANDS as _SESSION_COMMANDS  # noqa: E402
+
+for _command in _SESSION_COMMANDS:
+    cli.add_command(_command)

@@ -91,20 +91,27 @@ class Runner:
             raise ProtocolError("shutting_down", "hermesd is shutting down and accepts no new work")
         cwd = fields.get("cwd")
         if cwd is not None and not Path(cwd).is_dir():
-            raise ProtocolError("bad_request", f"working directory {cwd!r} does not exist", {"field": "cwd"})
+            raise ProtocolError("bad_request", f"cwd: working directory {cwd!r} does not exist", {"field": "cwd"})
         job_id = fields.pop("id", None) or jobs_mod.new_id(kind)
         needs = ("global", *pools)
         if background:
             if not self.scheduler.admit_background(job_id, queue=queue):
                 needs = ("async", *needs)
         try:
-            row = self.jobs.create(kind, id=job_id, background=int(background), **fields)
+            row = self.jobs.create(kind, id=job_id, background=int(background), pools=list(pools), **fields)
         except BaseException:
             self.scheduler.release(job_id)
             raise
         self.scheduler.enqueue(job_id, needs)
         self.pump()
         return self.jobs.require(job_id)
+
+    def requeue(self, row: dict[str, Any]) -> None:
+        """Put a ``queued`` job read back from the database into the scheduler (restart)."""
+        needs = ("global", *(row.get("pools") or []))
+        if row.get("background"):
+            needs = ("async", *needs)
+        self.scheduler.enqueue(row["id"], needs)
 
     def pump(self) -> None:
         """Start every queued job that now fits its caps."""

@@ -30,10 +30,16 @@ class _Waiting:
 
 
 class Scheduler:
-    """Pools, holdings and the wait queue.  ``limits`` maps pool name → max holders."""
+    """Pools, holdings and the wait queue.
 
-    def __init__(self, limits: dict[str, int]):
+    ``limits`` maps pool name → max holders; ``prefix_limits`` gives the limit
+    of every pool named ``<prefix>…`` without one of its own (e.g.
+    ``{"session:": 1}``: one turn at a time per session).
+    """
+
+    def __init__(self, limits: dict[str, int], prefix_limits: dict[str, int] | None = None):
         self.limits = dict(limits)
+        self.prefix_limits = dict(prefix_limits or {})
         self.count: Counter[str] = Counter()
         self.held: dict[str, set[str]] = {}
         self.queue: list[_Waiting] = []
@@ -44,8 +50,15 @@ class Scheduler:
 
     def room(self, pool: str) -> int:
         """Free slots in ``pool`` (unknown pools are unlimited)."""
-        limit = self.limits.get(pool)
+        limit = self.limit(pool)
         return 1 << 30 if limit is None else limit - self.count[pool]
+
+    def limit(self, pool: str) -> int | None:
+        """The limit of ``pool``: its own, else that of its prefix (``session:`` …), else None."""
+        if pool in self.limits:
+            return self.limits[pool]
+        prefix = pool.partition(":")[0] + ":"
+        return self.prefix_limits.get(prefix)
 
     def try_hold(self, job: str, pools: tuple[str, ...]) -> bool:
         """Take a slot in each of ``pools`` not yet held by ``job`` — all or nothing."""
@@ -112,4 +125,4 @@ class Scheduler:
     def usage(self) -> dict[str, dict[str, int | None]]:
         """``{pool: {"used": n, "limit": m}}`` for status displays."""
         pools = set(self.limits) | {p for p, n in self.count.items() if n}
-        return {p: {"used": self.count[p], "limit": self.limits.get(p)} for p in sorted(pools)}
+        return {p: {"used": self.count[p], "limit": self.limit(p)} for p in sorted(pools)}

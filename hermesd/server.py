@@ -95,7 +95,8 @@ class Daemon:
         self.delivery = Delivery(self.store, self.events)
         self.jobs.terminal_hooks.append(self.delivery.on_terminal)
         deleg, sup = self.config.delegation, self.config.supervisor
-        self.scheduler = Scheduler({"global": sup.max_children, "async": deleg.max_async_children})
+        self.scheduler = Scheduler({"global": sup.max_children, "async": deleg.max_async_children},
+                                   {"session:": 1, "group:": deleg.max_concurrent_children})
         self.loop = asyncio.get_running_loop()
         self.procs = ProcessManager(self.loop, self._on_child_exit, grace=sup.interrupt_grace_seconds,
                                     supervisor_id=self.supervisor_id)
@@ -118,10 +119,7 @@ class Daemon:
                                  error="hermesd stopped while this job ran and its process could not be "
                                        "accounted for on restart")
         for row in self.jobs.list(statuses=("queued",)):
-            needs = ("global",)
-            if row.get("background"):
-                needs = ("async", "global")
-            self.scheduler.enqueue(row["id"], needs)
+            self.runner.requeue(row)
         from hermesd.handlers import restore_hooks
 
         for hook in restore_hooks:
@@ -274,6 +272,7 @@ class Daemon:
         self.runner.config = new
         self.scheduler.set_limit("global", new.supervisor.max_children)
         self.scheduler.set_limit("async", new.delegation.max_async_children)
+        self.scheduler.prefix_limits["group:"] = new.delegation.max_concurrent_children
         self.procs.grace = new.supervisor.interrupt_grace_seconds
         self.events.emit("daemon.reloaded", data={"source": new.source})
         self.notifier.notify(READY="1", STATUS=self.status_line())
@@ -283,7 +282,7 @@ class Daemon:
     async def _shutdown(self) -> None:
         for job in list(self.scheduler.queued_jobs()):
             row = self.jobs.get(job)
-            if row and row["status"] == "queued" and not row.get("background") and row["kind"] != "batch_item":
+            if row and row["status"] == "queued" and row["kind"] in ("delegation", "kanban_worker"):
                 self.runner.stop(job, "shutdown")
         for job in list(self.procs.children):
             self.procs.stop(job, "shutdown")

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-JSON_COLUMNS = {"toolsets", "spec", "trace", "data", "content", "artifacts", "result_data"}
+JSON_COLUMNS = {"toolsets", "pools", "spec", "trace", "data", "content", "artifacts", "result_data"}
 
 MIGRATIONS: list[str] = [
     # 1: jobs, events, notifications, sessions, messages
@@ -39,6 +39,7 @@ MIGRATIONS: list[str] = [
         cwd TEXT,
         background INTEGER NOT NULL DEFAULT 0,
         depth INTEGER NOT NULL DEFAULT 0,
+        pools TEXT NOT NULL DEFAULT '[]',
         spec TEXT NOT NULL DEFAULT '{}',
         summary TEXT,
         error TEXT,
@@ -70,6 +71,8 @@ MIGRATIONS: list[str] = [
         session TEXT,
         block TEXT NOT NULL,
         state TEXT NOT NULL DEFAULT 'pending',
+        turn TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
         created_at TEXT NOT NULL,
         delivered_at TEXT
     );

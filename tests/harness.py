@@ -115,7 +115,7 @@ class DaemonProc:
 
     def ctl(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess:
         """Run ``hermesctl ARGS`` as a real process (text output)."""
-        return subprocess.run([sys.executable, "-m", "client.ctl", *args], env={**self.env, **(env or {})},
+        return subprocess.run([sys.executable, "-m", "client", *args], env={**self.env, **(env or {})},
                               cwd=str(self.work), capture_output=True, text=True, timeout=timeout)
 
     def delegate(self, goal: str = "test goal", **args: Any) -> dict[str, Any]:

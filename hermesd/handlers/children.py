@@ -45,3 +45,12 @@ async def child_result(d, job: str, args: dict[str, Any]) -> dict[str, Any]:
             pass  # the job's result still counts; the trajectory file is a convenience
     d.runner.on_result(job, result)
     return {}
+
+
+@op("child.delegate", child=True)
+async def child_delegate(d, job: str, args: dict[str, Any]) -> Any:
+    """A ``delegate_task`` call of the child's agent: ``tasks`` (list of task maps)
+    and ``background``; see :mod:`hermesd.delegation` for the rules and the answer."""
+    from hermesd.delegation import delegate_from_child
+
+    return await delegate_from_child(d, job, args)

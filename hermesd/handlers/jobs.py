@@ -100,10 +100,14 @@ async def spawn_parallel(d, args: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(task, dict):
             raise ProtocolError("bad_request", f"tasks[{i}] must be a map", {"field": f"tasks[{i}]"})
     fields = [task_fields(d, {**{k: v for k, v in args.items() if k != "tasks"}, **t}) for t in tasks]
-    group = jobs_mod.new_id("delegation").replace("deleg_", "group_")
-    d.scheduler.set_limit(group, d.config.delegation.max_concurrent_children)
+    group = new_group()
     rows = [d.runner.submit("delegation", pools=(group,), parent=group, **f) for f in fields]
     return {"group": group, "jobs": [public(r) for r in rows]}
+
+
+def new_group() -> str:
+    """A fresh foreground-group pool name: ``group:<hex>`` (limit ``max_concurrent_children``)."""
+    return "group:" + jobs_mod.new_id("delegation").partition("_")[2]
 
 
 @op("ps")

@@ -1,1 +1,111 @@
-"""Sessions ops (filled in by the sessions job type)."""
+"""Session ops: session.send (with slash commands), session.list, session.history, session.get."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermesd import jobs as jobs_mod
+from hermesd.delegation import child_toolsets, stop_foreground_children
+from hermesd.handlers import op, restore_hooks, setup_hooks
+from hermesd.protocol import ProtocolError, arg
+from hermesd.sessions import Sessions, text_of
+
+MAX_TEXT_BYTES = 256 * 1024
+SLASH_COMMANDS = {"/background": "/background PROMPT — run PROMPT as a fresh background agent; its result "
+                                 "comes back to this session as a new turn",
+                  "/stop": "/stop — interrupt this session's current turn and its children",
+                  "/tasks": "/tasks — list this session's running children",
+                  "/help": "/help — this list"}
+
+
+def _setup(d) -> None:
+    service = Sessions(d)
+    d.services["sessions"] = service
+    d.runner.spec_hooks["session_turn"] = service.spec_hook
+    d.jobs.terminal_hooks.append(service.on_turn_terminal)
+    d.events.listeners.append(service.on_event)
+    d.runner.exit_hooks.append(lambda row: stop_foreground_children(d, row))
+
+
+setup_hooks.append(_setup)
+restore_hooks.append(lambda d: d.services["sessions"].restore())
+
+
+def _slash(d, service: Sessions, session: str, text: str) -> dict[str, Any]:
+    command, _, rest = text.strip().partition(" ")
+    row = service.require(session)
+    if command == "/background":
+        if not rest.strip():
+            raise ProtocolError("bad_request", "usage: /background PROMPT", {"field": "text"})
+        deleg = d.config.delegation
+        toolsets = child_toolsets(row["spec"].get("toolsets") or [], row["spec"].get("toolsets") or [], "leaf",
+                                  1, deleg.max_spawn_depth)
+        job = d.runner.submit("background", background=True, queue=True, session=session, goal=rest.strip(),
+                              toolsets=toolsets, depth=1, cwd=row["spec"].get("cwd"))
+        return {"command": "background", "status": "dispatched", "delegation_id": job["id"]}
+    if command == "/stop":
+        stopped = []
+        turn = service.busy_turn(session)
+        for job in ([turn] if turn else []) + service.children(session):
+            try:
+                d.runner.stop(job["id"], "session_stop")
+                stopped.append(job["id"])
+            except ProtocolError:
+                pass  # finished meanwhile
+        return {"command": "stop", "stopped": stopped}
+    if command == "/tasks":
+        return {"command": "tasks", "tasks": [jobs_mod.record(j) for j in service.children(session)]}
+    if command == "/help":
+        return {"command": "help", "commands": list(SLASH_COMMANDS.values())}
+    raise ProtocolError("bad_request", f"unknown command {command!r}; commands: {', '.join(SLASH_COMMANDS)}",
+                        {"field": "text"})
+
+
+@op("session.send", work=True)
+async def session_send(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Send ``text`` to ``session`` (created when missing unless ``create=false``; ``cwd`` sets
+    a new session's working directory).  A message starts a turn, which runs when
+    the session is idle; returns ``{session, turn: job record}``.  Slash commands
+    (``/background PROMPT``, ``/stop``, ``/tasks``, ``/help``) return
+    ``{session, command, …}`` instead.  A new message never stops running children."""
+    session = arg(args, "session", str)
+    text = arg(args, "text", str)
+    if not text.strip():
+        raise ProtocolError("bad_request", "argument 'text' must not be empty", {"field": "text"})
+    if len(text.encode()) > MAX_TEXT_BYTES:
+        raise ProtocolError("too_large", f"text exceeds {MAX_TEXT_BYTES} bytes", {"field": "text"})
+    service: Sessions = d.services["sessions"]
+    if arg(args, "create", bool, True):
+        service.ensure(session, cwd=arg(args, "cwd", str, None), origin=arg(args, "origin", str, None))
+    if text.startswith("/"):
+        return {"session": session, **_slash(d, service, session, text)}
+    turn = service.start_turn(session, text)
+    return {"session": session, "turn": jobs_mod.record(turn)}
+
+
+@op("session.list")
+async def session_list(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Every session: ``{sessions: [{id, created_at, updated_at, messages, busy,
+    toolsets, pending_notifications, running_children}]}``."""
+    service: Sessions = d.services["sessions"]
+    rows = d.store.all("SELECT * FROM sessions ORDER BY created_at")
+    return {"sessions": [service.summary(r) for r in rows]}
+
+
+@op("session.get")
+async def session_get(d, args: dict[str, Any]) -> dict[str, Any]:
+    """One session's summary (``not_found`` if none)."""
+    service: Sessions = d.services["sessions"]
+    return service.summary(service.require(arg(args, "session", str)))
+
+
+@op("session.history")
+async def session_history(d, args: dict[str, Any]) -> dict[str, Any]:
+    """The messages of ``session`` in order: ``{messages: [{role, content (text), blocks,
+    time, job, notification}]}``; a delivered completion has ``notification: <job id>``."""
+    service: Sessions = d.services["sessions"]
+    session = arg(args, "session", str)
+    service.require(session)
+    return {"messages": [{"role": m["role"], "content": text_of(m["content"]), "blocks": m["content"],
+                          "time": m["time"], "job": m["job"], "notification": m["notification"]}
+                         for m in service.history(session, arg(args, "limit", int, 10000))]}

@@ -1,0 +1,1 @@
+"""Thin clients of hermesd: hermesctl, hermes-batch, hermesctl top."""

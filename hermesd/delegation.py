@@ -1,0 +1,106 @@
+"""Delegation from an agent: the daemon side of ``delegate_task`` (SPEC §4).
+
+A child's tool call arrives as ``child.delegate {tasks, background}``.  The
+rules, checked here and nowhere else:
+
+* depth: a task runs one level below its parent; beyond
+  ``delegation.max_spawn_depth`` the call fails with ``depth_limit``;
+* toolsets: the requested ones intersected with the parent's; ``delegation``
+  only for an ``orchestrator`` that may still delegate at its depth; never
+  ``clarify`` or ``memory``;
+* background tasks are admitted under ``delegation.max_async_children`` and
+  rejected beyond it (the tool error tells the model to run in the foreground
+  or wait); their completion returns to the parent's session as a new turn;
+* a foreground group runs at most ``delegation.max_concurrent_children`` at
+  once (a ``group:`` pool); results come back in task order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hermesd import jobs as jobs_mod
+from hermesd.handlers.jobs import new_group, task_fields
+from hermesd.protocol import ProtocolError
+
+NEVER_FOR_CHILDREN = ("clarify", "memory")
+RESULT_FIELDS = ("id", "status", "exit_reason", "summary", "error", "api_calls", "duration_seconds", "tokens", "trace")
+
+
+def child_toolsets(requested: list[str], parent: list[str], role: str, depth: int, max_depth: int) -> list[str]:
+    """The toolsets a child gets: ``requested ∩ parent``, minus what children never get.
+
+    ``delegation`` stays only for an ``orchestrator`` whose own children would
+    still be within ``max_depth``.
+    """
+    allowed = [t for t in requested if t in parent and t not in NEVER_FOR_CHILDREN]
+    if "delegation" in allowed and not (role == "orchestrator" and depth < max_depth):
+        allowed.remove("delegation")
+    return allowed
+
+
+def result_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The per-task result handed back to the delegating agent."""
+    rec = jobs_mod.record(row)
+    return {k: rec.get(k) for k in RESULT_FIELDS}
+
+
+async def delegate_from_child(d, parent_id: str, args: dict[str, Any]) -> Any:
+    """Run ``child.delegate`` for the job ``parent_id``.
+
+    Returns a list of per-task results in task order (foreground), or for
+    ``background`` one ``{"status": "dispatched", "delegation_id"}`` per task
+    (a single map for a single task).  Raises ``ProtocolError``
+    (``depth_limit``, ``capacity_reached``, ``bad_request``).
+    """
+    parent = d.jobs.require(parent_id)
+    deleg = d.config.delegation
+    depth = (parent.get("depth") or 0) + 1
+    if depth > deleg.max_spawn_depth:
+        raise ProtocolError("depth_limit", f"delegation depth {depth} exceeds delegation.max_spawn_depth="
+                            f"{deleg.max_spawn_depth}: do this work yourself", {"depth": depth})
+    tasks = args.get("tasks")
+    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, dict) for t in tasks):
+        raise ProtocolError("bad_request", "'tasks' must be a non-empty list of task maps", {"field": "tasks"})
+    if len(tasks) > deleg.max_tasks_per_call:
+        raise ProtocolError("bad_request", f"{len(tasks)} tasks in one call; at most {deleg.max_tasks_per_call} "
+                            "(delegation.max_tasks_per_call)", {"field": "tasks"})
+    parent_toolsets = parent.get("toolsets") or []
+    fields = []
+    for task in tasks:
+        f = task_fields(d, {k: v for k, v in task.items() if k != "cwd"}, default_toolsets=parent_toolsets)
+        f["toolsets"] = child_toolsets(f["toolsets"], parent_toolsets, f["role"], depth, deleg.max_spawn_depth)
+        f.update(cwd=parent.get("cwd"), depth=depth, parent=parent_id, session=parent.get("session"))
+        fields.append(f)
+    if args.get("background"):
+        if len(fields) == 1:
+            return _dispatch(d, fields[0])
+        answers = []
+        for f in fields:
+            try:
+                answers.append(_dispatch(d, f))
+            except ProtocolError as err:  # the others stay dispatched; say which one was refused
+                answers.append({"status": "rejected", "error": err.to_wire()})
+        return answers
+    group = new_group()
+    rows = [d.runner.submit("delegation", pools=(group,), **f) for f in fields]
+    finished = await asyncio.gather(*(d.jobs.wait(r["id"]) for r in rows))
+    return [result_of(row) for row in finished]
+
+
+def _dispatch(d, fields: dict[str, Any]) -> dict[str, Any]:
+    """Admit one background task; raises ``capacity_reached`` at the cap (never queued)."""
+    row = d.runner.submit("background", background=True, **fields)
+    return {"status": "dispatched", "delegation_id": row["id"]}
+
+
+def stop_foreground_children(d, row: dict[str, Any] | None) -> None:
+    """Exit hook: when a job ends, its foreground children end too (background ones live on)."""
+    if row is None:
+        return
+    for child in d.jobs.list(parent=row["id"], statuses=("queued", "starting", "running"), kinds=("delegation",)):
+        try:
+            d.runner.stop(child["id"], "parent_stop")
+        except ProtocolError:
+            pass
