@@ -21,7 +21,7 @@ import asyncio
 from typing import Any
 
 from hermesd import jobs as jobs_mod
-from hermesd.handlers.jobs import new_group, task_fields
+from hermesd.tasks import new_group, task_fields
 from hermesd.protocol import ProtocolError
 
 NEVER_FOR_CHILDREN = ("clarify", "memory")

@@ -98,7 +98,7 @@ class Runner:
             if not self.scheduler.admit_background(job_id, queue=queue):
                 needs = ("async", *needs)
         try:
-            row = self.jobs.create(kind, id=job_id, background=int(background), pools=list(pools), **fields)
+            self.jobs.create(kind, id=job_id, background=int(background), pools=list(pools), **fields)
         except BaseException:
             self.scheduler.release(job_id)
             raise

@@ -10,7 +10,7 @@ import zmq
 
 from hermesd import protocol
 from hermesd.protocol import ProtocolError
-from tests.harness import wait_for
+
 
 
 def _garbage(rng: random.Random) -> list[bytes]:

@@ -1,0 +1,60 @@
+"""Validating task arguments (``delegate``, ``spawn_parallel``, ``child.delegate``) into job fields."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hermesd import config as config_mod
+from hermesd import jobs as jobs_mod
+from hermesd.protocol import ProtocolError, arg, expand_toolsets
+
+MAX_GOAL_BYTES = 256 * 1024
+SPEC_ARGS = {"max_turns": int, "timeout_seconds": (int, float), "script": list, "reasoning_effort": str,
+             "system_prompt": str}
+
+
+def task_fields(d, args: dict[str, Any], *, default_toolsets: list[str] | None = None) -> dict[str, Any]:
+    """Validate one task's arguments into ``jobs`` columns.
+
+    ``goal`` (required, non-empty), ``context``, ``toolsets`` (list), ``role``
+    (``leaf``/``orchestrator``), ``model``, ``provider``, ``cwd`` (absolute),
+    and the spec extras ``max_turns``, ``timeout_seconds``, ``script``,
+    ``reasoning_effort``, ``system_prompt``.  Raises ``ProtocolError``
+    (``bad_request``/``too_large``) naming the field.
+    """
+    goal = arg(args, "goal", str)
+    if not goal.strip():
+        raise ProtocolError("bad_request", "argument 'goal' must not be empty", {"field": "goal"})
+    if len(goal.encode()) > MAX_GOAL_BYTES:
+        raise ProtocolError("too_large", f"goal exceeds {MAX_GOAL_BYTES} bytes", {"field": "goal"})
+    toolsets = arg(args, "toolsets", list, None)
+    if toolsets is None:
+        toolsets = default_toolsets if default_toolsets is not None else list(d.config.toolsets)
+    if not all(isinstance(t, str) for t in toolsets):
+        raise ProtocolError("bad_request", "argument 'toolsets' must be a list of strings", {"field": "toolsets"})
+    cwd = arg(args, "cwd", str, None)
+    if cwd is not None and not os.path.isabs(cwd):
+        raise ProtocolError("bad_request", f"argument 'cwd' must be an absolute path, not {cwd!r}", {"field": "cwd"})
+    spec = {}
+    for name, types in SPEC_ARGS.items():
+        value = arg(args, name, types, None)
+        if value is not None:
+            spec[name] = value
+    if spec.get("reasoning_effort") not in (None, *config_mod.REASONING_EFFORTS):
+        raise ProtocolError("bad_request", f"reasoning_effort must be one of {', '.join(config_mod.REASONING_EFFORTS)}",
+                            {"field": "reasoning_effort"})
+    if "max_turns" in spec and spec["max_turns"] < 1:
+        raise ProtocolError("bad_request", "max_turns must be >= 1", {"field": "max_turns"})
+    return {
+        "goal": goal, "context": arg(args, "context", str, None), "toolsets": expand_toolsets(toolsets),
+        "role": arg(args, "role", str, "leaf", choices=("leaf", "orchestrator")),
+        "model": arg(args, "model", str, None),
+        "provider": arg(args, "provider", str, None, choices=config_mod.PROVIDERS),
+        "cwd": cwd, "spec": spec,
+    }
+
+
+def new_group() -> str:
+    """A fresh foreground-group pool name: ``group:<hex>`` (limit ``max_concurrent_children``)."""
+    return "group:" + jobs_mod.new_id("delegation").partition("_")[2]
