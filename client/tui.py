@@ -1,0 +1,268 @@
+"""The ``hermesctl top`` TUI (textual): live job tree, caps, batch progress, events, log.
+
+Two worker threads talk to the daemon, each with its own :class:`Connection`
+(zmq sockets are not thread-safe): the *follower* reads every event exactly
+once with ``Connection.follow`` and survives daemon restarts (the backlog is
+fetched again from the last seq it saw); the *controller* polls ``status``,
+tails the log panel's job with ``logs`` and carries out the keys' requests
+(``cancel``).  Neither touches the UI: both put messages on an inbox queue
+that the app drains on a timer, so a slow or absent daemon never freezes
+the screen.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Header, RichLog, Static, Tree
+
+from client import render
+from client.connection import ClientError, Connection
+from client.top import TERMINAL, Board, Node, fetch_parents, load
+from hermesd.protocol import ProtocolError
+
+STATUS_STYLE = {"queued": "yellow", "starting": "cyan", "running": "bold cyan", "completed": "green",
+                "failed": "bold red", "interrupted": "magenta", "timed_out": "red", "cancelled": "dim",
+                "lost": "bold red"}
+RETRY_SECONDS = 1.0
+
+
+class TopApp(App):
+    """``hermesctl top``.  ``runtime_dir``/``timeout`` as for :class:`Connection`; ``refresh`` in seconds."""
+
+    TITLE = "hermesctl top"
+    CSS = """
+    #main { height: 1fr; }
+    #jobs { width: 2fr; border: round $primary; }
+    #side { width: 1fr; }
+    #caps, #batches { height: auto; border: round $secondary; padding: 0 1; }
+    #events { height: 10; border: round $secondary; }
+    #log { height: 14; border: round $accent; display: none; }
+    #log.shown { display: block; }
+    """
+    BINDINGS = [("c", "cancel_job", "Cancel job"), ("l", "toggle_log", "Log"), ("escape", "close_log", "Close log"),
+                ("q", "quit", "Quit")]
+
+    def __init__(self, runtime_dir: Any = None, timeout: float = 10.0, refresh: float = 1.0):
+        super().__init__()
+        self.runtime_dir, self.timeout, self.refresh_seconds = runtime_dir, timeout, refresh
+        self.board = Board()
+        self.connected = False
+        self.log_job: str | None = None
+        self._inbox: queue.Queue = queue.Queue()
+        self._requests: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._follower, name="top-follow", daemon=True),
+                         threading.Thread(target=self._controller, name="top-control", daemon=True)]
+        self._tree_nodes: dict[str, Any] = {}
+
+    def compose(self) -> ComposeResult:
+        """Header; the job tree beside caps and batches; recent events; the log panel; key help."""
+        yield Header()
+        with Horizontal(id="main"):
+            tree: Tree = Tree("hermesd", id="jobs")
+            tree.show_root = False
+            tree.border_title = "jobs"
+            yield tree
+            with Vertical(id="side"):
+                yield Static("", id="caps")
+                yield Static("", id="batches")
+        yield RichLog(id="events", max_lines=500)
+        yield RichLog(id="log", max_lines=5000, wrap=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Start the workers and the inbox timer."""
+        self.jobs_tree = self.query_one("#jobs", Tree)
+        self.caps_panel, self.batch_panel = self.query_one("#caps", Static), self.query_one("#batches", Static)
+        self.events_panel, self.log_panel = self.query_one("#events", RichLog), self.query_one("#log", RichLog)
+        for widget, title in ((self.caps_panel, "caps"), (self.batch_panel, "batches"),
+                              (self.events_panel, "recent events")):
+            widget.border_title = title
+        self.jobs_tree.focus()
+        self.sub_title = "connecting…"
+        for thread in self._threads:
+            thread.start()
+        self.set_interval(0.1, self._drain)
+
+    def on_unmount(self) -> None:
+        """Stop the workers (each wakes within a second) and wait for them."""
+        self._stop.set()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=5)
+
+    # workers (threads; never touch widgets) -------------------------------------------
+
+    def _post(self, kind: str, payload: Any = None) -> None:
+        self._inbox.put((kind, payload))
+
+    def _follower(self) -> None:
+        conn = Connection(self.runtime_dir, timeout=self.timeout)
+        since: int | None = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    if since is None:
+                        board = load(conn, Board())
+                        since = board.last_seq
+                        self._post("board", board)
+                    for event in conn.follow(since, idle=0.5, stop_after=RETRY_SECONDS):
+                        since = event["seq"]
+                        self._post("event", event)
+                        if self._stop.is_set():
+                            return
+                except (ClientError, ProtocolError):
+                    conn.close()  # the controller reports the connection; just try again
+                    self._stop.wait(RETRY_SECONDS)
+        finally:
+            conn.close()
+
+    def _controller(self) -> None:
+        conn = Connection(self.runtime_dir, timeout=self.timeout)
+        offsets: dict[str, int] = {}
+        try:
+            while not self._stop.is_set():
+                try:
+                    request = self._requests.get(timeout=min(self.refresh_seconds, 0.25))
+                except queue.Empty:
+                    request = None
+                try:
+                    if request is not None:
+                        self._carry_out(conn, request)
+                    self._post("status", conn.call("status"))
+                    if self.log_job:
+                        self._tail(conn, self.log_job, offsets)
+                    parents = Board()
+                    parents.jobs = dict(self.board.jobs)
+                    fetch_parents(conn, parents, limit=10)
+                    self._post("jobs", [r for i, r in parents.jobs.items() if i not in self.board.jobs])
+                except (ClientError, ProtocolError) as err:
+                    self._post("disconnected", err.message)
+                    conn.close()
+                    self._stop.wait(RETRY_SECONDS)
+        finally:
+            conn.close()
+
+    def _carry_out(self, conn: Connection, request: tuple[str, str]) -> None:
+        action, job = request
+        if action == "cancel":
+            try:
+                rec = conn.call("cancel", id=job)
+                self._post("note", (f"cancel requested: {job} ({rec['status']})", "information"))
+            except ProtocolError as err:
+                self._post("note", (f"cancel {job}: {err.message}", "error"))
+
+    def _tail(self, conn: Connection, job: str, offsets: dict[str, int]) -> None:
+        while True:
+            chunk = conn.call("logs", id=job, offset=offsets.get(job, -65536))
+            offsets[job] = chunk["offset"]
+            if chunk["data"]:
+                self._post("log", (job, chunk["data"]))
+            if chunk["offset"] >= chunk["size"]:
+                return
+
+    # the UI side ---------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        if not self.jobs_tree.is_attached:
+            return  # shutting down
+        changed = False
+        while True:
+            try:
+                kind, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            changed |= self._take(kind, payload)
+        if changed:
+            self._show()
+
+    def _take(self, kind: str, payload: Any) -> bool:
+        if kind == "board":
+            payload.events.clear()
+            payload.jobs = {**self.board.jobs, **payload.jobs}
+            self.board = payload
+        elif kind == "event":
+            self.board.apply(payload)
+            self.events_panel.write(Text(render.event_text(payload).splitlines()[0]))
+        elif kind == "status":
+            self.board.status = payload
+            self.connected = True
+        elif kind == "jobs":
+            self.board.add_jobs(payload)
+        elif kind == "disconnected":
+            self.connected = False
+            self.sub_title = f"disconnected — retrying: {payload}"
+            return False
+        elif kind == "log" and payload[0] == self.log_job:
+            self.log_panel.write(Text(payload[1].rstrip("\n")))
+        elif kind == "note":
+            self.notify(payload[0], severity=payload[1], markup=False)
+        return kind in ("board", "event", "status", "jobs")
+
+    def _show(self) -> None:
+        if self.connected:
+            self.sub_title = self.board.headline()
+        self.caps_panel.update(Text("\n".join(self.board.caps()) or "(no caps yet)"))
+        self.batch_panel.update(Text("\n".join(self.board.batches()) or "(no batch jobs)"))
+        self._sync(self.jobs_tree.root, self.board.tree())
+
+    def _sync(self, parent: Any, wanted: list[Node]) -> None:
+        """Make ``parent``'s children match ``wanted`` in place (keeps the cursor and expansion)."""
+        have = {child.data["key"]: child for child in parent.children}
+        for node in wanted:
+            label = Text(node.label, style=STATUS_STYLE.get(node.status or "", ""))
+            tnode = have.pop(node.key, None)
+            if tnode is None:
+                tnode = parent.add(label, data={"key": node.key, "job": node.job}, expand=True)
+            else:
+                tnode.set_label(label)
+            tnode.allow_expand = bool(node.children)
+            self._tree_nodes[node.key] = tnode
+            self._sync(tnode, node.children)
+        for key, stale in have.items():
+            self._tree_nodes.pop(key, None)
+            stale.remove()
+
+    def node_for(self, job: str) -> Any:
+        """The tree node of job ``job`` (None when not shown)."""
+        return self._tree_nodes.get(job)
+
+    def selected_job(self) -> str | None:
+        """The job id under the tree's cursor (None on a session, group or summary line)."""
+        node = self.jobs_tree.cursor_node
+        return (node.data or {}).get("job") if node is not None else None
+
+    # keys ----------------------------------------------------------------------------
+
+    def action_cancel_job(self) -> None:
+        """``c``: cancel the selected job (interrupted, ends cancelled with its partial output)."""
+        job = self.selected_job()
+        if job is None:
+            return self.notify("select a job first", severity="warning")
+        if self.board.jobs.get(job, {}).get("status") in TERMINAL:
+            return self.notify(f"{job} has already finished", severity="warning")
+        self._requests.put(("cancel", job))
+
+    def action_toggle_log(self) -> None:
+        """``l``: show the selected job's log, following it; again to hide it."""
+        panel = self.log_panel
+        job = self.selected_job()
+        if panel.has_class("shown") and (job is None or job == self.log_job):
+            return self.action_close_log()
+        if job is None:
+            return self.notify("select a job first", severity="warning")
+        self.log_job = job
+        panel.clear()
+        panel.border_title = f"log of {job}"
+        panel.add_class("shown")
+
+    def action_close_log(self) -> None:
+        """``escape``: hide the log panel."""
+        self.log_job = None
+        self.log_panel.remove_class("shown")

@@ -1,0 +1,154 @@
+"""``hermesctl top``: the board it shows (unit), and the TUI driven headless against a real daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from client.top import Board, snapshot_text
+from tests.harness import wait_for
+
+SLEEPY = [{"text": "started", "sleep": 30}]
+
+
+_clock = itertools.count()
+
+
+def rec(job_id: str, status: str = "running", **fields) -> dict:
+    """A minimal job record, dispatched after the previous one."""
+    return {"id": job_id, "kind": fields.pop("kind", "delegation"), "status": status, "goal": f"goal of {job_id}",
+            "dispatched_at": f"2026-01-01T00:00:00.{next(_clock):06}Z", **fields}
+
+
+def keys(nodes) -> list:
+    """The tree as nested ``[key, [children…]]`` lists."""
+    return [[n.key, keys(n.children)] if n.children else n.key for n in nodes]
+
+
+def test_tree_sessions_delegations_children_and_groups():
+    board = Board()
+    board.add_jobs([rec("turn_1", kind="session_turn", session="s1"),
+                    rec("bg_1", kind="background", session="s1", parent="turn_1"),
+                    rec("deleg_2", session="s1", parent="bg_1"),
+                    rec("deleg_3", parent="group_9"), rec("deleg_4", parent="group_9"),
+                    rec("bg_5", "completed", kind="background"),
+                    rec("deleg_6", parent="turn_gone", session="s2")])
+    assert keys(board.tree()) == [
+        ["session:s1", [["turn_1", [["bg_1", ["deleg_2"]]]]]],
+        ["parent:group_9", ["deleg_3", "deleg_4"]],
+        "bg_5",
+        ["session:s2", [["parent:turn_gone", ["deleg_6"]]]],
+    ]
+    assert board.missing_parents() == ["turn_gone"]
+    text = snapshot_text(board)
+    assert "session s1" in text and "      bg_1  background  running" in text
+
+
+def test_events_update_jobs_progress_and_unknown_types():
+    board = Board()
+    board.apply({"seq": 1, "type": "job.queued", "job": "bg_1", "data": {"job": rec("bg_1", "queued")}})
+    board.apply({"seq": 2, "type": "job.state", "job": "bg_1",
+                 "data": {"status": "completed", "previous": "running", "job": rec("bg_1", "completed")}})
+    board.apply({"seq": 3, "type": "kanban.something_new", "job": None, "data": {"x": 1}})
+    board.apply({"seq": 4, "type": "batch.progress", "job": "batch_n", "data": {"done": 3, "failed": 1, "total": 10}})
+    assert board.jobs["bg_1"]["status"] == "completed" and board.last_seq == 4
+    assert board.progress["batch_n"]["done"] == 3 and len(board.events) == 4
+
+
+def test_batch_progress_caps_and_folding():
+    board = Board()
+    board.add_jobs([rec("batch_n", kind="batch")])
+    items = [rec(f"item_{i:03}", "completed" if i < 40 else "running", kind="batch_item", parent="batch_n")
+             for i in range(45)]
+    board.add_jobs(items)
+    assert board.batches() == ["batch_n  running  40 done, 0 failed"]
+    board.apply({"seq": 9, "type": "job.progress", "job": "batch_n",
+                 "data": {"done": 40, "failed": 2, "discarded": 1, "total": 100}})
+    assert "40/100" in board.batches()[0] and "2 failed, 1 discarded" in board.batches()[0]
+    children = board.tree()[0].children
+    assert children[0].label == "… 20 more finished (20 completed)" and len(children) == 1 + 20 + 5
+    board.status = {"caps": {"async": {"used": 1, "limit": 4}, "global": {"used": 0, "limit": None}}}
+    assert board.caps() == ["async            ████░░░░░░░░░░ 1/4", "global           0/-"]
+
+
+# -- the TUI, headless, against a real daemon -----------------------------------------------------
+
+
+async def until(pilot, cond, what: str, timeout: float = 20.0):
+    """Let the app run until ``cond()`` is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(0.05)
+    return cond()
+
+
+def status_of(app, job: str) -> str | None:
+    """The status the TUI shows for ``job`` (None until its line appears)."""
+    node = app.node_for(job)
+    return None if node is None else app.board.jobs[job]["status"] if str(node.label).startswith(job) else None
+
+
+def log_text(app) -> str:
+    """What the log panel shows."""
+    return "\n".join(strip.text for strip in app.log_panel.lines)
+
+
+def test_top_follows_a_job_and_cancels_from_the_keyboard(daemon):
+    from client.tui import TopApp
+
+    async def scenario():
+        app = TopApp(runtime_dir=daemon.runtime)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: app.connected and app.board.status, "the first status")
+            quick = daemon.delegate("quick one", background=True, script=[{"text": "done", "sleep": 0.3}])["id"]
+            await until(pilot, lambda: status_of(app, quick), "the job to appear")
+            await until(pilot, lambda: status_of(app, quick) == "completed", "the job to finish")
+            assert "completed" in str(app.node_for(quick).label)
+
+            long = daemon.delegate("long one", background=True, script=SLEEPY)["id"]
+            await until(pilot, lambda: status_of(app, long) == "running", "the long job running")
+            await until(pilot, lambda: any("1/3" in c for c in app.board.caps()), "the async cap 1/3")
+            for _ in range(10):  # move the cursor with the keyboard onto the long job
+                if app.selected_job() == long:
+                    break
+                await pilot.press("down")
+            assert app.selected_job() == long
+
+            await pilot.press("l")
+            with open(daemon.home / "jobs" / long / "log", "a") as fh:
+                fh.write("a line the child logged\n")
+            await until(pilot, lambda: "a line the child logged" in log_text(app), "the log panel to show it")
+            await pilot.press("c")
+            await until(pilot, lambda: status_of(app, long) == "cancelled", "the job cancelled from the keyboard")
+            assert daemon.call("job", id=long)["status"] == "cancelled"
+            assert any(e["type"] == "async_delegation" and e["job"] == long for e in app.board.events)
+            assert "cancelled" in snapshot_text(app.board)
+
+    asyncio.run(scenario())
+
+
+def test_top_catches_up_after_a_daemon_restart(daemon):
+    from client.tui import TopApp
+
+    async def scenario():
+        app = TopApp(runtime_dir=daemon.runtime)
+        async with app.run_test(size=(160, 48)) as pilot:
+            orphan = daemon.delegate("running at the crash", background=True, script=SLEEPY)["id"]
+            await until(pilot, lambda: status_of(app, orphan) == "running", "the job running")
+            old_pid = daemon.proc.pid
+            daemon.kill9()
+            await until(pilot, lambda: not app.connected, "the TUI to notice the daemon is gone")
+            assert "disconnected" in app.sub_title
+            daemon.start()  # reconciles: the orphan is lost, published while the TUI was away
+            await until(pilot, lambda: status_of(app, orphan) == "lost", "the missed transition to lost")
+            after = daemon.delegate("after the restart", background=True, script=[{"text": "ok"}])["id"]
+            await until(pilot, lambda: status_of(app, after) == "completed", "a new job after the restart")
+            await until(pilot, lambda: app.board.status["pid"] != old_pid, "the new daemon's status")
+            seqs = [e["seq"] for e in app.board.events]
+            assert seqs == sorted(set(seqs)), "every event exactly once, in order"
+
+    asyncio.run(scenario())
+    wait_for(lambda: daemon.children() == [], what="no children left")
