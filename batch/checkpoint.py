@@ -1,0 +1,88 @@
+"""``checkpoint.json``: what a batch run has settled, for resume (SPEC §6).
+
+Shape (written atomically, fsynced, after every settled prompt)::
+
+    {"version": 1, "run_name": str, "job": str, "settings": {...},
+     "total_prompts": int, "bad_lines": int,
+     "done": [prompt indices with a line in a batch file],
+     "discarded": {"INDEX": {"reason": "no_reasoning", "api_calls", "tokens",
+                             "duration_seconds", "completed_at"}},
+     "failed": {"INDEX": {"error", "status", "attempts", "api_calls", "tokens",
+                          "completed_at"}},
+     "active_seconds": float, "updated_at": str, "finished": bool}
+
+The batch files are the durable truth for ``done``: a line is appended and
+fsynced before the checkpoint names it, so on opening a run ``done`` is rebuilt
+from the files (a crash between the two loses nothing and runs nothing twice).
+``discarded`` lives only here — it is written before the prompt counts as
+settled, so a crash first just runs that prompt again.  ``failed`` prompts are
+run again by the next resume; a prompt that later succeeds leaves ``failed``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from batch import files
+from hermesd import clock
+
+NAME = "checkpoint.json"
+VERSION = 1
+
+
+class CheckpointError(Exception):
+    """``checkpoint.json`` exists but cannot be read or is not a checkpoint (the message names the file)."""
+
+
+class Checkpoint:
+    """The checkpoint of the run in ``run_dir``; see the module doc for the fields."""
+
+    def __init__(self, run_dir: Path, data: dict[str, Any] | None = None):
+        self.path = run_dir / NAME
+        data = data or {}
+        self.settings: dict[str, Any] = dict(data.get("settings") or {})
+        self.run_name = str(data.get("run_name") or "")
+        self.job = str(data.get("job") or "")
+        self.total_prompts = int(data.get("total_prompts") or 0)
+        self.bad_lines = int(data.get("bad_lines") or 0)
+        self.done: set[int] = {int(i) for i in data.get("done") or []}
+        self.discarded: dict[int, dict[str, Any]] = {int(k): v for k, v in (data.get("discarded") or {}).items()}
+        self.failed: dict[int, dict[str, Any]] = {int(k): v for k, v in (data.get("failed") or {}).items()}
+        self.active_seconds = float(data.get("active_seconds") or 0.0)
+        self.finished = bool(data.get("finished"))
+
+    @classmethod
+    def load(cls, run_dir: Path) -> Checkpoint | None:
+        """The checkpoint of ``run_dir``, or None when it has none.  Raises :class:`CheckpointError`."""
+        path = run_dir / NAME
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{path}: cannot read the checkpoint: {exc}") from None
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            raise CheckpointError(f"{path}: not a version-{VERSION} hermesd batch checkpoint")
+        try:
+            return cls(run_dir, data)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{path}: malformed checkpoint: {exc}") from None
+
+    def settled(self) -> set[int]:
+        """Indices that never run again: written to a batch file or discarded."""
+        return self.done | set(self.discarded)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (see the module doc)."""
+        return {"version": VERSION, "run_name": self.run_name, "job": self.job, "settings": self.settings,
+                "total_prompts": self.total_prompts, "bad_lines": self.bad_lines, "done": sorted(self.done),
+                "discarded": {str(k): v for k, v in sorted(self.discarded.items())},
+                "failed": {str(k): v for k, v in sorted(self.failed.items())},
+                "active_seconds": round(self.active_seconds, 3), "updated_at": clock.now_iso(),
+                "finished": self.finished}
+
+    def save(self) -> None:
+        """Replace ``checkpoint.json`` atomically (fsynced).  Raises ``OSError``."""
+        files.write_json(self.path, self.to_dict())

@@ -1,0 +1,129 @@
+"""Reading a batch dataset: JSONL, one prompt per line (SPEC §6, §11).
+
+Each line is a JSON object with ``prompt`` (a non-empty string) and optionally:
+
+* ``cwd``: the directory the prompt runs in (absolute, or relative to the
+  dataset file's directory; it must exist);
+* ``docker_image``: a container image (the batch job refuses the run while no
+  container backend is configured — see ``batch.service``);
+* ``script``: a list of steps for the ``scripted`` provider (tests and demos;
+  other providers ignore it).
+
+Other fields are allowed and ignored (e.g. HumanEval's ``task_id``).
+
+``prompt_index`` is the 0-based position of the line among the file's lines —
+blank and bad lines count — so indices stay put when a bad line is fixed.  Bad
+lines are reported as ``FILE:LINE: reason`` (1-based) and skipped; the rest of
+the dataset is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_PROMPT_BYTES = 256 * 1024
+"""Largest ``prompt`` accepted (the same bound as a delegation's goal)."""
+
+
+class DatasetError(Exception):
+    """The dataset file cannot be read at all (missing, a directory, unreadable)."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One usable dataset line: ``index`` (0-based), ``line`` (1-based), the prompt
+    text, its absolute ``cwd`` or None, ``docker_image`` or None, ``script`` or None."""
+
+    index: int
+    line: int
+    prompt: str
+    cwd: str | None = None
+    docker_image: str | None = None
+    script: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class Dataset:
+    """A read dataset: its absolute ``path``, the usable ``prompts`` in file order,
+    and ``errors`` (``FILE:LINE: reason`` for every skipped line)."""
+
+    path: str
+    prompts: list[Prompt] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class _BadLine(Exception):
+    """A reason to skip one line."""
+
+
+def _optional_str(obj: dict[str, Any], name: str) -> str | None:
+    value = obj.get(name)
+    if value is not None and not isinstance(value, str):
+        raise _BadLine(f"field '{name}' must be a string, not {type(value).__name__}")
+    return value
+
+
+def _parse(raw: bytes, base_dir: str) -> dict[str, Any]:
+    """The fields of one line as :class:`Prompt` keywords; raises :class:`_BadLine`."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _BadLine(f"not UTF-8 (byte {exc.start + 1})") from None
+    if not text.strip():
+        raise _BadLine('empty line (expected a JSON object with "prompt")')
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _BadLine(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise _BadLine(f"expected a JSON object, got {type(obj).__name__}")
+    if "prompt" not in obj:
+        raise _BadLine("missing field 'prompt'")
+    prompt = obj["prompt"]
+    if not isinstance(prompt, str):
+        raise _BadLine(f"field 'prompt' must be a string, not {type(prompt).__name__}")
+    if not prompt.strip():
+        raise _BadLine("field 'prompt' is empty")
+    if len(prompt.encode("utf-8")) > MAX_PROMPT_BYTES:
+        raise _BadLine(f"field 'prompt' exceeds {MAX_PROMPT_BYTES} bytes")
+    cwd = _optional_str(obj, "cwd")
+    if cwd is not None:
+        cwd = os.path.normpath(os.path.join(base_dir, os.path.expanduser(cwd)))
+        if not os.path.isdir(cwd):
+            raise _BadLine(f"field 'cwd': directory {cwd!r} does not exist")
+    script = obj.get("script")
+    if script is not None and not (isinstance(script, list) and all(isinstance(s, dict) for s in script)):
+        raise _BadLine("field 'script' must be a list of objects")
+    return {"prompt": prompt, "cwd": cwd, "docker_image": _optional_str(obj, "docker_image"), "script": script}
+
+
+def read(path: str, max_samples: int | None = None) -> Dataset:
+    """Read the JSONL dataset at ``path`` (absolute).
+
+    Stops after ``max_samples`` usable prompts when given.  Returns a
+    :class:`Dataset`; raises :class:`DatasetError` naming the file when it
+    cannot be read.
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read the dataset: {exc.strerror or exc}") from None
+    dataset = Dataset(path)
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line starts no new one
+    base_dir = os.path.dirname(path)
+    for index, raw in enumerate(lines):
+        if max_samples is not None and len(dataset.prompts) >= max_samples:
+            break
+        try:
+            fields = _parse(raw.removesuffix(b"\r"), base_dir)
+        except _BadLine as bad:
+            dataset.errors.append(f"{path}:{index + 1}: {bad}")
+            continue
+        dataset.prompts.append(Prompt(index=index, line=index + 1, **fields))
+    return dataset

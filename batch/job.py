@@ -1,0 +1,251 @@
+"""One batch run as the daemon runs it: per-prompt scheduling, recording, resume.
+
+Scheduling is per prompt: at most ``num_workers`` items are handed to the
+executor at once, and the moment one ends the next pending prompt goes — a
+slow prompt holds one worker, never a batch.  Pending prompts go in dataset
+order; prompts that fail are run again by the next resume, not in this one.
+
+Recording an ended prompt (in this order, so a crash at any point loses
+nothing and runs nothing twice — see ``batch.checkpoint``):
+
+1. a sample (child ``completed``; or ``partial``: out of turns or time, with a
+   trajectory) without reasoning is *discarded*: written to the checkpoint;
+2. any other sample is appended to ``batch_N.jsonl`` (flushed, fsynced), then
+   the checkpoint names it;
+3. anything else is a *failure* in the checkpoint — unless the daemon was
+   stopping, in which case the prompt is simply pending again.
+
+When nothing is pending or running, the run is finalized: ``trajectories.jsonl``
+(merged, filtered) and ``statistics.json`` are written from the files.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+from batch import distributions, files, output, statistics
+from batch.checkpoint import Checkpoint
+from batch.dataset import Dataset, Prompt
+from batch.runner_iface import ItemExecutor, ItemOutcome, ItemRequest, SubmitError
+from batch.settings import Settings
+from hermesd import clock
+
+STATISTICS = "statistics.json"
+
+Emit = Callable[[str, dict[str, Any]], None]
+Finished = Callable[["BatchRun", str, "dict[str, Any] | None", "str | None"], None]
+
+
+class BatchRun:
+    """The live state of batch job ``job_id`` (see the module doc).
+
+    ``emit(type, data)`` publishes an event about the job; ``finished(run,
+    status, statistics, error)`` is called once when the run ends
+    (``completed``, ``cancelled`` or ``failed``).
+    """
+
+    def __init__(self, job_id: str, settings: Settings, dataset: Dataset, executor: ItemExecutor,
+                 emit: Emit, finished: Finished):
+        self.job_id, self.settings, self.dataset = job_id, settings, dataset
+        self.executor, self.emit, self.finished = executor, emit, finished
+        self.run_dir = settings.run_dir
+        self.prompts = {p.index: p for p in dataset.prompts}
+        self.scope = set(self.prompts)
+        self.checkpoint = Checkpoint(self.run_dir)
+        self.pending: deque[Prompt] = deque()
+        self.in_flight: set[int] = set()
+        self.failed_now: set[int] = set()
+        self.problems: list[str] = []
+        self.closed = False
+        self.settled_now = 0
+        self._base_seconds = 0.0
+        self._started = clock.monotonic()
+        self._filling = self._again = False
+
+    # opening ---------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create the run directory and rebuild the state from its files (torn
+        batch-file tails truncated).  Raises ``OSError`` and ``CheckpointError``."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt = Checkpoint.load(self.run_dir) or self.checkpoint
+        lines, self.problems = output.load_lines(self.run_dir, repair=True)
+        ckpt.done = set(lines)
+        ckpt.discarded = {i: v for i, v in ckpt.discarded.items() if i not in ckpt.done}
+        ckpt.failed = {i: v for i, v in ckpt.failed.items() if i not in ckpt.settled()}
+        ckpt.settings, ckpt.run_name, ckpt.job = self.settings.to_dict(), self.settings.run_name, self.job_id
+        ckpt.total_prompts, ckpt.bad_lines, ckpt.finished = len(self.scope), len(self.dataset.errors), False
+        self.checkpoint = ckpt
+        self._base_seconds = ckpt.active_seconds
+        self.pending = deque(p for p in self.dataset.prompts if p.index not in ckpt.settled())
+        self.save()
+
+    def start(self, *, adopt: bool = False, defer: Callable[[Callable[[], None]], Any] | None = None) -> None:
+        """Open the executor pool (re-owning items an earlier daemon left queued when
+        ``adopt``) and start filling it — now, or through ``defer(fn)``."""
+        self.executor.open(self, self.settings.num_workers)
+        if adopt:
+            taken = self.executor.adopt(self, {p.index for p in self.pending})
+            self.pending = deque(p for p in self.pending if p.index not in taken)
+            self.in_flight |= taken
+        (defer or (lambda fn: fn()))(self.fill)
+
+    # scheduling ------------------------------------------------------------
+
+    def request(self, prompt: Prompt) -> ItemRequest:
+        """The executor request of ``prompt`` (toolsets drawn from the distribution)."""
+        s = self.settings
+        return ItemRequest(index=prompt.index, batch=prompt.index // s.batch_size, prompt=prompt.prompt,
+                           cwd=prompt.cwd, toolsets=distributions.sample(s.distribution, prompt.index),
+                           model=s.model, max_turns=s.max_turns, reasoning_effort=s.reasoning_effort,
+                           script=prompt.script)
+
+    def fill(self) -> None:
+        """Hand pending prompts to the executor while fewer than ``num_workers`` run."""
+        if self._filling:  # called back from inside submit: the outer loop goes on
+            self._again = True
+            return
+        self._filling = True
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                while (self.pending and not self.closed and len(self.in_flight) < self.settings.num_workers
+                       and self.executor.accepting()):
+                    if not self._submit(self.pending.popleft()):
+                        break
+        finally:
+            self._filling = False
+        self._maybe_finish()
+
+    def _submit(self, prompt: Prompt) -> bool:
+        self.in_flight.add(prompt.index)
+        try:
+            self.executor.submit(self, self.request(prompt))
+        except SubmitError as err:
+            self.in_flight.discard(prompt.index)
+            if err.retry_later:
+                self.pending.appendleft(prompt)
+                return False
+            now = clock.now_iso()
+            self.on_done(ItemOutcome(index=prompt.index, status="failed", result=None, error=str(err),
+                                     started_at=now, completed_at=now, shutdown=False, handle=""))
+        return True
+
+    def on_freed(self, index: int) -> None:
+        """An item's worker slot is free: start the next prompt."""
+        self.in_flight.discard(index)
+        self.fill()
+
+    def _maybe_finish(self) -> None:
+        if not self.closed and not self.pending and not self.in_flight:
+            self.finish("completed")
+
+    # recording -------------------------------------------------------------
+
+    def on_done(self, o: ItemOutcome) -> None:
+        """Record how prompt ``o.index`` ended (see the module doc)."""
+        if self.closed:
+            return
+        result = o.result or {}
+        trajectory = result.get("trajectory") if isinstance(result.get("trajectory"), dict) else None
+        partial = o.status == "timed_out" or result.get("exit_reason") == "max_turns"
+        sample = trajectory is not None and (o.status == "completed" or partial)
+        if not sample and o.shutdown:
+            self.pending.appendleft(self.prompts[o.index])
+            return
+        try:
+            if sample:
+                self._sample(o, result, trajectory, completed=o.status == "completed")
+            else:
+                self._failure(o, result)
+            self.save()
+        except OSError as exc:
+            self.finish("failed", f"cannot write the run's files in {self.run_dir}: {exc}")
+            return
+        self.settled_now += 1
+        self.emit("batch.progress", self.progress())
+
+    def _sample(self, o: ItemOutcome, result: dict[str, Any], trajectory: dict[str, Any], *, completed: bool) -> None:
+        conversations = list(trajectory.get("conversations") or [])
+        spent = {"api_calls": int(result.get("api_calls") or 0), "tokens": result.get("tokens") or {},
+                 "duration_seconds": float(result.get("duration_seconds") or 0.0), "completed_at": o.completed_at}
+        ckpt = self.checkpoint
+        ckpt.failed.pop(o.index, None)
+        self.failed_now.discard(o.index)
+        if not output.has_reasoning(conversations):
+            ckpt.discarded[o.index] = {"reason": "no_reasoning", "completed": completed, "job": o.handle, **spent}
+            return
+        s = self.settings
+        meta = {"run_name": s.run_name, "job": o.handle, "model": result.get("model") or s.model,
+                "provider": result.get("provider"), "distribution": s.distribution, "started_at": o.started_at,
+                "exit_reason": result.get("exit_reason") or o.status, "synthetic": result.get("synthetic"), **spent}
+        line = output.build_line(index=o.index, batch=o.index // s.batch_size, conversations=conversations,
+                                 completed=completed, partial=not completed, api_calls=spent["api_calls"],
+                                 toolsets=self.request(self.prompts[o.index]).toolsets,
+                                 trace=list(result.get("trace") or []), metadata=meta)
+        files.append_line(output.batch_file(self.run_dir, o.index // s.batch_size), line)
+        ckpt.done.add(o.index)
+
+    def _failure(self, o: ItemOutcome, result: dict[str, Any]) -> None:
+        before = self.checkpoint.failed.get(o.index) or {}
+        self.checkpoint.failed[o.index] = {
+            "error": str(o.error or result.get("error") or f"the item ended {o.status}"), "status": o.status,
+            "attempts": int(before.get("attempts") or 0) + 1, "job": o.handle,
+            "api_calls": int(result.get("api_calls") or 0), "tokens": result.get("tokens") or {},
+            "completed_at": o.completed_at}
+        self.failed_now.add(o.index)
+
+    def active_seconds(self) -> float:
+        """Seconds this run has been running, over every daemon session."""
+        return self._base_seconds + (clock.monotonic() - self._started)
+
+    def save(self) -> None:
+        """Write the checkpoint (atomic, fsynced).  Raises ``OSError``."""
+        self.checkpoint.active_seconds = self.active_seconds()
+        self.checkpoint.save()
+
+    # progress and the end ----------------------------------------------------
+
+    def progress(self) -> dict[str, Any]:
+        """Counts for progress displays: ``total, done, discarded, failed, running,
+        pending, processed, rate_per_minute, eta_seconds`` (None while unknown)."""
+        ckpt = self.checkpoint
+        done, discarded = len(ckpt.done & self.scope), len(set(ckpt.discarded) & self.scope)
+        left = len(self.pending) + len(self.in_flight)
+        elapsed = clock.monotonic() - self._started
+        rate = self.settled_now / elapsed * 60.0 if elapsed > 0 and self.settled_now else 0.0
+        return {"total": len(self.scope), "done": done, "discarded": discarded, "failed": len(self.failed_now),
+                "running": len(self.in_flight), "pending": len(self.pending),
+                "processed": done + discarded + len(self.failed_now), "rate_per_minute": round(rate, 2),
+                "eta_seconds": round(left / rate * 60.0, 1) if rate else None}
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        """End the run (``completed``, ``cancelled`` or ``failed``): stop live items,
+        write the merged trajectories and the statistics, report to ``finished``."""
+        if self.closed:
+            return
+        self.closed = True
+        self.executor.cancel_all(self)
+        self.executor.close(self)
+        stats = None
+        try:
+            stats = self.finalize(finished=status == "completed")
+        except OSError as exc:
+            error = error or f"cannot write the run's files in {self.run_dir}: {exc}"
+            status = "failed"
+        self.finished(self, status, stats, error)
+
+    def finalize(self, *, finished: bool) -> dict[str, Any]:
+        """Merge the batch files into ``trajectories.jsonl`` (filtered), write
+        ``statistics.json`` and the checkpoint; returns the statistics.  Raises ``OSError``."""
+        lines, _ = output.load_lines(self.run_dir)
+        merged = output.merge(self.run_dir, lines)
+        self.checkpoint.finished = finished
+        self.save()
+        stats = statistics.compute(settings=self.settings.to_dict(), job=self.job_id, scope=self.scope,
+                                   bad_lines=len(self.dataset.errors), lines=lines, merged=merged,
+                                   checkpoint=self.checkpoint)
+        files.write_json(self.run_dir / STATISTICS, stats)
+        return stats

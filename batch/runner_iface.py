@@ -1,0 +1,215 @@
+"""The item runner of a batch, behind a small interface.
+
+A batch run (:class:`batch.job.BatchRun`) knows nothing about processes: it
+hands :class:`ItemRequest` objects to an :class:`ItemExecutor` and hears back,
+per item, exactly once :meth:`ItemOwner.on_done` (how the prompt ended) and
+then exactly once :meth:`ItemOwner.on_freed` (the item's worker slot is free
+again).  Both may be called from inside :meth:`ItemExecutor.submit` (an item
+that could not even start).
+
+:class:`SupervisorExecutor` runs each item as a ``batch_item`` child of this
+hermesd, in the pool ``batch:<job id>`` (``num_workers``) and under the global
+``supervisor.max_children`` cap.  A later executor (``--executor ray``) runs
+the same requests as Ray tasks and reports through the same two callbacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hermesd import clock, jobs as jobs_mod
+from hermesd.protocol import ProtocolError
+
+
+@dataclass(frozen=True)
+class ItemRequest:
+    """One prompt to run: its ``index`` and ``batch`` number, the ``prompt``,
+    ``cwd`` (None: a scratch directory), ``toolsets``, ``model`` (None: the
+    daemon's), ``max_turns``, ``reasoning_effort`` (None: the daemon's) and the
+    scripted provider's ``script`` (None: none)."""
+
+    index: int
+    batch: int
+    prompt: str
+    cwd: str | None
+    toolsets: list[str]
+    model: str | None
+    max_turns: int
+    reasoning_effort: str | None
+    script: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class ItemOutcome:
+    """How one item ended.
+
+    ``status``: the child's status (``completed``, ``failed``, ``timed_out``,
+    ``interrupted``…) or, when it reported nothing, its job's final state;
+    ``result``: the child's result map (with ``trajectory``) or None;
+    ``error``: why it failed, or None; ``started_at``/``completed_at``: ISO 8601
+    UTC; ``shutdown``: the executor was stopping when the item ended, so an
+    unfinished item is not the prompt's failure; ``handle``: the item's id.
+    """
+
+    index: int
+    status: str
+    result: dict[str, Any] | None
+    error: str | None
+    started_at: str
+    completed_at: str
+    shutdown: bool
+    handle: str
+
+
+class ItemOwner(Protocol):
+    """What an executor reports to (a batch run)."""
+
+    job_id: str
+
+    def on_done(self, outcome: ItemOutcome) -> None:
+        """The item of ``outcome.index`` ended."""
+
+    def on_freed(self, index: int) -> None:
+        """The worker slot of the item of ``index`` is free."""
+
+
+class SubmitError(Exception):
+    """An item could not be handed over; ``retry_later`` when the executor is stopping
+    (the prompt is not at fault and stays pending)."""
+
+    def __init__(self, message: str, *, retry_later: bool):
+        super().__init__(message)
+        self.retry_later = retry_later
+
+
+class ItemExecutor(Protocol):
+    """Runs the items of batch runs (see the module doc)."""
+
+    name: str
+
+    def open(self, owner: ItemOwner, workers: int) -> None:
+        """Start serving ``owner`` with at most ``workers`` items at once."""
+
+    def close(self, owner: ItemOwner) -> None:
+        """Stop serving ``owner`` (its live items are left to :meth:`cancel_all`)."""
+
+    def accepting(self) -> bool:
+        """False once the executor is stopping: submit nothing more."""
+
+    def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
+        """Run ``request`` for ``owner``.  Raises :class:`SubmitError`."""
+
+    def cancel_all(self, owner: ItemOwner) -> None:
+        """Stop every live item of ``owner`` (their ``on_done``/``on_freed`` still follow)."""
+
+    def adopt(self, owner: ItemOwner, wanted: set[int]) -> set[int]:
+        """Take back items of ``owner`` left waiting by an earlier daemon; returns
+        their indices (items of indices not in ``wanted`` are cancelled)."""
+
+
+@dataclass
+class _Live:
+    owner: ItemOwner
+    index: int
+    delivered: bool = False
+
+
+class SupervisorExecutor:
+    """Items as ``batch_item`` children of this hermesd (``daemon``: the running
+    :class:`hermesd.server.Daemon`).  Registers its runner hooks once, at creation."""
+
+    name = "local"
+
+    def __init__(self, daemon: Any):
+        self.d = daemon
+        self.items: dict[str, _Live] = {}
+        daemon.runner.result_hooks.append(self._on_result)
+        daemon.runner.exit_hooks.append(self._on_exit)
+
+    @staticmethod
+    def pool(owner: ItemOwner) -> str:
+        """The scheduler pool of ``owner``'s items: ``batch:<job id>``."""
+        return f"batch:{owner.job_id}"
+
+    def open(self, owner: ItemOwner, workers: int) -> None:
+        """Create (or resize) the owner's pool."""
+        self.d.scheduler.set_limit(self.pool(owner), workers)
+
+    def close(self, owner: ItemOwner) -> None:
+        """Forget the owner's pool (queued items of it no longer wait for it)."""
+        self.d.scheduler.limits.pop(self.pool(owner), None)
+
+    def accepting(self) -> bool:
+        """False while the daemon shuts down."""
+        return bool(self.d.runner.accepting)
+
+    def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
+        """Admit a ``batch_item`` job (parent: the batch) that starts when its pools have room."""
+        handle = jobs_mod.new_id("batch_item")
+        spec: dict[str, Any] = {"max_turns": request.max_turns, "record_trajectory": True,
+                                "prompt_index": request.index, "batch": request.batch}
+        for key in ("reasoning_effort", "script"):
+            if getattr(request, key) is not None:
+                spec[key] = getattr(request, key)
+        self.items[handle] = _Live(owner, request.index)
+        try:
+            self.d.runner.submit("batch_item", id=handle, pools=(self.pool(owner),), parent=owner.job_id,
+                                 goal=request.prompt, cwd=request.cwd, toolsets=list(request.toolsets),
+                                 model=request.model, spec=spec)
+        except ProtocolError as err:
+            self.items.pop(handle, None)
+            raise SubmitError(err.message, retry_later=err.code == "shutting_down") from None
+
+    def cancel_all(self, owner: ItemOwner) -> None:
+        """Cancel every live item of ``owner`` (queued ones end at once)."""
+        for handle in [h for h, live in self.items.items() if live.owner is owner]:
+            try:
+                self.d.runner.stop(handle, "cancel")
+            except ProtocolError:
+                pass  # already terminal: its exit is on the way
+
+    def adopt(self, owner: ItemOwner, wanted: set[int]) -> set[int]:
+        """Re-own the ``queued`` items of ``owner``'s job (kept queued over a restart):
+        one per wanted index, back in the owner's pool; the others are cancelled."""
+        adopted: set[int] = set()
+        for row in self.d.jobs.list(statuses=("queued",), parent=owner.job_id, kinds=("batch_item",)):
+            index = (row.get("spec") or {}).get("prompt_index")
+            self.d.scheduler.release(row["id"])
+            if index in wanted and index not in adopted:
+                adopted.add(index)
+                self.items[row["id"]] = _Live(owner, index)
+                self.d.scheduler.enqueue(row["id"], ("global", self.pool(owner)))
+            else:
+                self.d.jobs.transition(row["id"], "cancelled", exit_reason="interrupted",
+                                       error="not needed when its batch resumed (prompt already settled)")
+        return adopted
+
+    def cancel_orphans(self, owners: set[str]) -> None:
+        """Cancel ``queued`` batch items whose batch is not one of ``owners`` (job ids)."""
+        for row in self.d.jobs.list(statuses=("queued",), kinds=("batch_item",)):
+            if row.get("parent") not in owners and row["id"] not in self.items:
+                self.d.scheduler.release(row["id"])
+                self.d.jobs.transition(row["id"], "cancelled", exit_reason="interrupted",
+                                       error="its batch is no longer running")
+
+    def _on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
+        live = self.items.get(row["id"])
+        if live is None or live.delivered:
+            return
+        live.delivered = True
+        live.owner.on_done(ItemOutcome(
+            index=live.index, status=str(result.get("status") or "failed"), result=result,
+            error=result.get("error"), started_at=row.get("started_at") or "", completed_at=clock.now_iso(),
+            shutdown=not self.accepting(), handle=row["id"]))
+
+    def _on_exit(self, row: dict[str, Any] | None) -> None:
+        live = self.items.pop(row["id"], None) if row else None
+        if live is None:
+            return
+        if not live.delivered:
+            live.owner.on_done(ItemOutcome(
+                index=live.index, status=row["status"], result=None, error=row.get("error"),
+                started_at=row.get("started_at") or "", completed_at=row.get("completed_at") or clock.now_iso(),
+                shutdown=not self.accepting(), handle=row["id"]))
+        live.owner.on_freed(live.index)

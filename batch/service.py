@@ -1,0 +1,222 @@
+"""The batch job type inside hermesd: start, resume, cancel, report, survive restarts.
+
+A batch is the job ``batch_<run_name>`` (kind ``batch``); it has no process of
+its own.  Its prompts run as ``batch_item`` children (``parent`` = the batch)
+through a :class:`batch.runner_iface.ItemExecutor`.  The job's ``spec`` holds
+its :class:`batch.settings.Settings`; its files (``OUTPUT_DIR/RUN_NAME/``) hold
+everything else.
+
+Restarts: a batch job is not a process, so when hermesd starts again and finds
+one still ``running`` (a crash, ``kill -9``, or a shutdown in the middle of the
+run) it is not ``lost``: :meth:`BatchService.before_reconcile` (a setup hook,
+run before the daemon reconciles its jobs) puts it back to ``queued`` — the
+state it would have if the daemon had never started it — and
+:meth:`BatchService.restore` (a restore hook) starts it again from its files,
+re-owning the items the earlier daemon left queued.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batch import dataset as dataset_mod, distributions
+from batch.checkpoint import Checkpoint, CheckpointError
+from batch.job import STATISTICS, BatchRun
+from batch.output import TRAJECTORIES, batch_files
+from batch.runner_iface import SupervisorExecutor
+from batch.settings import Settings
+from hermesd import jobs as jobs_mod
+from hermesd.protocol import ProtocolError
+
+ERRORS_SHOWN = 50
+"""At most this many bad-line messages travel in a status record."""
+
+
+def job_id_of(run_name: str) -> str:
+    """The job id of a run: ``batch_<run_name>``."""
+    return f"batch_{run_name}"
+
+
+class BatchService:
+    """Every batch run of one daemon (``daemon.services["batch"]``)."""
+
+    def __init__(self, daemon: Any):
+        self.d = daemon
+        self.executor = SupervisorExecutor(daemon)
+        self.runs: dict[str, BatchRun] = {}
+
+    # starting ----------------------------------------------------------------
+
+    def _dataset(self, s: Settings) -> dataset_mod.Dataset:
+        """Read the dataset; refuse lines that need a container.  Raises ``ProtocolError``."""
+        try:
+            data = dataset_mod.read(s.dataset_file, s.max_samples)
+        except dataset_mod.DatasetError as exc:
+            raise ProtocolError("bad_request", str(exc), {"field": "dataset_file"}) from None
+        boxed = [p for p in data.prompts if p.docker_image]
+        if boxed:
+            first = boxed[0]
+            raise ProtocolError(
+                "bad_request",
+                f"{s.dataset_file}:{first.line}: docker_image {first.docker_image!r}: no container backend is "
+                f"configured in hermesd, so this prompt cannot run in a container ({len(boxed)} line(s) ask for "
+                "one); remove the field to run those prompts on the host",
+                {"field": "docker_image", "file": s.dataset_file, "line": first.line})
+        return data
+
+    def _open(self, job_id: str, s: Settings, data: dataset_mod.Dataset) -> BatchRun:
+        run = BatchRun(job_id, s, data, self.executor, lambda etype, payload: self.d.events.emit(
+            etype, job=job_id, data=payload, durable=False), self._finished)
+        try:
+            run.open()
+        except (OSError, CheckpointError) as exc:
+            raise ProtocolError("bad_request", f"cannot open the run directory {s.run_dir}: {exc}",
+                                {"field": "output_dir"}) from None
+        return run
+
+    def run(self, s: Settings, *, resume: bool) -> dict[str, Any]:
+        """Start batch ``s.run_name`` (or continue it with ``resume``); returns its record.
+
+        Raises ``ProtocolError``: ``invalid_state`` when it is already running or
+        its directory holds a run and ``resume`` is off; ``bad_request`` for an
+        unreadable dataset, a ``docker_image`` line, a checkpoint whose fixed
+        settings differ, or an unusable output directory.
+        """
+        job_id = job_id_of(s.run_name)
+        row = self.d.jobs.get(job_id)
+        if row is not None and row["status"] not in jobs_mod.TERMINAL:
+            raise ProtocolError("invalid_state", f"batch {s.run_name} is already {row['status']} (job {job_id}); "
+                                f"follow it with `hermesctl batch status {s.run_name}` or stop it with "
+                                f"`hermesctl batch cancel {s.run_name}`", {"job": job_id, "status": row["status"]})
+        data = self._dataset(s)
+        try:
+            stored = Checkpoint.load(s.run_dir)
+        except CheckpointError as exc:
+            raise ProtocolError("bad_request", str(exc), {"field": "run_name"}) from None
+        if (stored is not None or batch_files(s.run_dir)) and not resume:
+            raise ProtocolError("invalid_state", f"{s.run_dir} already holds run {s.run_name!r}; pass --resume to "
+                                "continue it (nothing finished runs again), or choose another --run_name or "
+                                "--output_dir", {"field": "run_name", "run_dir": str(s.run_dir)})
+        conflicts = s.conflicts(stored.settings) if stored is not None else []
+        if conflicts:
+            raise ProtocolError("bad_request", f"cannot resume {s.run_name!r}: " + "; ".join(conflicts),
+                                {"field": conflicts[0].split()[0].lstrip("-")})
+        run = self._open(job_id, s, data)
+        if row is not None:  # a finished earlier attempt: this one takes its id
+            with self.d.store.transaction() as db:
+                db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        self.d.jobs.create("batch", id=job_id, goal=f"batch {s.run_name}: {s.dataset_file}", model=s.model,
+                           toolsets=list(distributions.get(s.distribution)), spec=s.to_dict())
+        self._go(run)
+        return self.record(job_id)
+
+    def _go(self, run: BatchRun, *, adopt: bool = False) -> None:
+        self.d.jobs.transition(run.job_id, "starting")
+        self.d.jobs.transition(run.job_id, "running")
+        self.runs[run.job_id] = run
+        run.start(adopt=adopt, defer=self.d.loop.call_soon if adopt else None)
+
+    def _finished(self, run: BatchRun, status: str, stats: dict[str, Any] | None, error: str | None) -> None:
+        self.runs.pop(run.job_id, None)
+        fields: dict[str, Any] = {"duration_seconds": run.active_seconds(), "error": error,
+                                  "exit_reason": "completed" if status == "completed" else
+                                  ("interrupted" if status == "cancelled" else "error")}
+        if stats is not None:
+            p = stats["prompts"]
+            fields.update(api_calls=stats["api_calls"], tokens_in=stats["tokens"]["input"],
+                          tokens_out=stats["tokens"]["output"],
+                          summary=f"{p['written']} of {p['total']} prompts written ({p['completed']} completed, "
+                                  f"{p['partial']} partial), {p['discarded_no_reasoning']} discarded (no reasoning), "
+                                  f"{p['filtered_invalid_tools']} filtered (unknown tools), {p['failed']} failed, "
+                                  f"{p['pending']} pending; {p['in_trajectories']} in {run.run_dir / TRAJECTORIES}")
+        self.d.jobs.transition(run.job_id, status, **fields)
+
+    # reports -----------------------------------------------------------------
+
+    def find(self, ident: str) -> dict[str, Any]:
+        """The batch job row named by job id or run name.  Raises ``not_found``."""
+        for job_id in (ident, job_id_of(ident)):
+            row = self.d.jobs.get(job_id)
+            if row is not None and row["kind"] == "batch":
+                return row
+        raise ProtocolError("not_found", f"no batch {ident!r} (hermesctl batch list shows them)", {"job": ident})
+
+    def record(self, job_id: str) -> dict[str, Any]:
+        """The batch's job record plus ``run_name``, ``run_dir``, ``settings``,
+        ``progress`` (see :meth:`BatchRun.progress`; from the checkpoint when the
+        run is not live), ``bad_lines``, ``errors`` (first bad lines), ``problems``,
+        ``files`` and ``seq`` (the last event seq, to follow from)."""
+        row = self.d.jobs.require(job_id)
+        s = Settings.from_dict(row["spec"])
+        rec = jobs_mod.record(row)
+        run = self.runs.get(job_id)
+        rec.update(run_name=s.run_name, run_dir=str(s.run_dir), settings=s.to_dict(),
+                   files={name: str(s.run_dir / name) for name in (TRAJECTORIES, STATISTICS, "checkpoint.json")},
+                   seq=self.d.events.last_seq())
+        if run is not None:
+            rec.update(progress=run.progress(), bad_lines=len(run.dataset.errors),
+                       errors=run.dataset.errors[:ERRORS_SHOWN], problems=run.problems)
+        else:
+            try:
+                ckpt = Checkpoint.load(s.run_dir)
+            except CheckpointError:
+                ckpt = None
+            rec.update(progress=self._stored_progress(ckpt) if ckpt else None,
+                       bad_lines=ckpt.bad_lines if ckpt else None, errors=[], problems=[])
+        return rec
+
+    @staticmethod
+    def _stored_progress(ckpt: Checkpoint) -> dict[str, Any]:
+        settled = len(ckpt.done) + len(ckpt.discarded)
+        return {"total": ckpt.total_prompts, "done": len(ckpt.done), "discarded": len(ckpt.discarded),
+                "failed": len(ckpt.failed), "running": 0,
+                "pending": max(0, ckpt.total_prompts - settled - len(ckpt.failed)),
+                "processed": settled + len(ckpt.failed), "rate_per_minute": 0.0, "eta_seconds": None}
+
+    def list(self) -> list[dict[str, Any]]:
+        """Records of every batch job, oldest first."""
+        return [self.record(row["id"]) for row in self.d.jobs.list(kinds=("batch",), limit=10000)]
+
+    def cancel(self, ident: str) -> dict[str, Any]:
+        """Cancel a running batch: live items are interrupted, the files are
+        finalized, the job ends ``cancelled``.  ``invalid_state`` when it is not running."""
+        row = self.find(ident)
+        run = self.runs.get(row["id"])
+        if run is None:
+            raise ProtocolError("invalid_state", f"batch {row['id']} is already {row['status']}",
+                                {"job": row["id"], "status": row["status"]})
+        run.finish("cancelled", "cancelled by request")
+        return self.record(row["id"])
+
+    # restarts ------------------------------------------------------------------
+
+    def before_reconcile(self) -> None:
+        """Put batch jobs an earlier daemon left running back to ``queued`` (see the module doc)."""
+        for row in self.d.jobs.list(statuses=jobs_mod.ACTIVE, kinds=("batch",)):
+            with self.d.store.transaction():
+                self.d.store.update("jobs", "id", row["id"], {"status": "queued"})
+                event = self.d.events.record("batch.restarting", job=row["id"], data={"previous": row["status"]})
+            self.d.events.send(event)
+
+    def restore(self) -> None:
+        """Continue every queued batch job from its files; cancel leftover items of no live batch."""
+        for row in self.d.jobs.list(statuses=("queued",), kinds=("batch",)):
+            self.d.scheduler.release(row["id"])  # a batch job holds no slot: its items do
+            try:
+                s = Settings.from_dict(row["spec"])
+                run = self._open(row["id"], s, self._dataset(s))
+            except (ProtocolError, TypeError) as exc:
+                self.d.jobs.transition(row["id"], "failed", exit_reason="error",
+                                       error=f"could not continue the batch after a restart: {exc}")
+                continue
+            self._go(run, adopt=True)
+        self.executor.cancel_orphans(set(self.runs))
+
+    def shutdown(self) -> None:
+        """Daemon shutdown: save each live run's checkpoint; the jobs stay ``running``
+        and continue when hermesd starts again."""
+        for run in list(self.runs.values()):
+            try:
+                run.save()
+            except OSError:
+                pass  # the batch files are the truth; the next start rebuilds the checkpoint

@@ -1,0 +1,109 @@
+"""``statistics.json``: the counts of a whole batch run, resumed parts included (SPEC §6).
+
+Computed from the files, never from counters kept in memory, so a run resumed
+after a crash reports exactly what its files hold:
+
+* the batch files (every written line: completed or partial samples) give the
+  per-tool counts, success and failure rates, API calls, tokens, per-prompt
+  durations, toolsets and reasoning per assistant turn;
+* the checkpoint gives the discarded (no reasoning) and failed prompts, whose
+  API calls and tokens count too (they were spent), and the run's active time;
+* the merge gives the lines filtered out for calling unknown tools.
+
+Shape::
+
+    {"run_name", "job", "dataset_file", "model", "distribution", "batch_size", "generated_at",
+     "prompts": {"total", "bad_lines", "written", "completed", "partial", "discarded_no_reasoning",
+                 "filtered_invalid_tools", "in_trajectories", "failed", "pending"},
+     "filtered": {"INDEX": [unknown tool names]},
+     "tool_stats": {tool: {"count", "success", "failure", "success_rate", "failure_rate"}},
+     "tool_calls": {"total", "success", "failure", "success_rate"},
+     "reasoning": {"samples_with_reasoning", "samples_without_reasoning", "coverage",
+                   "assistant_turns", "assistant_turns_with_reasoning", "turn_coverage"},
+     "tokens": {"input", "output", "total"}, "api_calls": int,
+     "duration": {"wall_seconds", "prompt_seconds_total", "prompt_seconds_mean"},
+     "toolsets_used": {toolset: samples}}
+
+Rates are fractions in [0, 1] (0.0 when nothing was counted).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from batch import output
+from batch.checkpoint import Checkpoint
+from hermesd import clock
+
+
+def _rate(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0
+
+
+def _tools(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    totals = {name: Counter() for name in output.KNOWN_TOOLS}
+    for line in lines:
+        for name, entry in (line.get("tool_stats") or {}).items():
+            if name in totals:
+                totals[name].update({k: int(entry.get(k) or 0) for k in ("count", "success", "failure")})
+    return {name: {"count": c["count"], "success": c["success"], "failure": c["failure"],
+                   "success_rate": _rate(c["success"], c["count"]), "failure_rate": _rate(c["failure"], c["count"])}
+            for name, c in totals.items()}
+
+
+def _spent(lines: list[dict[str, Any]], checkpoint: Checkpoint) -> tuple[Counter, int]:
+    """Tokens and API calls of every attempt the files remember."""
+    tokens, calls = Counter(), 0
+    records = [line.get("metadata", {}) | {"api_calls": line.get("api_calls")} for line in lines]
+    records += list(checkpoint.discarded.values()) + list(checkpoint.failed.values())
+    for record in records:
+        tokens.update({k: int((record.get("tokens") or {}).get(k) or 0) for k in ("input", "output")})
+        calls += int(record.get("api_calls") or 0)
+    return tokens, calls
+
+
+def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: int,
+            lines: dict[int, dict[str, Any]], merged: output.Merged, checkpoint: Checkpoint) -> dict[str, Any]:
+    """The statistics document (see the module doc).
+
+    ``scope``: the prompt indices of the run (its usable dataset lines);
+    ``lines``: prompt index → batch-file line; ``merged``: the result of
+    :func:`batch.output.merge`; ``checkpoint``: the run's checkpoint.
+    """
+    written = list(lines.values())
+    completed = sum(1 for line in written if line.get("completed"))
+    discarded = len(checkpoint.discarded)
+    turns = [v for line in written for v in output.gpt_turns(line.get("conversations") or [])]
+    with_reasoning = sum(1 for v in turns if output.shows_reasoning(v))
+    tools = _tools(written)
+    calls = {k: sum(t[k] for t in tools.values()) for k in ("count", "success", "failure")}
+    tokens, api_calls = _spent(written, checkpoint)
+    durations = [float((line.get("metadata") or {}).get("duration_seconds") or 0.0) for line in written]
+    durations += [float(d.get("duration_seconds") or 0.0) for d in checkpoint.discarded.values()]
+    failed = set(checkpoint.failed) & scope
+    samples_with = sum(1 for line in written if output.has_reasoning(line.get("conversations") or []))
+    return {
+        "run_name": settings.get("run_name"), "job": job, "dataset_file": settings.get("dataset_file"),
+        "model": settings.get("model") or "", "distribution": settings.get("distribution"),
+        "batch_size": settings.get("batch_size"), "generated_at": clock.now_iso(),
+        "prompts": {"total": len(scope), "bad_lines": bad_lines, "written": len(written), "completed": completed,
+                    "partial": len(written) - completed, "discarded_no_reasoning": discarded,
+                    "filtered_invalid_tools": len(merged.filtered), "in_trajectories": len(merged.kept),
+                    "failed": len(failed), "pending": len(scope - checkpoint.settled() - failed)},
+        "filtered": {str(k): v for k, v in merged.filtered.items()},
+        "tool_stats": tools,
+        "tool_calls": {"total": calls["count"], "success": calls["success"], "failure": calls["failure"],
+                       "success_rate": _rate(calls["success"], calls["count"])},
+        "reasoning": {"samples_with_reasoning": samples_with,
+                      "samples_without_reasoning": len(written) - samples_with + discarded,
+                      "coverage": _rate(samples_with, len(written) + discarded),
+                      "assistant_turns": len(turns), "assistant_turns_with_reasoning": with_reasoning,
+                      "turn_coverage": _rate(with_reasoning, len(turns))},
+        "tokens": {"input": tokens["input"], "output": tokens["output"], "total": tokens["input"] + tokens["output"]},
+        "api_calls": api_calls,
+        "duration": {"wall_seconds": round(checkpoint.active_seconds, 3),
+                     "prompt_seconds_total": round(sum(durations), 3),
+                     "prompt_seconds_mean": round(sum(durations) / len(durations), 3) if durations else 0.0},
+        "toolsets_used": dict(sorted(Counter(t for line in written for t in line.get("toolsets_used") or []).items())),
+    }

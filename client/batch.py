@@ -1,0 +1,259 @@
+"""``hermes-batch`` and ``hermesctl batch run|status|cancel|list``: the batch front end (SPEC §6).
+
+Thin, like every client: the flags become one ``batch.run`` request (paths are
+made absolute here because the daemon runs elsewhere; the daemon reads the
+dataset and checks every value), then a progress bar follows the daemon's
+events (``batch.progress`` and the batch job's ``job.state``) until the run
+ends.  ``--detach`` prints the job id and returns (for cron).  Without a
+terminal on stdout the bar becomes a plain line every few seconds; with
+``--json`` each progress event is one JSON line and the final record another.
+Ctrl-C only stops watching: the batch goes on in hermesd.
+
+Flags are spelled as batch_runner's (``--dataset_file``); the dashed forms
+(``--dataset-file``) work too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import click
+
+batch_group = click.Group("batch", help="Batch runs: trajectories over a JSONL dataset of prompts.")
+# defined before importing ctl: ctl adds this group to hermesctl and imports this module back
+
+from client import ctl, render  # noqa: E402
+
+PLAIN_INTERVAL = 2.0
+"""Seconds between progress lines when stdout is not a terminal."""
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def _flag(name: str, **kwargs: Any) -> Callable:
+    spellings = dict.fromkeys([f"--{name}", f"--{name.replace('_', '-')}"])
+    return click.option(*spellings, name, **kwargs)
+
+
+RUN_OPTIONS = [
+    _flag("dataset_file", default=None, help="JSONL dataset, one {\"prompt\": ...} per line (required)."),
+    _flag("batch_size", type=click.IntRange(min=1), default=None, help="Prompts per batch_N.jsonl (required)."),
+    _flag("run_name", default=None, help="Run name: OUTPUT_DIR/RUN_NAME and job batch_RUN_NAME (required)."),
+    _flag("model", default=None, help="Model name (default: the daemon's)."),
+    _flag("num_workers", type=click.IntRange(min=1), default=None, help="Prompts run at once (default 4)."),
+    _flag("max_turns", type=click.IntRange(min=1), default=None, help="Model turns per prompt (default 10)."),
+    _flag("distribution", default=None, help="Toolset distribution (default: default)."),
+    _flag("reasoning_effort", type=click.Choice(EFFORTS), default=None, help="Reasoning effort of the model."),
+    _flag("resume", is_flag=True, help="Continue the run from its files: nothing finished runs again."),
+    _flag("list_distributions", is_flag=True, help="Print the toolset distributions and exit."),
+    _flag("max_samples", type=click.IntRange(min=1), default=None, help="Use only the first K prompts."),
+    _flag("output_dir", default="data", show_default=True, help="Directory of the run directories."),
+    _flag("detach", is_flag=True, help="Print the job id and return; the batch runs on."),
+    ctl.json_option,
+]
+
+
+def run_options(fn: Callable) -> Callable:
+    """Add the batch_runner flags to a command."""
+    for option in reversed(RUN_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def eta_text(seconds: float | None) -> str:
+    """``1h02m``, ``3m20s``, ``45s``, or ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else (f"{rest // 60}m{rest % 60:02d}s" if rest >= 60 else f"{rest}s")
+
+
+def progress_text(p: dict[str, Any]) -> str:
+    """One line of counts: ``done 35 · failed 1 · discarded 4 · running 4 · pending 156 · 12.0/min · ETA 13m00s``."""
+    return (f"done {p['done']} · failed {p['failed']} · discarded {p['discarded']} · running {p['running']} · "
+            f"pending {p['pending']} · {p.get('rate_per_minute') or 0:.1f}/min · ETA {eta_text(p.get('eta_seconds'))}")
+
+
+class ProgressView:
+    """Shows a run's progress: a live ``rich`` bar on a terminal, plain lines
+    otherwise, JSON lines with ``--json``."""
+
+    def __init__(self, record: dict[str, Any]):
+        self.job = record["id"]
+        self.mode = "json" if ctl.is_json() else ("tty" if sys.stdout.isatty() else "plain")
+        self.last_line = 0.0
+        self.bar = None
+        if self.mode == "tty":
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[counts]}"), console=render.console())
+            self.bar.start()
+            self.task = self.bar.add_task(record["run_name"], total=1, counts="")
+        self.update(record.get("progress") or {})
+
+    def update(self, p: dict[str, Any]) -> None:
+        """Show progress counts ``p`` (see ``batch.status``)."""
+        if not p:
+            return
+        if self.mode == "json":
+            render.emit_json({"job": self.job, "progress": p})
+        elif self.bar is not None:
+            self.bar.update(self.task, total=max(1, p["total"]), completed=p["processed"], counts=progress_text(p))
+        elif time.monotonic() - self.last_line >= PLAIN_INTERVAL or p["processed"] >= p["total"]:
+            self.last_line = time.monotonic()
+            click.echo(f"{self.job}: {p['processed']}/{p['total']} · {progress_text(p)}")
+
+    def note(self, text: str) -> None:
+        """A remark between progress updates (stderr)."""
+        click.echo(f"{self.job}: {text}", err=True)
+
+    def close(self) -> None:
+        """Stop the live display."""
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def follow(record: dict[str, Any]) -> dict[str, Any]:
+    """Show the run's progress until its job is terminal; returns its final record."""
+    job = record["id"]
+    if record["status"] in ctl.TERMINAL:
+        return record
+    view = ProgressView(record)
+    try:
+        for event in ctl.conn().follow(record["seq"]):
+            if event.get("job") != job:
+                continue
+            data = event.get("data") or {}
+            if event["type"] == "batch.progress":
+                view.update(data)
+            elif event["type"] == "batch.restarting":
+                view.note("hermesd restarted; the batch continues from its files")
+            elif event["type"] == "job.state" and data.get("status") in ctl.TERMINAL:
+                break
+    except KeyboardInterrupt:
+        view.close()
+        click.echo(f"\nstopped watching; {job} goes on in hermesd (hermesctl batch status {record['run_name']})",
+                   err=True)
+        sys.exit(130)
+    view.close()
+    return ctl.conn().call("batch.status", id=job)
+
+
+def record_text(rec: dict[str, Any]) -> str:
+    """A batch record as readable lines."""
+    s, p = rec.get("settings") or {}, rec.get("progress")
+    lines = [f"{rec['id']}  {rec['status']}" + (f" ({rec['exit_reason']})" if rec.get("exit_reason") else ""),
+             f"  dataset: {s.get('dataset_file')}  batch_size {s.get('batch_size')}  workers {s.get('num_workers')}"
+             f"  distribution {s.get('distribution')}", f"  output: {rec.get('run_dir')}"]
+    if p:
+        lines.append(f"  progress: {p['processed']}/{p['total']} · {progress_text(p)}")
+    if rec.get("bad_lines"):
+        lines.append(f"  bad dataset lines: {rec['bad_lines']}")
+    if rec.get("summary"):
+        lines.append(f"  result: {rec['summary']}")
+    if rec.get("error"):
+        lines.append(f"  error: {rec['error']}")
+    return "\n".join(lines)
+
+
+def _distributions() -> None:
+    answer = ctl.conn().call("batch.distributions")
+    if ctl.is_json():
+        for name, dist in answer["distributions"].items():
+            render.emit_json({"name": name, **dist})
+        return
+    for name, dist in answer["distributions"].items():
+        odds = ", ".join(f"{t} {p:.0%}" for t, p in dist["toolsets"].items())
+        mark = " (default)" if name == answer["default"] else ""
+        click.echo(f"{name}{mark}: {odds} — {dist['description']}")
+
+
+def run_batch(flags: dict[str, Any]) -> None:
+    """The body of ``hermes-batch`` / ``hermesctl batch run`` (``flags``: the options by name)."""
+    if flags.pop("list_distributions"):
+        return _distributions()
+    missing = [f"--{k}" for k in ("dataset_file", "batch_size", "run_name") if flags.get(k) is None]
+    if missing:
+        raise click.UsageError(f"missing required option(s): {', '.join(missing)}")
+    detach = flags.pop("detach")
+    args = {k: v for k, v in flags.items() if v is not None and v is not False}
+    for key in ("dataset_file", "output_dir"):
+        args[key] = os.path.abspath(os.path.expanduser(args[key]))
+    record = ctl.conn().call("batch.run", **args)
+    for message in record.get("errors") or []:
+        click.echo(message, err=True)
+    if (record.get("bad_lines") or 0) > len(record.get("errors") or []):
+        click.echo(f"… {record['bad_lines']} bad lines in all (skipped)", err=True)
+    if detach:
+        return ctl.show(record, lambda r: r["id"])
+    final = follow(record)
+    ctl.show(final, record_text)
+    ctl._exit_for(final)
+
+
+@batch_group.command("run")
+@run_options
+def run_command(**flags: Any) -> None:
+    """Run a batch (the batch_runner flags); shows progress until it ends."""
+    run_batch(flags)
+
+
+@batch_group.command("status")
+@ctl.json_option
+@click.argument("run")
+def status_command(run: str) -> None:
+    """Show batch RUN (run name or job id): settings, progress, result."""
+    ctl.show(ctl.conn().call("batch.status", id=run), record_text)
+
+
+@batch_group.command("cancel")
+@ctl.json_option
+@click.argument("run")
+def cancel_command(run: str) -> None:
+    """Cancel batch RUN: running prompts are interrupted, the files written for what is done."""
+    ctl.show(ctl.conn().call("batch.cancel", id=run), record_text)
+
+
+@batch_group.command("list")
+@ctl.json_option
+def list_command() -> None:
+    """List every batch run."""
+    records = ctl.conn().call("batch.list")["batches"]
+    if ctl.is_json():
+        for rec in records:
+            render.emit_json(rec)
+        return
+    if not records:
+        click.echo("no batch runs")
+    for rec in records:
+        p = rec.get("progress") or {}
+        click.echo(f"{rec['id']:<30} {rec['status']:<10} {p.get('processed', '-')}/{p.get('total', '-')}  "
+                   f"{rec.get('run_dir')}")
+
+
+@click.group(cls=ctl.Ctl, name="hermes-batch", invoke_without_command=True, subcommand_metavar="",
+             context_settings={"help_option_names": ["-h", "--help"]})
+@run_options
+@click.option("--runtime-dir", envvar="HERMES_RUNTIME_DIR", type=click.Path(file_okay=False), default=None,
+              help="Runtime directory of the daemon's sockets.")
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for a reply.")
+@click.pass_context
+def hermes_batch(ctx: click.Context, runtime_dir: str | None, timeout: float, **flags: Any) -> None:
+    """hermes-batch: generate trajectories over a JSONL dataset with hermesd.
+
+    Each prompt runs as its own subagent process under hermesd's caps; the
+    files go to OUTPUT_DIR/RUN_NAME/ (batch_N.jsonl, checkpoint.json,
+    trajectories.jsonl, statistics.json).
+    """
+    ctx.ensure_object(dict).update(runtime_dir=runtime_dir, timeout=timeout)
+    run_batch(flags)
+
+
+def main() -> None:
+    """Console-script entry point of ``hermes-batch``."""
+    hermes_batch(obj={})
