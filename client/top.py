@@ -27,7 +27,8 @@ BACKLOG_EVENTS = 500
 """How many past events a fresh board reads (recently finished jobs come from their ``job.state`` events)."""
 MAX_JOBS = 2000
 MAX_FINISHED_CHILDREN = 20
-PROGRESS_KEYS = ("done", "completed", "failed", "discarded", "total", "rate", "eta_seconds")
+PROGRESS_KEYS = ("done", "failed", "discarded", "total", "processed", "rate_per_minute", "eta_seconds")
+"""Fields of a batch's progress events (``batch.progress``) that the board keeps."""
 
 
 @dataclass
@@ -163,20 +164,27 @@ class Board:
                 + (" (stopping)" if st.get("stopping") else ""))
 
     def batches(self) -> list[str]:
-        """One line per batch job: its status and progress (from its progress events or its items)."""
+        """One line per batch job: status, processed/total, done/failed/discarded, rate and ETA.
+
+        Counts come from the batch's progress events, else from its items' records.
+        """
         lines = []
         for rec in self.jobs.values():
             if rec.get("kind") != "batch":
                 continue
             prog = self.progress.get(rec["id"], {})
             items = Counter(r.get("status") for r in self.jobs.values() if r.get("parent") == rec["id"])
-            done = prog.get("done", prog.get("completed", items.get("completed", 0)))
+            done = prog.get("done", items.get("completed", 0))
             failed = prog.get("failed", sum(n for s, n in items.items() if s in TERMINAL - {"completed"}))
             total = prog.get("total")
-            line = f"{rec['id']}  {rec.get('status')}  {bar(done, total, 16) if total else f'{done} done'}"
-            line += f", {failed} failed"
+            count = f"{bar(prog.get('processed', done + failed), total, 16)} " if total else ""
+            line = f"{rec['id']}  {rec.get('status')}  {count}{done} done, {failed} failed"
             if prog.get("discarded") is not None:
                 line += f", {prog['discarded']} discarded"
+            if prog.get("rate_per_minute"):
+                line += f", {prog['rate_per_minute']:g}/min"
+            if prog.get("eta_seconds") is not None and rec.get("status") not in TERMINAL:
+                line += f", ETA {prog['eta_seconds']:.0f}s"
             if rec.get("status") in TERMINAL and rec.get("summary"):
                 line += f"  {render.short(rec['summary'], 60)}"
             lines.append(line)

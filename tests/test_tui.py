@@ -64,8 +64,10 @@ def test_batch_progress_caps_and_folding():
     board.add_jobs(items)
     assert board.batches() == ["batch_n  running  40 done, 0 failed"]
     board.apply({"seq": 9, "type": "job.progress", "job": "batch_n",
-                 "data": {"done": 40, "failed": 2, "discarded": 1, "total": 100}})
-    assert "40/100" in board.batches()[0] and "2 failed, 1 discarded" in board.batches()[0]
+                 "data": {"done": 40, "failed": 2, "discarded": 1, "total": 100, "processed": 43,
+                          "rate_per_minute": 12.5, "eta_seconds": 273.6}})
+    assert board.batches() == ["batch_n  running  ███████░░░░░░░░░ 43/100 40 done, 2 failed, 1 discarded, "
+                               "12.5/min, ETA 274s"]
     children = board.tree()[0].children
     assert children[0].label == "… 20 more finished (20 completed)" and len(children) == 1 + 20 + 5
     board.status = {"caps": {"async": {"used": 1, "limit": 4}, "global": {"used": 0, "limit": None}}}
@@ -152,3 +154,20 @@ def test_top_catches_up_after_a_daemon_restart(daemon):
 
     asyncio.run(scenario())
     wait_for(lambda: daemon.children() == [], what="no children left")
+
+
+def test_board_of_a_real_batch_run(daemon):
+    from client.top import load
+
+    dataset = daemon.work / "prompts.jsonl"
+    dataset.write_text("".join(f'{{"prompt": "say {i}"}}\n' for i in range(3)))
+    batch = daemon.call("batch.run", run_name="tui", dataset_file=str(dataset), batch_size=2, num_workers=2)
+    assert daemon.wait_job(batch["id"])["status"] == "completed"
+    conn = daemon.conn()
+    try:
+        board = load(conn, Board())
+    finally:
+        conn.close()
+    assert board.batches()[0].startswith(f"{batch['id']}  completed  ") and "3/3" in board.batches()[0]
+    node = next(n for n in board.tree() if n.job == batch["id"])
+    assert len(node.children) == 3 and all(c.status == "completed" for c in node.children)
