@@ -1,0 +1,187 @@
+"""Batch job type, without a daemon: dataset reading, distributions, durable files,
+trajectory lines, filters, checkpoint and statistics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batch import dataset, distributions, files, output, statistics
+from batch.checkpoint import Checkpoint, CheckpointError
+from batch.settings import Settings
+from child.tools.registry import known_tool_names
+from hermesd.protocol import TOOLSETS
+
+
+def test_known_tools_match_the_child_registry():
+    assert list(output.KNOWN_TOOLS) == known_tool_names()
+
+
+# dataset ------------------------------------------------------------------
+
+
+def test_bad_lines_are_reported_with_file_and_line_and_skipped(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    path = tmp_path / "ds.jsonl"
+    path.write_bytes(b"\n".join([
+        b'{"prompt": "first"}',
+        b"{not json",
+        b'{"text": "no prompt"}',
+        b'{"prompt": 42}',
+        b"",
+        b'["a list"]',
+        b'{"prompt": "   "}',
+        b'{"prompt": "with cwd", "cwd": "work", "task_id": "T/1"}',
+        b'{"prompt": "bad cwd", "cwd": "/nonexistent/dir"}',
+        b'{"prompt": "bad image", "docker_image": 3}',
+        b'{"prompt": "bad script", "script": "x"}',
+        b'{"prompt": "\xff"}',
+        b'{"prompt": "last"}\r',
+    ]) + b"\n")
+    data = dataset.read(str(path))
+    assert [(p.index, p.prompt) for p in data.prompts] == [(0, "first"), (7, "with cwd"), (12, "last")]
+    assert data.prompts[1].cwd == str(work)
+    expected = {2: "invalid JSON", 3: "missing field 'prompt'", 4: "field 'prompt' must be a string, not int",
+                5: "empty line", 6: "expected a JSON object, got list", 7: "field 'prompt' is empty",
+                9: "does not exist", 10: "field 'docker_image' must be a string", 11: "field 'script'",
+                12: "not UTF-8"}
+    assert len(data.errors) == len(expected)
+    for message, (line, reason) in zip(data.errors, sorted(expected.items())):
+        assert message.startswith(f"{path}:{line}: ") and reason in message, message
+
+
+def test_max_samples_counts_usable_prompts_and_a_missing_file_is_an_error(tmp_path):
+    path = tmp_path / "ds.jsonl"
+    path.write_text('oops\n{"prompt": "a"}\n{"prompt": "b"}\n{"prompt": "c"}')
+    data = dataset.read(str(path), max_samples=2)
+    assert [p.index for p in data.prompts] == [1, 2] and len(data.errors) == 1
+    with pytest.raises(dataset.DatasetError, match="missing.jsonl: cannot read"):
+        dataset.read(str(tmp_path / "missing.jsonl"))
+
+
+# distributions ---------------------------------------------------------------
+
+
+def test_distributions_name_only_known_toolsets_and_draw_deterministically():
+    for probs in distributions.DISTRIBUTIONS.values():
+        assert set(probs) <= set(TOOLSETS) and all(0 < p <= 1 for p in probs.values())
+    draws = [distributions.sample("balanced", i) for i in range(200)]
+    assert draws == [distributions.sample("balanced", i) for i in range(200)]
+    assert all(d for d in draws) and len({tuple(d) for d in draws}) > 3
+    assert distributions.sample("default", 5) == ["terminal", "file", "web"]
+    with pytest.raises(distributions.UnknownDistribution, match="unknown distribution 'nope'; known: default"):
+        distributions.sample("nope", 0)
+
+
+def test_the_most_probable_toolset_is_used_when_none_is_drawn(monkeypatch):
+    monkeypatch.setitem(distributions.DISTRIBUTIONS, "rare", {"terminal": 0.01, "web": 0.02})
+    assert distributions.most_probable("rare") == "web"
+    draws = [distributions.sample("rare", i) for i in range(100)]
+    assert draws.count(["web"]) >= 90
+
+
+# durable files -----------------------------------------------------------------
+
+
+def test_a_torn_last_line_is_truncated_and_complete_lines_kept(tmp_path):
+    path = tmp_path / "batch_0.jsonl"
+    files.append_line(path, {"prompt_index": 0})
+    files.append_line(path, {"prompt_index": 1})
+    whole = path.read_bytes()
+    with open(path, "ab") as fh:
+        fh.write(b'{"prompt_index": 2, "conver')
+    entries, problems = files.read_jsonl(path)
+    assert [e["prompt_index"] for e in entries] == [0, 1] and "torn last line" in problems[0]
+    assert path.read_bytes() != whole  # reading alone repairs nothing
+    entries, problems = files.read_jsonl(path, repair=True)
+    assert path.read_bytes() == whole and problems[0].startswith(f"{path}:3: torn last line")
+
+
+def test_write_atomic_replaces_the_whole_file(tmp_path):
+    path = tmp_path / "checkpoint.json"
+    files.write_json(path, {"a": 1})
+    files.write_json(path, {"b": 2})
+    assert json.loads(path.read_text()) == {"b": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.json"]
+
+
+# lines, filters, merge, statistics -------------------------------------------------
+
+
+def _line(index, *, think=True, tools=(), trace=(), completed=True, tokens=(10, 5)):
+    gpt = ("<think>\nplan\n</think>\n" if think else "") + "answer"
+    for name in tools:
+        gpt += "\n<tool_call>\n" + json.dumps({"name": name, "arguments": {}}) + "\n</tool_call>"
+    conversations = [{"from": "system", "value": "s"}, {"from": "human", "value": f"p{index}"},
+                     {"from": "gpt", "value": gpt}]
+    return output.build_line(index=index, batch=index // 2, conversations=conversations, completed=completed,
+                             partial=not completed, api_calls=2, toolsets=["terminal"], trace=list(trace),
+                             metadata={"model": None, "tokens": {"input": tokens[0], "output": tokens[1]},
+                                       "duration_seconds": 1.5})
+
+
+def test_a_line_has_one_schema_whatever_is_missing():
+    line = _line(3, trace=[{"name": "terminal", "ok": True}, {"name": "terminal", "ok": False},
+                           {"name": "fly", "ok": False}])
+    assert set(line) == {"prompt_index", "conversations", "metadata", "completed", "partial", "api_calls",
+                         "toolsets_used", "tool_stats"}
+    assert line["metadata"]["model"] == "" and line["metadata"]["batch"] == 1
+    assert list(line["tool_stats"]) == list(output.KNOWN_TOOLS)
+    assert line["tool_stats"]["terminal"] == {"count": 2, "success": 1, "failure": 1}
+    assert line["tool_stats"]["read_file"] == {"count": 0, "success": 0, "failure": 0}
+
+
+def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
+    lines = {0: _line(0, tools=["terminal"], trace=[{"name": "terminal", "ok": True}]),
+             1: _line(1, tools=["fly_to_moon"]), 3: _line(3, completed=False)}
+    for index, line in lines.items():
+        files.append_line(output.batch_file(tmp_path, index // 2), line)
+    loaded, problems = output.load_lines(tmp_path)
+    assert loaded == lines and problems == []
+    merged = output.merge(tmp_path, loaded)
+    assert merged.filtered == {1: ["fly_to_moon"]}
+    assert [json.loads(t)["prompt_index"] for t in (tmp_path / "trajectories.jsonl").read_text().splitlines()] == [0, 3]
+    ckpt = Checkpoint(tmp_path)
+    ckpt.done = set(lines)
+    ckpt.discarded = {2: {"reason": "no_reasoning", "api_calls": 1, "tokens": {"input": 7, "output": 1},
+                          "duration_seconds": 0.5}}
+    ckpt.failed = {4: {"error": "boom", "api_calls": 0, "tokens": {}}}
+    settings = Settings(run_name="r", dataset_file="/d", output_dir=str(tmp_path), batch_size=2).to_dict()
+    stats = statistics.compute(settings=settings, job="batch_r", scope={0, 1, 2, 3, 4, 5}, bad_lines=1,
+                               lines=loaded, merged=merged, checkpoint=ckpt)
+    assert stats["prompts"] == {"total": 6, "bad_lines": 1, "written": 3, "completed": 2, "partial": 1,
+                                "discarded_no_reasoning": 1, "filtered_invalid_tools": 1, "in_trajectories": 2,
+                                "failed": 1, "pending": 1}
+    assert stats["tool_stats"]["terminal"]["success_rate"] == 1.0 and stats["tool_calls"]["total"] == 1
+    assert stats["tokens"] == {"input": 37, "output": 16, "total": 53}
+    assert stats["api_calls"] == 7
+    assert stats["reasoning"]["coverage"] == 0.75 and stats["reasoning"]["turn_coverage"] == 1.0
+    assert stats["duration"]["prompt_seconds_total"] == 5.0
+
+
+def test_repeated_indices_keep_the_first_line(tmp_path):
+    files.append_line(output.batch_file(tmp_path, 0), _line(0, tokens=(1, 1)))
+    files.append_line(output.batch_file(tmp_path, 0), _line(0, tokens=(2, 2)))
+    loaded, problems = output.load_lines(tmp_path)
+    assert loaded[0]["metadata"]["tokens"]["input"] == 1 and "appears again" in problems[0]
+
+
+def test_checkpoint_round_trip_and_corruption(tmp_path):
+    ckpt = Checkpoint(tmp_path)
+    ckpt.done, ckpt.discarded, ckpt.failed = {3, 1}, {2: {"reason": "no_reasoning"}}, {5: {"error": "x"}}
+    ckpt.save()
+    again = Checkpoint.load(tmp_path)
+    assert (again.done, again.discarded, again.failed) == ({1, 3}, {2: {"reason": "no_reasoning"}}, {5: {"error": "x"}})
+    assert again.settled() == {1, 2, 3}
+    (tmp_path / "checkpoint.json").write_text("{broken")
+    with pytest.raises(CheckpointError, match="checkpoint.json: cannot read"):
+        Checkpoint.load(tmp_path)
+    assert Checkpoint.load(tmp_path / "nowhere") is None
+
+
+def test_resume_conflicts_name_the_fixed_settings():
+    s = Settings(run_name="r", dataset_file="/d", output_dir="/o", batch_size=10)
+    assert s.conflicts({**s.to_dict(), "num_workers": 9}) == []
+    assert s.conflicts({**s.to_dict(), "batch_size": 5}) == ["--batch_size 10 differs from the run's checkpoint (5)"]
