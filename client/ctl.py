@@ -290,3 +290,4 @@ from client.sessions import COMMANDS as _SESSION_COMMANDS  # noqa: E402
 for _command in _SESSION_COMMANDS:
     cli.add_command(_command)
 from client.top import top_command; cli.add_command(top_command)  # noqa: E402,E702  (hermesctl top)
+from client.batch import batch_group; cli.add_command(batch_group)  # noqa: E402,E702
