@@ -1,0 +1,178 @@
+"""Generate ``docs/protocol.md`` from the code: ``hermesd/protocol.py`` and the op handlers' docstrings.
+
+Usage: ``python docs/gen_protocol.py`` (rewrite the file) or ``--check``
+(exit 1 when the committed file differs).  The test suite runs the check, so
+whoever adds or changes an op, an error code or an event type regenerates the
+reference in the same commit.  The handlers' docstrings are the reference:
+write them for the reader of this file.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hermesd import protocol  # noqa: E402
+from hermesd.handlers import CHILD_HANDLERS, HANDLERS, WORK_OPS  # noqa: E402
+
+OUTPUT = ROOT / "docs" / "protocol.md"
+EVENT_SOURCES = ("hermesd", "batch")
+EVENT_CALL = re.compile(r"(?:events|self)\.(?:emit|record)\(\s*\"([^\"]+)\"")
+
+CLIENT_CODES = {
+    "daemon_not_running": "No daemon answers on the control socket (no socket, not yours, or it stopped "
+    "before answering).",
+    "timeout": "The daemon did not answer in time, or `wait --timeout` ran out.",
+    "job_failed": "The job ended in a state other than `completed` (`wait`, foreground `delegate`).",
+}
+"""Exit-code conditions ``hermesctl`` detects itself; the daemon never sends them."""
+
+EVENT_MEANINGS = {
+    "job.queued": "A job was created. `data.job`: its record.",
+    "job.state": "A job changed state. `data`: `status`, `previous`, `job` (the record after the change).",
+    "job.progress": "A running child reported a step: `turn`, `tool`, `api_calls`, `tokens`, `text` "
+    "(group-committed, not fsynced one by one).",
+    "async_delegation": "A background delegation ended (any terminal state): the completion notification. "
+    "`data`: `delegation_id`, `goal`, `context`, `toolsets`, `role`, `model`, `status`, `exit_reason`, "
+    "`api_calls`, `duration_seconds`, `dispatched_at`, `completed_at`, `result`, `error`, `session`, and "
+    "`block`, the rendered self-contained text.",
+    "daemon.started": "The daemon is up and ready. `data`: `pid`, `version`.",
+    "daemon.stopped": "The daemon finished its graceful stop. `data`: `pid`.",
+    "daemon.reloaded": "The config file was re-read. `data.source`: its path.",
+    "daemon.reload_failed": "A reload was refused; the running config is kept. `data`: `error`, `file`, "
+    "`line`, `key`, `reason`.",
+    "session.created": "A session was created. `data.session`: its id.",
+    "session.turn": "A session turn ended and its messages were stored. `data`: `status`, `reply`, "
+    "`notification` (the delivered job id, for a delivery turn).",
+    "batch.progress": "Progress of a batch run: `total`, `done`, `discarded`, `failed`, `running`, `pending`, "
+    "`processed`, `rate_per_minute`, `eta_seconds`.",
+    "batch.restarting": "A batch that was running when the daemon stopped is queued to resume. "
+    "`data.previous`: its state then.",
+}
+
+
+def md(text: str) -> str:
+    """reST-flavoured docstring text → Markdown (inline literals and cross-references)."""
+    text = re.sub(r":(?:data|class|func|meth|attr|mod):`~?([^`]+)`", r"`\1`", text)
+    return re.sub(r"``(.+?)``", r"`\1`", text, flags=re.S)
+
+
+def doc(obj) -> str:
+    """The cleaned docstring of ``obj`` in Markdown ("(undocumented)" when it has none)."""
+    return md(inspect.getdoc(obj) or "(undocumented)")
+
+
+def attribute_docs(module) -> dict[str, str]:
+    """Docstrings written under module-level assignments (``NAME = …`` then a string), by name."""
+    body = ast.parse(Path(module.__file__).read_text(encoding="utf-8")).body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)):
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    docs[target.id] = md(inspect.cleandoc(after.value.value))
+    return docs
+
+
+def ops_section(handlers: dict, heading: str) -> list[str]:
+    """One ``###`` per handler module (its docstring), one ``####`` per op (its docstring)."""
+    out: list[str] = []
+    by_module: dict[str, list[str]] = {}
+    for name, fn in handlers.items():
+        by_module.setdefault(fn.__module__, []).append(name)
+    for module_name in sorted(by_module):
+        module = sys.modules[module_name]
+        out += [f"### {heading} `{module_name.replace('.', '/')}.py`", "", doc(module), ""]
+        for name in sorted(by_module[module_name]):
+            out += [f"#### `{name}`", "", doc(handlers[name]), ""]
+            if name in WORK_OPS:
+                out += ["Refused with `shutting_down` while the daemon stops.", ""]
+    return out
+
+
+def event_types() -> dict[str, list[str]]:
+    """Event type → the source files that emit it (found by reading the daemon-side code)."""
+    found: dict[str, set[str]] = {}
+    for top in EVENT_SOURCES:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            for etype in EVENT_CALL.findall(path.read_text(encoding="utf-8")):
+                found.setdefault(etype, set()).add(str(path.relative_to(ROOT)))
+    return {k: sorted(v) for k, v in sorted(found.items())}
+
+
+def render() -> str:
+    """The whole of ``docs/protocol.md``."""
+    missing = set(protocol.EXIT_CODES) - set(protocol.ERROR_CODES) - set(CLIENT_CODES)
+    if missing:
+        raise SystemExit(f"gen_protocol: describe the client exit code(s) {sorted(missing)} in CLIENT_CODES")
+    out = ["<!-- Generated by docs/gen_protocol.py from hermesd/protocol.py and the op handlers' docstrings.",
+           "     Do not edit by hand: change the code, then run `python docs/gen_protocol.py`. -->", "",
+           "# hermesd control protocol", "",
+           f"Protocol version **{protocol.PROTOCOL_VERSION}**. Largest frame: "
+           f"**{protocol.MAX_MESSAGE_BYTES} bytes** ({protocol.MAX_MESSAGE_BYTES // (1 << 20)} MiB).", "",
+           "Sockets (ZeroMQ `ipc://` in the runtime directory: `$HERMES_RUNTIME_DIR`, else "
+           "`$XDG_RUNTIME_DIR/hermes`, else `$HERMES_HOME/run`; the directory 0700, the sockets 0600):", "",
+           "| socket | type | for |", "|---|---|---|",
+           "| `hermesd.sock` | ROUTER | client requests (clients use DEALER) |",
+           "| `events.sock` | PUB | events, topic `" + protocol.EVENT_TOPIC.decode() + "` |",
+           "| `children.sock` | ROUTER | child processes (`child.*` ops) |", "",
+           "## Envelope", "", doc(protocol), "",
+           "## Error codes and `hermesctl` exit statuses", "",
+           "The set is closed. A reply with `ok: false` carries `error: {code, message, details}`; "
+           "`hermesctl` exits with the status in the second column (0 on success, 2 also for usage errors).", "",
+           "| code | exit | meaning |", "|---|---|---|"]
+    out += [f"| `{code}` | {protocol.EXIT_CODES[code]} | {text} |" for code, text in protocol.ERROR_CODES.items()]
+    out += ["", "Conditions `hermesctl` detects itself (never sent by the daemon):", "",
+            "| code | exit | meaning |", "|---|---|---|"]
+    out += [f"| `{code}` | {protocol.EXIT_CODES[code]} | {text} |" for code, text in CLIENT_CODES.items()]
+    out += ["", "## Client ops (`hermesd.sock`)", "",
+            "Arguments are the request's `args` map; unknown ops get `unknown_op`, arguments of the wrong "
+            "type `bad_request` naming the field.", ""]
+    out += ops_section(HANDLERS, "Family")
+    try:
+        from hermesd.tasks import task_fields
+    except ImportError:
+        task_fields = None
+    if task_fields is not None:
+        out += ["### Task arguments", "", "Used by `delegate`, `spawn_parallel` (each task) and `child.delegate`.",
+                "", doc(task_fields), ""]
+    out += ["## Child ops (`children.sock`)", "", attribute_docs(protocol).get("CHILD_OPS", ""), "",
+            "Every child op carries `job` and `token`; a wrong token is refused.", ""]
+    out += ops_section(CHILD_HANDLERS, "Handlers in")
+    pending = [name for name in protocol.CHILD_OPS if name not in CHILD_HANDLERS]
+    if pending:
+        out += ["Declared in `CHILD_OPS` but not handled yet (the daemon answers `unknown_op`): "
+                + ", ".join(f"`{name}`" for name in pending) + ".", ""]
+    out += ["## Events (`events.sock`)", "",
+            "Each event: `v`, `seq` (strictly increasing, never reused), `type`, `time` (ISO 8601 UTC), `job`, "
+            "`session`, `data`. Persisted before it is published; `events_since` returns the backlog. "
+            "Clients show types they do not know generically.", "",
+            "| type | meaning | emitted in |", "|---|---|---|"]
+    for etype, files in event_types().items():
+        meaning = EVENT_MEANINGS.get(etype, "(not described yet)")
+        out.append(f"| `{etype}` | {meaning} | {', '.join(f'`{f}`' for f in files)} |")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """Write ``docs/protocol.md``, or with ``--check`` report whether it is current (exit 1 if not)."""
+    text = render()
+    if "--check" in argv:
+        if OUTPUT.exists() and OUTPUT.read_text(encoding="utf-8") == text:
+            return 0
+        print("docs/protocol.md is out of date: run `python docs/gen_protocol.py` and commit it", file=sys.stderr)
+        return 1
+    OUTPUT.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,132 @@
+"""The documentation stays true to the code.
+
+* ``docs/protocol.md`` is exactly what ``docs/gen_protocol.py`` generates from
+  ``hermesd/protocol.py`` and the handlers' docstrings;
+* ``docs/architecture.md`` names every module (and no module that is gone), its
+  state diagram is ``hermesd.jobs.TRANSITIONS``, and its import rules hold;
+* ``docs/operations.md`` has every exit code, and the shell completion it
+  documents works.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from hermesd.jobs import TRANSITIONS
+from hermesd.protocol import EXIT_CODES
+from tests.harness import ROOT
+
+DOCS = ROOT / "docs"
+PACKAGES = ("hermesd", "child", "client", "batch")
+BIN = Path(sys.executable).parent
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_protocol", DOCS / "gen_protocol.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_protocol_reference_is_generated_from_the_code():
+    generated = _generator().render()
+    committed = (DOCS / "protocol.md").read_text(encoding="utf-8")
+    assert committed == generated, ("docs/protocol.md is out of date: run `.venv/bin/python docs/gen_protocol.py` "
+                                    "and commit docs/protocol.md with your change")
+
+
+def test_protocol_reference_covers_every_op_code_and_event():
+    from hermesd.handlers import CHILD_HANDLERS, HANDLERS
+
+    text = (DOCS / "protocol.md").read_text(encoding="utf-8")
+    for name in [*HANDLERS, *CHILD_HANDLERS]:
+        assert f"#### `{name}`" in text
+    for code, status in EXIT_CODES.items():
+        assert f"| `{code}` | {status} |" in text
+    for etype in ("job.queued", "job.state", "job.progress", "async_delegation", "daemon.started"):
+        assert f"| `{etype}` |" in text
+    assert "(not described yet)" not in text, "describe new event types in EVENT_MEANINGS of docs/gen_protocol.py"
+
+
+def modules() -> set[str]:
+    """Every Python module of the four packages, as a path relative to the repository."""
+    return {str(p.relative_to(ROOT)) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+            if "__pycache__" not in p.parts}
+
+
+def test_architecture_names_every_module_and_only_real_ones():
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    missing = sorted(m for m in modules() if m not in text)
+    assert not missing, f"docs/architecture.md does not describe {missing}: add them to its module map"
+    named = set(re.findall(r"`((?:%s)/[\w/]+\.py)`" % "|".join(PACKAGES), text))
+    gone = sorted(m for m in named if not (ROOT / m).exists())
+    assert not gone, f"docs/architecture.md names modules that do not exist: {gone}"
+
+
+def test_architecture_state_diagram_is_the_state_machine():
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    diagram = text.split("```mermaid", 1)[1].split("```", 1)[0]
+    edges = set(re.findall(r"^\s*(\w+) --> (\w+)\s*$", diagram, re.M))
+    assert edges == {(old, new) for old, news in TRANSITIONS.items() for new in news}
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_architecture_import_rules_hold():
+    allowed_daemon = {"hermesd", "hermesd.protocol", "hermesd.paths", "hermesd.config"}
+    broken = []
+    for module in sorted(modules()):
+        top = module.split("/")[0]
+        names = _imports(ROOT / module)
+        roots = {n.split(".")[0] for n in names}
+        if top in ("client", "child"):
+            daemon = {n for n in names if n.split(".")[0] == "hermesd"}
+            bad = {n for n in daemon if n not in allowed_daemon and not n.startswith("hermesd.protocol.")
+                   and not n.startswith("hermesd.paths.") and not n.startswith("hermesd.config.")}
+            broken += [f"{module} imports {n}" for n in sorted(bad)]
+        if top == "batch":
+            broken += [f"{module} imports {r}" for r in sorted(roots & {"client", "child"})]
+        if top == "hermesd":
+            broken += [f"{module} imports {r}" for r in sorted(roots & {"client", "child", "anthropic", "openai"})]
+    assert not broken, "architecture rules broken:\n" + "\n".join(broken)
+
+
+def test_operations_documents_every_exit_code_and_existing_units():
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    for code, status in EXIT_CODES.items():
+        assert f"| `{code}` | {status} |" in text, f"exit code of {code} missing from docs/operations.md"
+    for ref in set(re.findall(r"(?<![\w/])systemd/[\w./{},-]+", text)):
+        ref = ref.rstrip(".,")
+        expanded = [ref]
+        if "{" in ref:
+            head, alts, tail = re.match(r"(.*)\{(.*)\}(.*)", ref).groups()
+            expanded = [f"{head}{alt}{tail}" for alt in alts.split(",")]
+        for path in expanded:
+            assert (ROOT / path).exists(), f"docs/operations.md names {path}, which does not exist"
+
+
+def test_documented_shell_completion_works():
+    env = {**os.environ, "_HERMESCTL_COMPLETE": "bash_source"}
+    script = subprocess.run([str(BIN / "hermesctl")], env=env, capture_output=True, text=True, timeout=30)
+    assert script.returncode == 0 and "complete -o nosort -F _hermesctl_completion hermesctl" in script.stdout
+    env = {**os.environ, "_HERMESCTL_COMPLETE": "bash_complete", "COMP_WORDS": "hermesctl de", "COMP_CWORD": "1"}
+    words = subprocess.run([str(BIN / "hermesctl")], env=env, capture_output=True, text=True, timeout=30)
+    assert "plain,delegate" in words.stdout.splitlines()
+    env = {**os.environ, "_HERMESCTL_COMPLETE": "zsh_source"}
+    zsh = subprocess.run([str(BIN / "hermesctl")], env=env, capture_output=True, text=True, timeout=30)
+    assert zsh.stdout.startswith("#compdef hermesctl")
