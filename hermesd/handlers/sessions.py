@@ -8,7 +8,7 @@ from hermesd import jobs as jobs_mod
 from hermesd.delegation import child_toolsets, stop_foreground_children
 from hermesd.handlers import op, restore_hooks, setup_hooks
 from hermesd.protocol import ProtocolError, arg
-from hermesd.sessions import Sessions, text_of
+from hermesd.sessions import Sessions, display_text
 
 MAX_TEXT_BYTES = 256 * 1024
 SLASH_COMMANDS = {"/background": "/background PROMPT — run PROMPT as a fresh background agent; its result "
@@ -106,6 +106,6 @@ async def session_history(d, args: dict[str, Any]) -> dict[str, Any]:
     service: Sessions = d.services["sessions"]
     session = arg(args, "session", str)
     service.require(session)
-    return {"messages": [{"role": m["role"], "content": text_of(m["content"]), "blocks": m["content"],
+    return {"messages": [{"role": m["role"], "content": display_text(m["content"]), "blocks": m["content"],
                           "time": m["time"], "job": m["job"], "notification": m["notification"]}
                          for m in service.history(session, arg(args, "limit", int, 10000))]}
