@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
+def wait_for(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02, what: str = "condition") -> Any:
     """Poll ``cond`` until it returns a truthy value; raise AssertionError after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -123,7 +123,7 @@ class DaemonProc:
         args.setdefault("cwd", str(self.work))
         return self.call("delegate", goal=goal, **args)
 
-    def wait_job(self, job_id: str, timeout: float = 30.0) -> dict[str, Any]:
+    def wait_job(self, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
         """Block until the job is terminal; returns its record."""
         answer = self.conn(timeout=timeout + 5).call("wait", timeout + 5, id=job_id, timeout=timeout)
         assert answer["done"], f"job {job_id} still {answer['job']['status']} after {timeout}s"

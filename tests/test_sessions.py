@@ -98,7 +98,7 @@ def test_background_completions_arrive_as_new_turns_exactly_once(make_daemon, ap
     assert len(dispatched) == 3
     # the session goes on talking while the children work
     slow = _send(d, "main", "talk slowly please")["turn"]
-    wait_for(lambda: len([m for m in _history(d, "main") if m["notification"]]) == 3, timeout=30,
+    wait_for(lambda: len([m for m in _history(d, "main") if m["notification"]]) == 3, timeout=60,
              what="three deliveries")
     history = _history(d, "main")
     delivered = [m["notification"] for m in history if m["notification"]]
@@ -139,7 +139,7 @@ def test_depth_limit_and_foreground_group_results_in_order(make_daemon, api):
     brain = Brain(child_delay=0.2)
     api.default = brain
     d = _daemon(make_daemon, api)
-    turn = d.wait_job(_send(d, "s", "delegate foreground group")["turn"]["id"], timeout=30)
+    turn = d.wait_job(_send(d, "s", "delegate foreground group")["turn"]["id"], timeout=90)
     assert turn["status"] == "completed"
     content = brain.tool_results[-1]
     results = json.loads(content if isinstance(content, str) else content[0]["text"])
@@ -166,7 +166,7 @@ def test_kill9_between_completion_and_delivery_delivers_once(make_daemon, api):
     d.kill9()
     brain.slow_turn = 0.1
     d.start()
-    wait_for(lambda: len([m for m in _history(d, "main") if m["notification"]]) >= 3, timeout=30,
+    wait_for(lambda: len([m for m in _history(d, "main") if m["notification"]]) >= 3, timeout=60,
              what="deliveries after restart")
     d.stop()
     d.start()  # a second restart must not deliver again
@@ -188,9 +188,9 @@ def test_slash_background_tasks_and_stop(make_daemon, api):
     assert d.call("job", id=answer["delegation_id"])["status"] in ("starting", "running")
     stopped = _send(d, "ops", "/stop")["stopped"]
     assert answer["delegation_id"] in stopped
-    final = d.wait_job(answer["delegation_id"], timeout=10)
+    final = d.wait_job(answer["delegation_id"], timeout=30)
     assert final["status"] == "interrupted"
-    wait_for(lambda: not [p for p in d.children() if "child" in " ".join(p.cmdline())], timeout=10,
+    wait_for(lambda: not [p for p in d.children() if "child" in " ".join(p.cmdline())], timeout=30,
              what="no child of the session alive")
     wait_for(lambda: any(m["notification"] == answer["delegation_id"] for m in _history(d, "ops")),
              what="the /background result delivered back to the session")
@@ -200,7 +200,7 @@ def test_slash_background_result_arrives(make_daemon, api):
     api.default = Brain(child_delay=0.1)
     d = _daemon(make_daemon, api)
     answer = _send(d, "s2", "/background summarise the logs")
-    wait_for(lambda: any(m["notification"] == answer["delegation_id"] for m in _history(d, "s2")), timeout=20,
+    wait_for(lambda: any(m["notification"] == answer["delegation_id"] for m in _history(d, "s2")), timeout=60,
              what="delivery")
     msgs = _history(d, "s2")
     assert "Status: completed" in msgs[0]["content"] and msgs[1]["role"] == "assistant"
