@@ -164,7 +164,8 @@ class Board:
                 + (" (stopping)" if st.get("stopping") else ""))
 
     def batches(self) -> list[str]:
-        """One line per batch job: status, processed/total, done/failed/discarded, rate and ETA.
+        """A line per batch job: status, processed/total, done/failed/discarded, rate and ETA
+        (and, once it ended, its summary on a second line).
 
         Counts come from the batch's progress events, else from its items' records.
         """
@@ -185,9 +186,9 @@ class Board:
                 line += f", {prog['rate_per_minute']:g}/min"
             if prog.get("eta_seconds") is not None and rec.get("status") not in TERMINAL:
                 line += f", ETA {prog['eta_seconds']:.0f}s"
-            if rec.get("status") in TERMINAL and rec.get("summary"):
-                line += f"  {render.short(rec['summary'], 60)}"
             lines.append(line)
+            if rec.get("status") in TERMINAL and rec.get("summary"):
+                lines.append(f"  {render.short(rec['summary'], 60)}")
         return lines
 
 
@@ -198,17 +199,19 @@ def load(conn: Connection, board: Board, backlog: int = BACKLOG_EVENTS) -> Board
     start = max(board.last_seq, (board.status.get("last_seq") or 0) - backlog)
     for event in conn.follow(start, follow=False):
         board.apply(event)
-    fetch_parents(conn, board)
+    board.add_jobs(fetch_jobs(conn, board.missing_parents()[:50]))
     return board
 
 
-def fetch_parents(conn: Connection, board: Board, limit: int = 50) -> None:
-    """Load the records of parents the board refers to but does not have (best effort)."""
-    for job_id in board.missing_parents()[:limit]:
+def fetch_jobs(conn: Connection, ids: Iterable[str]) -> list[dict[str, Any]]:
+    """The records of the jobs ``ids`` that exist (best effort: unknown ids are skipped)."""
+    found = []
+    for job_id in ids:
         try:
-            board.add_jobs([conn.call("job", id=job_id)])
+            found.append(conn.call("job", id=job_id))
         except ProtocolError:
             continue
+    return found
 
 
 def snapshot_text(board: Board) -> str:

@@ -23,7 +23,7 @@ from textual.widgets import Footer, Header, RichLog, Static, Tree
 
 from client import render
 from client.connection import ClientError, Connection
-from client.top import TERMINAL, Board, Node, fetch_parents, load
+from client.top import TERMINAL, Board, Node, fetch_jobs, load
 from hermesd.protocol import ProtocolError
 
 STATUS_STYLE = {"queued": "yellow", "starting": "cyan", "running": "bold cyan", "completed": "green",
@@ -126,6 +126,7 @@ class TopApp(App):
     def _controller(self) -> None:
         conn = Connection(self.runtime_dir, timeout=self.timeout)
         offsets: dict[str, int] = {}
+        tried: set[str] = set()
         try:
             while not self._stop.is_set():
                 try:
@@ -138,10 +139,12 @@ class TopApp(App):
                     self._post("status", conn.call("status"))
                     if self.log_job:
                         self._tail(conn, self.log_job, offsets)
-                    parents = Board()
-                    parents.jobs = dict(self.board.jobs)
-                    fetch_parents(conn, parents, limit=10)
-                    self._post("jobs", [r for i, r in parents.jobs.items() if i not in self.board.jobs])
+                    snapshot = Board()
+                    snapshot.jobs = dict(self.board.jobs)  # one C-level copy: safe against the UI thread
+                    wanted = [p for p in snapshot.missing_parents() if p not in tried][:10]
+                    tried.update(wanted)
+                    if wanted:
+                        self._post("jobs", fetch_jobs(conn, wanted))
                 except (ClientError, ProtocolError) as err:
                     self._post("disconnected", err.message)
                     conn.close()
