@@ -157,10 +157,17 @@ class ProcessManager:
         self._by_pid: dict[int, Child] = {}
 
     def start(self, job: str, *, cwd: str, log_path: Path, env: dict[str, str],
-              argv: list[str] | None = None) -> Child:
-        """Spawn the child of ``job``.  Raises ``OSError`` when it cannot start."""
-        argv = argv or [sys.executable, "-m", "child"]
-        extra = {"HERMES_JOB_ID": job, SUPERVISOR_ENV: self.supervisor_id, "HERMES_DAEMON_PID": str(os.getpid())}
+              argv: list[str] | None = None, title: list[str] = ()) -> Child:
+        """Spawn the child of ``job``.  Raises ``OSError`` when it cannot start.
+
+        ``title`` words follow ``python -m child`` in argv: they show in ``ps``
+        from the first instant and reserve the room setproctitle then rewrites
+        (``SPT_NOENV=1`` keeps it from clobbering the environment, which must
+        stay readable in ``/proc/PID/environ`` for the leftover sweep).
+        """
+        argv = argv or [sys.executable, "-m", "child", job, *title]
+        extra = {"HERMES_JOB_ID": job, SUPERVISOR_ENV: self.supervisor_id, "HERMES_DAEMON_PID": str(os.getpid()),
+                 "SPT_NOENV": "1"}
         handle = self.os.spawn(argv, cwd=cwd, env=child_env(os.environ, {**env, **extra}), log_path=log_path)
         child = Child(job, handle.pid, handle)
         self.children[job] = child

@@ -133,7 +133,8 @@ class Runner:
             child = self.procs.start(job_id, cwd=row.get("cwd") or str(self.job_dir(job_id)),
                                      log_path=self.log_path(job_id),
                                      env={"HERMES_CHILD_SOCKET": str(self.children_socket),
-                                          "HERMES_CHILD_TOKEN": token})
+                                          "HERMES_CHILD_TOKEN": token},
+                                     title=[row["kind"], " ".join(str(row.get("goal") or "").split())[:80]])
         except OSError as exc:
             self.tokens.pop(job_id, None)
             self.jobs.transition(job_id, "failed", exit_reason="error", error=f"could not start child: {exc}")
@@ -168,7 +169,7 @@ class Runner:
             "max_spawn_depth": deleg.max_spawn_depth, "auto_approve": deleg.subagent_auto_approve,
             "limits": {"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
                        "terminal_timeout_seconds": cfg.limits.terminal_timeout_seconds},
-            "script": None, "history": None, "system_prompt": None, "record_trajectory": False,
+            "script": None, "history": None, "system_prompt": None, "record_trajectory": True,
         }
         spec.update(extra)
         hook = self.spec_hooks.get(row["kind"])

@@ -1,0 +1,91 @@
+"""The agent runtime inside real child processes, driven through the daemon."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import psutil
+
+from tests.harness import wait_for
+
+LONG_TOOL = [{"text": "about to run a long command",
+              "tool_calls": [{"name": "terminal", "input": {"command": "echo started; sleep 100", "timeout": 300}}]},
+             {"text": "never reached"}]
+
+
+def _child_of(daemon, job_id):
+    return next((p for p in daemon.children() if p.environ().get("HERMES_JOB_ID") == job_id
+                 and "child" in " ".join(p.cmdline())), None)
+
+
+def test_child_interrupted_mid_tool_reports_within_two_seconds(daemon):
+    rec = daemon.delegate("interrupt me", script=LONG_TOOL)
+    wait_for(lambda: any(p.name() == "sleep" for p in daemon.children()), what="the long command")
+    child = _child_of(daemon, rec["id"])
+    t0 = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    final = daemon.wait_job(rec["id"], timeout=10)
+    elapsed = time.monotonic() - t0
+    assert final["status"] == "interrupted"
+    assert final["exit_reason"] == "interrupted"
+    assert "about to run a long command" in final["summary"]
+    assert elapsed < 2.0, f"took {elapsed:.2f}s"
+    wait_for(lambda: daemon.children() == [], timeout=10, what="the command's process group gone")
+
+
+def test_runaway_command_killed_at_its_timeout_with_its_group(daemon):
+    script = [{"tool_calls": [{"name": "terminal",
+                               "input": {"command": "sleep 100 & sleep 100 & echo spawned; wait", "timeout": 1}}]},
+              {"text": "gave up on the runaway command"}]
+    rec = daemon.delegate("runaway", script=script)
+    final = daemon.wait_job(rec["id"])
+    assert final["status"] == "completed"
+    assert final["trace"][0]["name"] == "terminal" and final["trace"][0]["ok"] is False
+    assert not [p for p in daemon.children() if p.name() == "sleep"]
+
+
+def test_child_timeout_ends_timed_out(make_daemon):
+    d = make_daemon({"delegation": {"child_timeout_seconds": 1}})
+    rec = d.delegate("too slow", script=[{"text": "thinking hard", "sleep": 60}])
+    final = d.wait_job(rec["id"], timeout=30)
+    assert final["status"] == "timed_out" and final["exit_reason"] == "timeout"
+
+
+def test_result_trajectory_is_sharegpt(daemon):
+    script = [{"thinking": "I should look around", "text": "checking",
+               "tool_calls": [{"name": "terminal", "input": {"command": "echo hi"}}]},
+              {"thinking": "done", "text": "all good"}]
+    rec = daemon.delegate("trajectory please", script=script)
+    assert daemon.wait_job(rec["id"])["status"] == "completed"
+    out = daemon.ctl("result", rec["id"], "--trajectory", "--json")
+    assert out.returncode == 0, out.stderr
+    traj = json.loads(out.stdout)["trajectory"]
+    roles = [t["from"] for t in traj["conversations"]]
+    assert roles[:2] == ["system", "human"] and "gpt" in roles and "tool" in roles
+    gpt = [t["value"] for t in traj["conversations"] if t["from"] == "gpt"]
+    assert "<think>" in gpt[0] and "<tool_call>" in gpt[0]
+    assert traj["has_reasoning"] is True
+
+
+def test_dangerous_command_denied_in_children(daemon):
+    script = [{"tool_calls": [{"name": "terminal", "input": {"command": "rm -rf /"}}]}, {"text": "refused"}]
+    rec = daemon.delegate("be dangerous", script=script)
+    final = daemon.wait_job(rec["id"])
+    assert final["trace"][0]["ok"] is False
+
+
+def test_child_process_title_and_environment(daemon):
+    rec = daemon.delegate("title check goal", script=[{"text": "x", "sleep": 30}])
+    child = wait_for(lambda: _child_of(daemon, rec["id"]), what="child")
+    wait_for(lambda: " ".join(child.cmdline()).startswith("hermes-child"), what="process title")
+    assert " ".join(child.cmdline()).startswith(f"hermes-child {rec['id']}")
+    env = child.environ()
+    assert "NOTIFY_SOCKET" not in env and env["HERMES_JOB_ID"] == rec["id"]
+    assert child.pid == psutil.Process(child.pid).pid and child.ppid() == daemon.proc.pid
+    import os
+
+    assert os.getpgid(child.pid) == child.pid and os.getsid(child.pid) == child.pid
+    daemon.call("cancel", id=rec["id"])
+    daemon.wait_job(rec["id"])
