@@ -143,7 +143,15 @@ class Runner:
         self.jobs.update(job_id, pid=child.pid, proc_start=self.procs.os.start_time(child.pid))
         timeout = (row.get("spec") or {}).get("timeout_seconds") or self.config.delegation.child_timeout_seconds
         # the child enforces its own wall clock; the daemon's timer is the backstop
-        self._timeouts[job_id] = self.loop.call_later(float(timeout) + 5.0, self.stop, job_id, "timeout")
+        self._timeouts[job_id] = self.loop.call_later(float(timeout) + 5.0, self._on_timeout, job_id)
+
+    def _on_timeout(self, job_id: str) -> None:
+        """The daemon's backstop for ``child_timeout_seconds`` (the child has its own clock)."""
+        row = self.jobs.get(job_id)
+        if row is not None and row["status"] not in jobs_mod.TERMINAL:
+            self.stop(job_id, "timeout")
+        elif job_id in self.procs.children:  # reported, but the process lingers
+            self.procs.stop(job_id, "timeout")
 
     # child reports -------------------------------------------------------
 
