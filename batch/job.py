@@ -55,6 +55,7 @@ class BatchRun:
         self.checkpoint = Checkpoint(self.run_dir)
         self.pending: deque[Prompt] = deque()
         self.in_flight: set[int] = set()
+        self.ending: set[int] = set()  # in flight, outcome recorded, slot not yet free
         self.failed_now: set[int] = set()
         self.problems: list[str] = []
         self.closed = False
@@ -136,6 +137,7 @@ class BatchRun:
     def on_freed(self, index: int) -> None:
         """An item's worker slot is free: start the next prompt."""
         self.in_flight.discard(index)
+        self.ending.discard(index)
         self.fill()
 
     def _maybe_finish(self) -> None:
@@ -148,6 +150,7 @@ class BatchRun:
         """Record how prompt ``o.index`` ended (see the module doc)."""
         if self.closed:
             return
+        self.ending.add(o.index)
         result = o.result or {}
         trajectory = result.get("trajectory") if isinstance(result.get("trajectory"), dict) else None
         partial = o.status == "timed_out" or result.get("exit_reason") == "max_turns"
@@ -213,11 +216,12 @@ class BatchRun:
         pending, processed, rate_per_minute, eta_seconds`` (None while unknown)."""
         ckpt = self.checkpoint
         done, discarded = len(ckpt.done & self.scope), len(set(ckpt.discarded) & self.scope)
-        left = len(self.pending) + len(self.in_flight)
+        running = len(self.in_flight - self.ending)
+        left = len(self.pending) + running
         elapsed = clock.monotonic() - self._started
         rate = self.settled_now / elapsed * 60.0 if elapsed > 0 and self.settled_now else 0.0
         return {"total": len(self.scope), "done": done, "discarded": discarded, "failed": len(self.failed_now),
-                "running": len(self.in_flight), "pending": len(self.pending),
+                "running": running, "pending": len(self.pending),
                 "processed": done + discarded + len(self.failed_now), "rate_per_minute": round(rate, 2),
                 "eta_seconds": round(left / rate * 60.0, 1) if rate else None}
 

@@ -88,10 +88,12 @@ class ProgressView:
         self.last_line = 0.0
         self.bar = None
         if self.mode == "tty":
+            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-            self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[counts]}"), console=render.console())
+            click.echo(f"{self.job}: {record['run_dir']}")
+            self.bar = Progress(BarColumn(bar_width=24), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
+                                console=Console(highlight=False))
             self.bar.start()
             self.task = self.bar.add_task(record["run_name"], total=1, counts="")
         self.update(record.get("progress") or {})
@@ -103,7 +105,9 @@ class ProgressView:
         if self.mode == "json":
             render.emit_json({"job": self.job, "progress": p})
         elif self.bar is not None:
-            self.bar.update(self.task, total=max(1, p["total"]), completed=p["processed"], counts=progress_text(p))
+            counts = (f"done {p['done']} failed {p['failed']} discarded {p['discarded']} · "
+                      f"{p.get('rate_per_minute') or 0:.0f}/min · ETA {eta_text(p.get('eta_seconds'))}")
+            self.bar.update(self.task, total=max(1, p["total"]), completed=p["processed"], counts=counts)
         elif time.monotonic() - self.last_line >= PLAIN_INTERVAL or p["processed"] >= p["total"]:
             self.last_line = time.monotonic()
             click.echo(f"{self.job}: {p['processed']}/{p['total']} · {progress_text(p)}")
