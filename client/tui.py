@@ -187,12 +187,13 @@ class TopApp(App):
 
     def _take(self, kind: str, payload: Any) -> bool:
         if kind == "board":
-            payload.events.clear()
             payload.jobs = {**self.board.jobs, **payload.jobs}
             self.board = payload
+            for event in list(payload.events)[-20:]:
+                self._show_event(event)
         elif kind == "event":
             self.board.apply(payload)
-            self.events_panel.write(Text(render.event_text(payload).splitlines()[0]))
+            self._show_event(payload)
         elif kind == "status":
             self.board.status = payload
             self.connected = True
@@ -207,6 +208,9 @@ class TopApp(App):
         elif kind == "note":
             self.notify(payload[0], severity=payload[1], markup=False)
         return kind in ("board", "event", "status", "jobs")
+
+    def _show_event(self, event: dict[str, Any]) -> None:
+        self.events_panel.write(Text(render.event_text(event).splitlines()[0]))
 
     def _show(self) -> None:
         if self.connected:
