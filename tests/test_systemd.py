@@ -163,7 +163,7 @@ def listener(tmp_path):
 
 
 def test_notify_ready_status_watchdog_reload_stopping(make_daemon, listener):
-    watchdog_usec = 600_000
+    watchdog_usec = 1_000_000
     d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path), "WATCHDOG_USEC": str(watchdog_usec)})
     ready = wait_for(lambda: listener.having("READY", "1"), what="READY=1")
     assert "running" in ready[0][1]["STATUS"] and ready[0][1]["MAINPID"] == str(d.proc.pid)
