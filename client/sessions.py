@@ -59,9 +59,11 @@ def _print_deliveries(runtime_dir: Any, session: str, since: int, stop: threadin
 
 
 @click.command()
+@json_option
 @click.argument("session", default="main")
 def chat(session: str) -> None:
-    """Talk to SESSION interactively (default: main).  Background results appear as they are delivered."""
+    """Talk to SESSION interactively (default: main).  Background results appear as they are delivered.
+    With --json each turn's job record is printed as one JSON line."""
     obj = click.get_current_context().find_root().obj
     since = conn().call("events_since", since=0, limit=1)["last_seq"]
     stop = threading.Event()
@@ -79,9 +81,9 @@ def chat(session: str) -> None:
         answer = _send(session, text)
         if "turn" in answer:
             record = _wait(answer["turn"]["id"], None)
-            click.echo(f"agent> {_reply_text(record)}")
+            show(record, lambda r: f"agent> {_reply_text(r)}")
         else:
-            click.echo(render.short(answer, 2000) if not is_json() else answer)
+            show(answer, lambda a: render.short(a, 2000))
     stop.set()
     sys.exit(0)
 
