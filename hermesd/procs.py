@@ -40,6 +40,7 @@ import psutil
 PR_SET_CHILD_SUBREAPER = 36
 SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 SUPERVISOR_ENV = "HERMES_SUPERVISOR"
+CHILD_ARGV = (sys.executable, "-m", "child")
 
 
 class OS:
@@ -53,6 +54,9 @@ class OS:
         with open(log_path, "ab", buffering=0) as log:
             return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+
+    def warm(self) -> None:
+        """Prepare fast starts (nothing to do for cold starts)."""
 
     def kill(self, pid: int, sig: int) -> bool:
         """Send ``sig`` to ``pid``; False when it is already gone."""
@@ -105,6 +109,43 @@ class OS:
             return psutil.Process(pid).create_time()
         except psutil.Error:
             return None
+
+
+class ForkServerOS(OS):
+    """``supervisor.start_method: forkserver``: children forked from a warm template.
+
+    The template is :mod:`hermesd.zygote` (it has already imported the child
+    runtime and the provider SDKs); its children are re-parented to hermesd,
+    so reaping, signals and the lifeline work exactly as for a cold child.
+    Until the zygote is warm, after it died, for any other program than the
+    child runtime, or where hermesd is not a subreaper, :meth:`spawn` starts
+    the child cold (``OS.spawn``).  ``supervisor_id`` goes into the zygote's
+    environment, so leftover sweeps find its children.
+    """
+
+    def __init__(self, supervisor_id: str):
+        from hermesd.zygote import ZygoteClient
+
+        self.zygote = ZygoteClient(child_env(os.environ, {SUPERVISOR_ENV: supervisor_id,
+                                                          "HERMES_DAEMON_PID": str(os.getpid())}))
+
+    def warm(self) -> None:
+        """Start the zygote (it warms up in the background)."""
+        self.zygote.start()
+
+    def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
+        """Fork ``argv`` (the child runtime) from the zygote, or start it cold; see the class doc."""
+        if tuple(argv[:3]) == CHILD_ARGV:  # the title words after it need no room: the zygote has it
+            handle = self.zygote.spawn(cwd=cwd, env=env, log_path=str(log_path))
+            if handle is not None:
+                return handle
+        return super().spawn(argv, cwd=cwd, env=env, log_path=log_path)
+
+
+def make_os(start_method: str, supervisor_id: str = "") -> OS:
+    """The OS seam for ``supervisor.start_method``: ``spawn`` (a new interpreter per
+    child, the default) or ``forkserver`` (:class:`ForkServerOS`)."""
+    return ForkServerOS(supervisor_id) if start_method == "forkserver" else OS()
 
 
 def become_subreaper() -> bool:

@@ -31,7 +31,7 @@ from hermesd.delivery import Delivery
 from hermesd.events import EventLog
 from hermesd.handlers import CHILD_HANDLERS, HANDLERS, WORK_OPS
 from hermesd.jobs import ACTIVE, JobTable
-from hermesd.procs import ProcessManager, become_subreaper, sweep_leftovers
+from hermesd.procs import ProcessManager, become_subreaper, make_os, sweep_leftovers
 from hermesd.protocol import ProtocolError
 from hermesd.runner import Runner
 from hermesd.scheduler import Scheduler
@@ -99,7 +99,8 @@ class Daemon:
                                    {"session:": 1, "group:": deleg.max_concurrent_children})
         self.loop = asyncio.get_running_loop()
         self.procs = ProcessManager(self.loop, self._on_child_exit, grace=sup.interrupt_grace_seconds,
-                                    supervisor_id=self.supervisor_id)
+                                    supervisor_id=self.supervisor_id,
+                                    os_seam=make_os(sup.start_method, self.supervisor_id))
         self.runner = Runner(self.config, self.jobs, self.scheduler, self.procs, self.sockets.children, self.loop)
         from hermesd.handlers import setup_hooks
 
@@ -157,6 +158,7 @@ class Daemon:
         self._open_state()
         become_subreaper()
         self._reconcile()
+        self.procs.os.warm()  # supervisor.start_method: forkserver starts its zygote (after the sweep)
         self._bind()
         loop = self.loop
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -252,7 +254,8 @@ class Daemon:
         log.info("shutting down (%s)", reason)
         self.stopping = True
         self.runner.accepting = False
-        self.notifier.notify(STOPPING="1", STATUS="stopping")
+        grace = self.config.supervisor.stop_timeout_seconds + 2 * self.config.supervisor.interrupt_grace_seconds + 3
+        self.notifier.notify(STOPPING="1", STATUS="stopping", EXTEND_TIMEOUT_USEC=str(int(grace * 1_000_000)))
         self._done.set()
 
     def reload(self) -> dict[str, Any]:

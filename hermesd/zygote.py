@@ -1,0 +1,435 @@
+"""Warm start: a template process ("zygote") that forks children already warm.
+
+A cold child (``python -m child``) pays for a new interpreter and for its
+imports (zmq, msgpack, the agent runtime, ``import anthropic`` ~1.4 s) every
+time.  With ``supervisor.start_method: forkserver`` hermesd starts one zygote,
+``python -m hermesd.zygote``, which imports the child runtime and the provider
+SDKs once, freezes those objects out of the garbage collector (so that forked
+children share their pages copy-on-write) and then forks a child per request.
+
+Who is whose parent — the design in one paragraph.  A child forked directly
+by the zygote would have the zygote as its parent: its ``PR_SET_PDEATHSIG``
+would fire when the *zygote* dies rather than the daemon, and the daemon could
+not ``waitpid`` it.  So the zygote double-forks: it forks an intermediate
+process, which forks the child and exits at once.  The orphaned child is
+re-parented by the kernel to the nearest child subreaper above it — hermesd,
+which is one (``PR_SET_CHILD_SUBREAPER``) — and only *then* arms its lifeline
+against the daemon's pid (arming before would fire when the intermediate
+exits).  From there on a warm child is indistinguishable from a cold one for
+the daemon: its parent is hermesd, hermesd reaps it through ``SIGCHLD`` and
+learns its exit status, ``killpg(pid)`` reaches its process group, and
+``PDEATHSIG`` fires when hermesd dies.  When the daemon is not a subreaper
+(not Linux) the warm path is not used.
+
+What a forked child must not share with the zygote, and where it is redone:
+
+* session and process group — ``setsid()`` in the child (it leads both);
+* working directory, stdin (``/dev/null``), stdout/stderr (the job's log,
+  appended), environment (``os.environ`` replaced, ``putenv`` included);
+* file descriptors — every inherited descriptor is closed (as ``close_fds``);
+* RNG state — ``random`` reseeded, entropy mixed into OpenSSL's pool;
+* event loop and zmq context — the zygote creates neither (it only imports);
+  the asyncio policy and a ``zmq.Context.instance()`` are reset anyway, and
+  the child's :class:`child.channel.Channel` makes its own context;
+* signal dispositions — back to the defaults of a fresh interpreter;
+* process title and lifeline — done by the child entry (``child.__main__``).
+
+One thing cannot be redone: ``/proc/PID/environ`` of a forked child shows the
+environment the *zygote* was started with, not ``os.environ``.  The zygote is
+therefore started with ``HERMES_SUPERVISOR`` (so leftover sweeps and tests
+find warm children), ``HERMES_ZYGOTE=1`` (so one can tell a warm child from a
+cold one) and ``SPT_NOENV=1`` (otherwise setproctitle would overwrite that
+environment area with the title, in the zygote and so in every child; the
+title then fits in the zygote's long command line).  The commands a child's
+tools run are executed afresh and carry the child's full environment,
+``HERMES_JOB_ID`` included.
+
+Wire format between daemon and zygote (a private ``socketpair``): 4-byte
+big-endian length, then a msgpack map.  The zygote first sends
+``{"ready": true, "pid", "seconds"}``; then each request
+``{"cwd", "env", "log_path", "entry"}`` is answered ``{"pid"}`` or
+``{"errno", "error"}``.  The daemon never waits for the zygote to warm up: until
+it is ready (or after it died), children start cold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import logging
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+log = logging.getLogger("hermesd")
+
+ENTRY = "child.__main__:main"
+"""What a forked child runs (``module:function`` returning an exit status)."""
+
+PRELOAD = ("zmq", "msgpack", "psutil", "setproctitle", "child.__main__", "child.channel", "child.agent",
+           "child.messages", "child.trajectory", "child.tools.registry", "child.tools.terminal", "child.tools.files",
+           "child.tools.web", "child.tools.delegation", "child.tools.kanban", "child.providers.select",
+           "child.providers.scripted", "child.providers.anthropic", "child.providers.openai_compat",
+           "anthropic", "anthropic.types", "anthropic.resources.messages", "openai", "ssl")
+"""Modules the zygote imports before it says ready (missing ones are skipped)."""
+
+MARK_ENV = "HERMES_ZYGOTE"
+READY_LINE = "warm and ready"
+"""Printed by the zygote on the daemon's stderr once it is warm."""
+READY_TIMEOUT = 120.0
+REPLY_TIMEOUT = 15.0
+RESTART_AFTER = 10.0
+"""Seconds between two starts of a zygote that keeps dying."""
+
+PR_SET_PDEATHSIG = 1
+PR_GET_CHILD_SUBREAPER = 37
+_HEADER = struct.Struct("!I")
+
+
+# framing ------------------------------------------------------------------
+
+def send_msg(sock: socket.socket, obj: Any) -> None:
+    """Send one length-prefixed msgpack message."""
+    data = msgpack.packb(obj, use_bin_type=True)
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def recv_msg(sock: socket.socket) -> Any:
+    """Receive one message; ``None`` at end of stream."""
+    head = _recv_exact(sock, _HEADER.size)
+    if head is None:
+        return None
+    body = _recv_exact(sock, _HEADER.unpack(head)[0])
+    return None if body is None else msgpack.unpackb(body, raw=False)
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _prctl(option: int, arg: int) -> int:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return -1
+    if option == PR_GET_CHILD_SUBREAPER:
+        value = ctypes.c_int(0)
+        return value.value if libc.prctl(option, ctypes.byref(value), 0, 0, 0) == 0 else -1
+    return libc.prctl(option, arg, 0, 0, 0)
+
+
+def is_subreaper() -> bool:
+    """True when this process is a child subreaper (warm children need one to be re-parented to)."""
+    return _prctl(PR_GET_CHILD_SUBREAPER, 0) > 0
+
+
+# the daemon's side --------------------------------------------------------
+
+@dataclass
+class ForkedChild:
+    """Handle of a warm child: its ``pid`` (``returncode`` is set by the reaper)."""
+
+    pid: int
+    returncode: int | None = None
+
+
+class ZygoteClient:
+    """The daemon's handle on its zygote.
+
+    ``env``: the zygote's environment (see the module doc); ``preload``:
+    modules it imports.  Nothing here blocks on the zygote warming up.
+    """
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = PRELOAD):
+        # SPT_NOENV: setproctitle must leave the environment area alone (see the module doc)
+        self.env = {**env, MARK_ENV: "1", "SPT_NOENV": "1"}
+        self.preload = preload
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.info: dict[str, Any] | None = None
+        self._started = 0.0
+
+    def start(self) -> None:
+        """Start the zygote process (returns at once; it warms up on its own)."""
+        self.close()
+        ours, theirs = socket.socketpair()
+        self._started = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hermesd.zygote", str(theirs.fileno()), ",".join(self.preload)],
+                env=self.env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), start_new_session=True)
+        except OSError as exc:
+            ours.close()
+            log.warning("warm start unavailable: cannot start the zygote: %s", exc)
+            return
+        finally:
+            theirs.close()
+        self.sock, self.info = ours, None
+
+    def ready(self) -> bool:
+        """True once the zygote has said ready and is still there (never blocks)."""
+        if self.sock is None:
+            if time.monotonic() - self._started >= RESTART_AFTER:
+                self.start()
+            return False
+        try:
+            readable = select.select([self.sock], [], [], 0)[0]
+            if readable:  # the ready message, or end of stream (the zygote died)
+                msg = recv_msg(self.sock)
+                if not isinstance(msg, dict) or not msg.get("ready") or self.info is not None:
+                    raise ConnectionError("zygote went away")
+                self.info = msg
+                log.info("warm start ready: zygote pid %s, warmed up in %.2fs", msg.get("pid"), msg.get("seconds"))
+        except (OSError, ValueError, msgpack.UnpackException) as exc:
+            log.warning("warm start: zygote lost (%s); children start cold until it is back", exc)
+            self.close()
+            return False
+        if self.info is None and time.monotonic() - self._started > READY_TIMEOUT:
+            log.warning("warm start: zygote not ready after %.0fs; giving up on it", READY_TIMEOUT)
+            self.close()
+        return self.info is not None
+
+    def spawn(self, *, cwd: str, env: dict[str, str], log_path: str, entry: str = ENTRY) -> ForkedChild | None:
+        """Fork a child from the zygote; ``None`` when it is not ready (start the child cold).
+
+        Raises ``OSError`` when the child could not be set up (a missing
+        ``cwd``, an unwritable log) or the zygote failed in the middle of the
+        request (it is restarted later; the job fails rather than risk two
+        processes for it).
+        """
+        if not is_subreaper() or not self.ready():
+            return None
+        try:
+            send_msg(self.sock, {"cwd": cwd, "env": env, "log_path": log_path, "entry": entry})
+        except OSError:
+            self.close()
+            return None  # nothing was forked
+        try:
+            self.sock.settimeout(REPLY_TIMEOUT)
+            reply = recv_msg(self.sock)
+            self.sock.settimeout(None)
+        except (OSError, ValueError, msgpack.UnpackException) as exc:
+            reply = {"errno": 0, "error": f"no answer from the zygote: {exc}"}
+        if not isinstance(reply, dict) or not (reply.get("pid") or reply.get("error")):
+            reply = {"errno": 0, "error": "the zygote went away during the request"}
+        if reply.get("pid"):
+            return ForkedChild(int(reply["pid"]))
+        if reply.get("errno") == 0:
+            self.close()
+        raise OSError(int(reply.get("errno") or 0), f"warm start: {reply['error']}")
+
+    def close(self) -> None:
+        """Stop the zygote (its end of the socket closes; SIGKILL to be sure)."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.proc is not None:
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+            self.proc = None
+        self.info = None
+
+
+# the zygote's side --------------------------------------------------------
+
+def _arm_zygote_lifeline() -> None:
+    """Die with the daemon: SIGKILL on the parent's death, and a parent check."""
+    _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    expected = os.environ.get("HERMES_DAEMON_PID")
+    if expected and os.getppid() != int(expected):
+        os._exit(0)
+
+
+def _title(text: str) -> None:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(text)
+    except ImportError:  # pragma: no cover - a declared dependency
+        pass
+
+
+def warm_up(preload: tuple[str, ...]) -> list[str]:
+    """Import ``preload``; returns the names that failed (optional SDKs may be absent)."""
+    failed = []
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - an optional module; the child imports it itself if needed
+            failed.append(name)
+    import gc
+
+    gc.collect()
+    gc.freeze()  # keep the collector's writes off the shared pages
+    return failed
+
+
+def serve(fd: int, preload: tuple[str, ...]) -> int:
+    """The zygote's loop: warm up, say ready, fork a child per request until end of stream."""
+    started = time.monotonic()
+    _arm_zygote_lifeline()
+    _title("hermes-zygote (warming up)")
+    sock = socket.socket(fileno=fd)
+    failed = warm_up(preload)
+    _title("hermes-zygote")
+    seconds = time.monotonic() - started
+    send_msg(sock, {"ready": True, "pid": os.getpid(), "seconds": seconds, "failed": failed})
+    print(f"hermes-zygote[{os.getpid()}]: {READY_LINE} in {seconds:.2f}s (not imported: {', '.join(failed) or 'none'})",
+          file=sys.stderr, flush=True)
+    while True:
+        request = recv_msg(sock)
+        if request is None:
+            return 0
+        try:
+            reply = fork_child(request, sock)
+        except OSError as exc:
+            reply = {"errno": exc.errno or 0, "error": str(exc)}
+        send_msg(sock, reply)
+
+
+def fork_child(request: dict[str, Any], sock: socket.socket) -> dict[str, Any]:
+    """Double-fork one child for ``request``; returns ``{"pid"}`` or ``{"errno", "error"}``."""
+    rfd, wfd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    middle = os.fork()
+    if middle == 0:  # the intermediate: fork the child, then leave it to the subreaper
+        try:
+            os.close(rfd)
+            me = os.getpid()
+            if os.fork() == 0:
+                _become_child(request, wfd, sock, me)
+        except BaseException as exc:  # noqa: BLE001 - reported through the pipe
+            os.write(wfd, f"err {getattr(exc, 'errno', 0) or 0} fork failed: {exc}".encode())
+        os._exit(0)
+    os.close(wfd)
+    try:
+        os.waitpid(middle, 0)
+        status = _read_status(rfd, REPLY_TIMEOUT)
+    finally:
+        os.close(rfd)
+    kind, _, rest = status.partition(" ")
+    if kind == "ok":
+        return {"pid": int(rest)}
+    code, _, message = rest.partition(" ")
+    return {"errno": int(code) if code.isdigit() else 0, "error": message or "the child did not report"}
+
+
+def _read_status(fd: int, timeout: float) -> str:
+    data, deadline = b"", time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return "err 0 the child did not report its start in time"
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return data.decode(errors="replace")
+        data += chunk
+
+
+def _become_child(request: dict[str, Any], status_fd: int, sock: socket.socket, middle: int) -> None:
+    """In the forked child (``middle``: the intermediate's pid): set up its process the way
+    ``OS.spawn`` would, run the entry, exit."""
+    code = 1
+    try:
+        os.setsid()
+        try:
+            _redirect(request["cwd"], request["log_path"])
+        except OSError as exc:
+            os.write(status_fd, f"err {exc.errno or 0} {exc}".encode())
+            os._exit(127)
+        os.write(status_fd, f"ok {os.getpid()}".encode())
+        os.close(sock.detach())
+        os.closerange(3, _max_fd())  # the status pipe included: the zygote sees end of stream
+        _fresh_state(request["env"], request.get("entry") or ENTRY)
+        _await_new_parent(middle)
+        module, _, func = (request.get("entry") or ENTRY).partition(":")
+        code = getattr(importlib.import_module(module), func)()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the log keeps it; the exit status tells the daemon
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code if isinstance(code, int) else 1)
+
+
+def _redirect(cwd: str, log_path: str) -> None:
+    os.chdir(cwd)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    os.dup2(null_fd, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(null_fd)
+    os.close(log_fd)
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        return 65536
+
+
+def _fresh_state(env: dict[str, str], entry: str) -> None:
+    """Redo what a child must not share with the zygote (see the module doc)."""
+    os.environ.clear()
+    os.environ.update(env)
+    for path in reversed(env.get("PYTHONPATH", "").split(os.pathsep)):
+        if path and path not in sys.path:
+            sys.path.insert(0, path)  # as a new interpreter would
+    sys.argv = [sys.executable, "-m", entry.partition(":")[0]]
+    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import random
+
+    random.seed(os.urandom(32))
+    if "ssl" in sys.modules:
+        sys.modules["ssl"].RAND_add(os.urandom(32), 32.0)
+    if "asyncio" in sys.modules:
+        sys.modules["asyncio"].set_event_loop_policy(None)
+    if "zmq" in sys.modules:
+        sys.modules["zmq"].Context._instance = None
+
+
+def _await_new_parent(middle: int, timeout: float = 5.0) -> None:
+    """Wait until the intermediate has exited and we belong to the subreaper (the daemon)."""
+    deadline = time.monotonic() + timeout
+    while os.getppid() == middle and time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hermesd.zygote FD [MODULE,MODULE…]`` — run by hermesd only."""
+    argv = sys.argv[1:] if argv is None else argv
+    preload = tuple(filter(None, argv[1].split(","))) if len(argv) > 1 else PRELOAD
+    return serve(int(argv[0]), preload)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
