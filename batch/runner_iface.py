@@ -15,11 +15,14 @@ the same requests as Ray tasks and reports through the same two callbacks.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from hermesd import clock, jobs as jobs_mod
 from hermesd.protocol import ProtocolError
+
+log = logging.getLogger("hermesd.batch")
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,15 @@ class _Live:
     delivered: bool = False
 
 
+def _guarded(callback: Callable[[], None]) -> None:
+    """Run an owner's callback from a runner hook: a bug in a batch must not break the
+    lifecycle of the job that reported (the prompt then stays unsettled and runs on resume)."""
+    try:
+        callback()
+    except Exception:  # noqa: BLE001
+        log.exception("batch item callback failed")
+
+
 class SupervisorExecutor:
     """Items as ``batch_item`` children of this hermesd (``daemon``: the running
     :class:`hermesd.server.Daemon`).  Registers its runner hooks once, at creation."""
@@ -198,18 +210,18 @@ class SupervisorExecutor:
         if live is None or live.delivered:
             return
         live.delivered = True
-        live.owner.on_done(ItemOutcome(
+        _guarded(lambda: live.owner.on_done(ItemOutcome(
             index=live.index, status=str(result.get("status") or "failed"), result=result,
             error=result.get("error"), started_at=row.get("started_at") or "", completed_at=clock.now_iso(),
-            shutdown=not self.accepting(), handle=row["id"]))
+            shutdown=not self.accepting(), handle=row["id"])))
 
     def _on_exit(self, row: dict[str, Any] | None) -> None:
         live = self.items.pop(row["id"], None) if row else None
         if live is None:
             return
         if not live.delivered:
-            live.owner.on_done(ItemOutcome(
+            _guarded(lambda: live.owner.on_done(ItemOutcome(
                 index=live.index, status=row["status"], result=None, error=row.get("error"),
                 started_at=row.get("started_at") or "", completed_at=row.get("completed_at") or clock.now_iso(),
-                shutdown=not self.accepting(), handle=row["id"]))
-        live.owner.on_freed(live.index)
+                shutdown=not self.accepting(), handle=row["id"])))
+        _guarded(lambda: live.owner.on_freed(live.index))

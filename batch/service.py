@@ -44,6 +44,7 @@ class BatchService:
         self.d = daemon
         self.executor = SupervisorExecutor(daemon)
         self.runs: dict[str, BatchRun] = {}
+        daemon.jobs.terminal_hooks.append(self._on_terminal)
 
     # starting ----------------------------------------------------------------
 
@@ -116,6 +117,14 @@ class BatchService:
         self.runs[run.job_id] = run
         run.start(adopt=adopt, defer=self.d.loop.call_soon if adopt else None)
 
+    def _on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """Terminal hook: a batch job ended by someone else (the generic ``cancel`` op)
+        stops its run right after this transition."""
+        run = self.runs.get(row["id"]) if row["kind"] == "batch" else None
+        if run is not None and not run.closed:
+            self.d.loop.call_soon(run.finish, "cancelled", row.get("error") or "cancelled")
+        return []
+
     def _finished(self, run: BatchRun, status: str, stats: dict[str, Any] | None, error: str | None) -> None:
         self.runs.pop(run.job_id, None)
         fields: dict[str, Any] = {"duration_seconds": run.active_seconds(), "error": error,
@@ -129,7 +138,11 @@ class BatchService:
                                   f"{p['partial']} partial), {p['discarded_no_reasoning']} discarded (no reasoning), "
                                   f"{p['filtered_invalid_tools']} filtered (unknown tools), {p['failed']} failed, "
                                   f"{p['pending']} pending; {p['in_trajectories']} in {run.run_dir / TRAJECTORIES}")
-        self.d.jobs.transition(run.job_id, status, **fields)
+        if self.d.jobs.require(run.job_id)["status"] in jobs_mod.TERMINAL:  # ended by the generic cancel op
+            fields.pop("error")
+            self.d.jobs.update(run.job_id, **fields)
+        else:
+            self.d.jobs.transition(run.job_id, status, **fields)
 
     # reports -----------------------------------------------------------------
 
@@ -205,7 +218,7 @@ class BatchService:
             try:
                 s = Settings.from_dict(row["spec"])
                 run = self._open(row["id"], s, self._dataset(s))
-            except (ProtocolError, TypeError) as exc:
+            except Exception as exc:  # noqa: BLE001 - one broken batch must not stop hermesd from starting
                 self.d.jobs.transition(row["id"], "failed", exit_reason="error",
                                        error=f"could not continue the batch after a restart: {exc}")
                 continue

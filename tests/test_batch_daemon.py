@@ -232,6 +232,20 @@ def test_cancel_then_resume_runs_only_what_is_left_and_an_existing_run_needs_res
     assert len(daemon.call("ps", all=True, kind="batch_item")["jobs"]) == items_before + len(new_items)
 
 
+def test_the_generic_cancel_op_stops_a_batch_too(daemon, tmp_path):
+    entries = [{"prompt": f"p{i}", "script": [{"thinking": "t", "text": "ok", "sleep": 60}]} for i in range(4)]
+    record = start(daemon, write_dataset(tmp_path / "d.jsonl", entries), "gc", num_workers=2)
+
+    def items(*statuses: str) -> list[dict[str, Any]]:
+        return [j for j in daemon.call("ps", all=True, kind="batch_item")["jobs"] if j["status"] in statuses]
+
+    wait_for(lambda: len(items("running")) == 2, 30, what="two items running")
+    assert daemon.call("cancel", id=record["id"])["status"] == "cancelled"
+    wait_for(lambda: not items("queued", "starting", "running"), 30, what="every item stopped")
+    wait_for(lambda: daemon.call("batch.status", id="gc")["summary"], 10, what="the run finalized")
+    assert len(items("cancelled")) == 2 and (Path(record["run_dir"]) / "statistics.json").exists()
+
+
 def test_a_failed_prompt_is_retried_by_resume(make_daemon, tmp_path):
     daemon = make_daemon()
     entries = [{"prompt": f"p{i}", "script": [{"thinking": "t", "text": "ok", "sleep": 3 if i == 1 else 0}]}
