@@ -79,7 +79,7 @@ class Agent:
         timer = arm_timeout(self.stop, self.spec["timeout_seconds"])
         try:
             registry = importlib.import_module("child.tools.registry")
-            self.tools = [t.spec() for t in registry.tools_for(list(self.spec["toolsets"]))]
+            self.tools = [t.spec() for t in registry.tools_for(list(self.spec["toolsets"]), self.spec["role"])]
             self.system = system_prompt(self.spec, self.tools)
             self.add(m.user(first_message(self.spec)))
             self.provider = make_provider(self.spec, stop=self.stop)

@@ -291,3 +291,7 @@ for _command in _SESSION_COMMANDS:
     cli.add_command(_command)
 from client.top import top_command; cli.add_command(top_command)  # noqa: E402,E702  (hermesctl top)
 from client.batch import batch_group; cli.add_command(batch_group)  # noqa: E402,E702
+from client.kanban import COMMANDS as _KANBAN_COMMANDS  # noqa: E402  (hermesctl kanban, hermesctl profile)
+
+for _command in _KANBAN_COMMANDS:
+    cli.add_command(_command)

@@ -17,6 +17,18 @@ from child.tools import Tool, ToolContext, daemon_call, schema
 
 STATUSES = ("triage", "todo", "ready", "running", "blocked", "review", "done", "archived")
 
+WORKER_ROLE = "kanban_worker"
+"""The ``role`` of a Kanban worker job (``hermesd.kanban.WORKER_ROLE``): it is offered the worker tools only."""
+WORKER_TOOLS = ("kanban_my_task", "kanban_complete", "kanban_block", "kanban_comment", "kanban_heartbeat")
+ORCHESTRATOR_TOOLS = ("kanban_create", "kanban_link", "kanban_list", "kanban_show", "kanban_comment",
+                      "kanban_unblock")
+
+
+def offered(name: str, role: str | None) -> bool:
+    """Whether kanban tool ``name`` is offered to an agent of ``role``: a worker
+    gets the worker tools, every other agent the orchestrator tools."""
+    return name in (WORKER_TOOLS if role == WORKER_ROLE else ORCHESTRATOR_TOOLS)
+
 _ID = {"type": "string", "minLength": 1, "description": "Task id."}
 _TEXT = {"type": "string", "minLength": 1}
 
@@ -50,7 +62,8 @@ TOOLS = [
           ("title", "assignee")),
     _tool("kanban_link", "Make task `child` wait for task `parent`.",
           {"parent": _ID, "child": _ID}, ("parent", "child")),
-    _tool("kanban_list", "List tasks on the board, optionally by status or assignee.",
+    _tool("kanban_list", "List tasks on the board, optionally by status or assignee, and the worker profiles "
+          "(name and what each is good at) that tasks can be assigned to.",
           {"status": {"type": "string", "enum": list(STATUSES)}, "assignee": _TEXT, "board": _TEXT}),
     _tool("kanban_show", "Show one task with its comments, result and artifacts.", {"id": _ID}, ("id",)),
     _tool("kanban_comment", "Add a comment to a task.", {"id": _ID, "text": _TEXT}, ("id", "text")),

@@ -54,10 +54,13 @@ def resolve_toolsets(names: list[str]) -> list[str]:
     return [t for t in TOOLSETS if t in wanted]
 
 
-def tools_for(toolsets: list[str]) -> list[Tool]:
-    """The tools of these toolsets (names as :func:`resolve_toolsets` takes them).
+def tools_for(toolsets: list[str], role: str | None = None) -> list[Tool]:
+    """The tools of these toolsets (names as :func:`resolve_toolsets` takes them)
+    for an agent of ``role``: of ``kanban``, a Kanban worker gets the worker tools
+    and any other agent the orchestrator tools (:func:`child.tools.kanban.offered`).
     Raises ``ValueError`` for an unknown toolset."""
-    return [_TOOLS[name] for ts in resolve_toolsets(toolsets) for name in TOOLSETS[ts]]
+    return [_TOOLS[name] for ts in resolve_toolsets(toolsets) for name in TOOLSETS[ts]
+            if ts != "kanban" or kanban.offered(name, role)]
 
 
 def known_tool_names() -> list[str]:

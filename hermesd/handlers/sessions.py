@@ -7,7 +7,7 @@ from typing import Any
 from hermesd import jobs as jobs_mod
 from hermesd.delegation import child_toolsets, stop_foreground_children
 from hermesd.handlers import op, restore_hooks, setup_hooks
-from hermesd.protocol import ProtocolError, arg
+from hermesd.protocol import ProtocolError, arg, expand_toolsets
 from hermesd.sessions import Sessions, display_text
 
 MAX_TEXT_BYTES = 256 * 1024
@@ -64,8 +64,9 @@ def _slash(d, service: Sessions, session: str, text: str) -> dict[str, Any]:
 @op("session.send", work=True)
 async def session_send(d, args: dict[str, Any]) -> dict[str, Any]:
     """Send ``text`` to ``session`` (created when missing unless ``create=false``; ``cwd`` sets
-    a new session's working directory).  A message starts a turn, which runs when
-    the session is idle; returns ``{session, turn: job record}``.  Slash commands
+    a new session's working directory, ``toolsets`` its toolsets: default the config's,
+    ``kanban`` only by its literal name, which makes the session a Kanban orchestrator).
+    A message starts a turn, which runs when the session is idle; returns ``{session, turn: job record}``.  Slash commands
     (``/background PROMPT``, ``/stop``, ``/tasks``, ``/help``) return
     ``{session, command, …}`` instead.  A new message never stops running children."""
     session = arg(args, "session", str)
@@ -76,7 +77,9 @@ async def session_send(d, args: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError("too_large", f"text exceeds {MAX_TEXT_BYTES} bytes", {"field": "text"})
     service: Sessions = d.services["sessions"]
     if arg(args, "create", bool, True):
-        service.ensure(session, cwd=arg(args, "cwd", str, None), origin=arg(args, "origin", str, None))
+        toolsets = arg(args, "toolsets", list, None)
+        service.ensure(session, cwd=arg(args, "cwd", str, None), origin=arg(args, "origin", str, None),
+                       toolsets=None if toolsets is None else expand_toolsets(toolsets))
     if text.startswith("/"):
         return {"session": session, **_slash(d, service, session, text)}
     turn = service.start_turn(session, text)

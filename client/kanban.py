@@ -1,0 +1,240 @@
+"""``hermesctl kanban …`` and ``hermesctl profile …``: the board and the worker profiles.
+
+Thin: each command is one ``kanban.*`` / ``profile.*`` request (the daemon's op
+docstrings say what each does), except ``kanban watch``, which follows the
+``kanban.*`` events.  With ``--json``: one object per result, one per line for
+lists and streams.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import click
+
+from client import render
+from client.ctl import _split, conn, is_json, json_option, show
+
+SETTLED = ("done", "blocked", "archived", "triage", "review")
+"""Statuses in which a task waits for nobody but people: ``watch --until-settled`` ends when every task is in one."""
+
+
+def _author() -> str:
+    return os.environ.get("USER") or "user"
+
+
+def task_line(task: dict[str, Any]) -> str:
+    """One task as one line: id, status, assignee, priority, title (and why it is blocked)."""
+    line = f"{task['id']:<8} {task['status']:<8} {task['assignee']:<14} p{task['priority']:<3} {task['title']}"
+    if task.get("parents"):
+        line += f"  (after {', '.join(task['parents'])})"
+    if task["status"] == "blocked" and task.get("block_reason"):
+        line += f"\n         blocked: {render.short(task['block_reason'], 200)}"
+    return line
+
+
+def task_text(task: dict[str, Any]) -> str:
+    """A task with its result, artifacts and comments as readable lines."""
+    lines = [f"{task['id']}  {task['status']}  [{task['board']}]  {task['title']}",
+             (f"  assignee: {task['assignee']}  priority: {task['priority']}  attempts: {task['attempts']}"
+              f"  failures: {task['failures']}")]
+    for key in ("parents", "children", "artifacts"):
+        if task.get(key):
+            lines.append(f"  {key}: {', '.join(task[key])}")
+    for key in ("worker", "claimed_by", "heartbeat_at", "block_reason", "last_error", "created_by", "created_at",
+                "completed_at"):
+        if task.get(key):
+            lines.append(f"  {key}: {task[key]}")
+    for key in ("body", "result"):
+        if task.get(key):
+            lines.append(f"  {key}:")
+            lines += [f"    {line}" for line in str(task[key]).splitlines()]
+    for c in task.get("comments") or []:
+        lines.append(f"  [{c['time']}] {c['author']}: {c['text']}")
+    return "\n".join(lines)
+
+
+def event_line(event: dict[str, Any]) -> str:
+    """A ``kanban.*`` event as one line."""
+    data = event.get("data") or {}
+    what = {"kanban.status": lambda: f"{data.get('previous')} -> {data.get('status')}"
+                                     + (f" ({render.short(data.get('reason'), 120)})" if data.get("reason") else ""),
+            "kanban.created": lambda: f"for {data.get('assignee')}" + (f" after {', '.join(data['parents'])}"
+                                                                       if data.get("parents") else ""),
+            "kanban.claimed": lambda: f"worker {data.get('worker')} (attempt {data.get('attempt')})",
+            "kanban.commented": lambda: f"{data.get('author')}: {render.short(data.get('text'), 120)}",
+            "kanban.linked": lambda: f"{data.get('parent')} -> {data.get('child')}",
+            }.get(event["type"], lambda: render.short(data.get("reason"), 160))()
+    return f"{event['seq']:>6} {event['time']} {event['type']:<17} {data.get('task', '-'):<7} {what}"
+
+
+def print_all(items: list[dict[str, Any]], text: Callable[[dict[str, Any]], str], empty: str) -> None:
+    """Print a list: one JSON object per line with ``--json``, else ``text(item)`` each (``empty`` for none)."""
+    for item in items:
+        render.emit_json(item) if is_json() else click.echo(text(item))
+    if not items and not is_json():
+        click.echo(empty)
+
+
+@click.group("kanban")
+def kanban_group() -> None:
+    """The Kanban board: tasks for worker profiles, run by the daemon's dispatcher."""
+
+
+@kanban_group.command("create")
+@json_option
+@click.argument("title")
+@click.option("--assignee", required=True, help="Profile that will run it (see `hermesctl profile list`).")
+@click.option("--body", default=None, help="What the worker must do, self-contained.")
+@click.option("--parent", "parents", multiple=True, help="Task it waits for (repeatable).")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option("--board", default=None, help="Board name (default: default).")
+@click.option("--triage", is_flag=True, help="Park it in triage until `kanban unblock`.")
+@click.option("--cwd", default=None, type=click.Path(file_okay=False, exists=True),
+              help="Working directory of its worker (default: the board's directory under HERMES_HOME).")
+def create(title: str, assignee: str, body: str | None, parents: tuple[str, ...], priority: int,
+           board: str | None, triage: bool, cwd: str | None) -> None:
+    """Put task TITLE on the board for profile --assignee; prints its id and status."""
+    args: dict[str, Any] = {"title": title, "assignee": assignee, "parents": list(parents), "priority": priority,
+                            "triage": triage, "author": _author()}
+    for key, value in (("body", body), ("board", board), ("cwd", cwd and os.path.abspath(cwd))):
+        if value is not None:
+            args[key] = value
+    show(conn().call("kanban.create", **args), lambda t: f"{t['id']} {t['status']}")
+
+
+@kanban_group.command("link")
+@json_option
+@click.argument("parent")
+@click.argument("child")
+def link(parent: str, child: str) -> None:
+    """Make task CHILD wait for task PARENT."""
+    show(conn().call("kanban.link", parent=parent, child=child, author=_author()), task_line)
+
+
+@kanban_group.command("list")
+@json_option
+@click.option("--board", default=None, help="Only this board (default: every board).")
+@click.option("--status", default=None, help="Only tasks in this status.")
+@click.option("--assignee", default=None, help="Only tasks of this profile.")
+@click.option("--archived", is_flag=True, help="Include archived tasks.")
+def list_(board: str | None, status: str | None, assignee: str | None, archived: bool) -> None:
+    """List tasks, highest priority first (with --json: one task per line)."""
+    args = {k: v for k, v in (("board", board), ("status", status), ("assignee", assignee)) if v is not None}
+    print_all(conn().call("kanban.list", archived=archived, **args)["tasks"], task_line, "no tasks")
+
+
+@kanban_group.command("show")
+@json_option
+@click.argument("task_id")
+def show_(task_id: str) -> None:
+    """Show task TASK_ID: status, assignee, result, artifacts, comments."""
+    show(conn().call("kanban.show", id=task_id), task_text)
+
+
+@kanban_group.command("comment")
+@json_option
+@click.argument("task_id")
+@click.argument("text")
+def comment(task_id: str, text: str) -> None:
+    """Add TEXT to task TASK_ID's comments (its next worker reads them)."""
+    show(conn().call("kanban.comment", id=task_id, text=text, author=_author()),
+         lambda c: f"{c['task']}: comment added")
+
+
+@kanban_group.command("unblock")
+@json_option
+@click.argument("task_id")
+@click.option("--note", default=None, help="A note for the next worker (added as a comment).")
+def unblock(task_id: str, note: str | None) -> None:
+    """Put blocked task TASK_ID back in the queue."""
+    args = {"note": note} if note else {}
+    show(conn().call("kanban.unblock", id=task_id, author=_author(), **args), task_line)
+
+
+@kanban_group.command("archive")
+@json_option
+@click.argument("task_id")
+def archive(task_id: str) -> None:
+    """Take task TASK_ID off the board (a worker still on it is stopped)."""
+    show(conn().call("kanban.archive", id=task_id, author=_author()), task_line)
+
+
+def _settled(board: str | None) -> bool:
+    tasks = conn().call("kanban.list", **({"board": board} if board else {}))["tasks"]
+    return all(t["status"] in SETTLED for t in tasks)
+
+
+@kanban_group.command("watch")
+@json_option
+@click.option("--board", default=None, help="Only events of this board.")
+@click.option("--since", type=int, default=None, help="Events after this seq (default: only new ones).")
+@click.option("--until-settled", is_flag=True,
+              help="Exit once no task is todo, ready or running (every one is done, blocked, archived or parked).")
+def watch(board: str | None, since: int | None, until_settled: bool) -> None:
+    """Follow the board: print kanban.* events as they happen."""
+    if since is None:
+        since = conn().call("events_since", since=0, limit=1)["last_seq"]
+    if until_settled and _settled(board):
+        return
+    for event in conn().follow(since, idle=0.5):
+        if event["type"].startswith("kanban.") and (board is None or (event.get("data") or {}).get("board") == board):
+            render.emit_json(event) if is_json() else click.echo(event_line(event))
+            if until_settled and event["type"] == "kanban.status" and _settled(board):
+                return
+
+
+@click.group("profile")
+def profile_group() -> None:
+    """Worker profiles: what each Kanban worker is good at, and its model and toolsets."""
+
+
+def _profile_text(p: dict[str, Any]) -> str:
+    extra = ", ".join(f"{k} {p[k]}" for k in ("model", "provider") if p.get(k))
+    tools = ",".join(p["toolsets"]) if p.get("toolsets") is not None else "(config default)"
+    return f"{p['name']:<14} {p['description']}\n{'':<14} toolsets: {tools}" + (f"; {extra}" if extra else "")
+
+
+@profile_group.command("create")
+@json_option
+@click.argument("name")
+@click.option("--description", required=True, help="What this worker is good at (orchestrators route by it).")
+@click.option("--model", default=None, help="Model name (default: the daemon's).")
+@click.option("--provider", default=None, type=click.Choice(["anthropic", "openai-compat", "local", "scripted"]))
+@click.option("--toolsets", default=None, help="Comma-separated toolsets (default: the config's).")
+@click.option("--replace", is_flag=True, help="Overwrite an existing profile.")
+def profile_create(name: str, description: str, model: str | None, provider: str | None, toolsets: str | None,
+                   replace: bool) -> None:
+    """Create worker profile NAME (HERMES_HOME/profiles/NAME/config.yaml)."""
+    args: dict[str, Any] = {"name": name, "description": description, "replace": replace}
+    for key, value in (("model", model), ("provider", provider), ("toolsets", _split(toolsets))):
+        if value is not None:
+            args[key] = value
+    show(conn().call("profile.create", **args), lambda p: f"profile {p['name']} saved in {p['path']}")
+
+
+@profile_group.command("list")
+@json_option
+def profile_list() -> None:
+    """List profiles and what each is good at."""
+    print_all(conn().call("profile.list")["profiles"], _profile_text, "no profiles")
+
+
+@profile_group.command("show")
+@json_option
+@click.argument("name")
+def profile_show(name: str) -> None:
+    """Show profile NAME."""
+    show(conn().call("profile.show", name=name))
+
+
+@profile_group.command("delete")
+@json_option
+@click.argument("name")
+def profile_delete(name: str) -> None:
+    """Delete profile NAME."""
+    show(conn().call("profile.delete", name=name), lambda p: f"profile {p['name']} deleted")
+
+
+COMMANDS = (kanban_group, profile_group)
