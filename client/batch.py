@@ -72,10 +72,12 @@ def eta_text(seconds: float | None) -> str:
     return f"{hours}h{rest // 60:02d}m" if hours else (f"{rest // 60}m{rest % 60:02d}s" if rest >= 60 else f"{rest}s")
 
 
-def progress_text(p: dict[str, Any]) -> str:
-    """One line of counts: ``done 35 · failed 1 · discarded 4 · running 4 · pending 156 · 12.0/min · ETA 13m00s``."""
-    return (f"done {p['done']} · failed {p['failed']} · discarded {p['discarded']} · running {p['running']} · "
-            f"pending {p['pending']} · {p.get('rate_per_minute') or 0:.1f}/min · ETA {eta_text(p.get('eta_seconds'))}")
+def progress_text(p: dict[str, Any], live: bool = True) -> str:
+    """One line of counts: ``done 35 · failed 1 · discarded 4 · running 4 · pending 156 · 12.0/min · ETA 13m00s``
+    (without rate and ETA when not ``live``)."""
+    text = f"done {p['done']} · failed {p['failed']} · discarded {p['discarded']} · running {p['running']} · " \
+           f"pending {p['pending']}"
+    return text + (f" · {p.get('rate_per_minute') or 0:.1f}/min · ETA {eta_text(p.get('eta_seconds'))}" if live else "")
 
 
 class ProgressView:
@@ -155,7 +157,7 @@ def record_text(rec: dict[str, Any]) -> str:
              f"  dataset: {s.get('dataset_file')}  batch_size {s.get('batch_size')}  workers {s.get('num_workers')}"
              f"  distribution {s.get('distribution')}", f"  output: {rec.get('run_dir')}"]
     if p:
-        lines.append(f"  progress: {p['processed']}/{p['total']} · {progress_text(p)}")
+        lines.append(f"  progress: {p['processed']}/{p['total']} · {progress_text(p, rec['status'] == 'running')}")
     if rec.get("bad_lines"):
         lines.append(f"  bad dataset lines: {rec['bad_lines']}")
     if rec.get("summary"):
