@@ -26,11 +26,11 @@ batch_group = click.Group("batch", help="Batch runs: trajectories over a JSONL d
 # defined before importing ctl: ctl adds this group to hermesctl and imports this module back
 
 from client import ctl, render  # noqa: E402
+from hermesd.config import REASONING_EFFORTS  # noqa: E402
 
 PLAIN_INTERVAL = 2.0
 """Seconds between progress lines when stdout is not a terminal."""
 
-EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
 def _flag(name: str, **kwargs: Any) -> Callable:
@@ -46,7 +46,7 @@ RUN_OPTIONS = [
     _flag("num_workers", type=click.IntRange(min=1), default=None, help="Prompts run at once (default 4)."),
     _flag("max_turns", type=click.IntRange(min=1), default=None, help="Model turns per prompt (default 10)."),
     _flag("distribution", default=None, help="Toolset distribution (default: default)."),
-    _flag("reasoning_effort", type=click.Choice(EFFORTS), default=None, help="Reasoning effort of the model."),
+    _flag("reasoning_effort", type=click.Choice(REASONING_EFFORTS), default=None, help="Reasoning effort of the model."),
     _flag("resume", is_flag=True, help="Continue the run from its files: nothing finished runs again."),
     _flag("list_distributions", is_flag=True, help="Print the toolset distributions and exit."),
     _flag("max_samples", type=click.IntRange(min=1), default=None, help="Use only the first K prompts."),
