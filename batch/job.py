@@ -35,6 +35,17 @@ STATISTICS = "statistics.json"
 
 Emit = Callable[[str, dict[str, Any]], None]
 Finished = Callable[["BatchRun", str, "dict[str, Any] | None", "str | None"], None]
+Offload = Callable[[Callable[[], Any], Callable[[Any, "BaseException | None"], None]], None]
+
+
+def run_here(work: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None:
+    """An :data:`Offload` that runs ``work`` at once, in this thread."""
+    try:
+        value = work()
+    except Exception as exc:  # noqa: BLE001 - handed to ``done``
+        done(None, exc)
+        return
+    done(value, None)
 
 
 class BatchRun:
@@ -42,13 +53,15 @@ class BatchRun:
 
     ``emit(type, data)`` publishes an event about the job; ``finished(run,
     status, statistics, error)`` is called once when the run ends
-    (``completed``, ``cancelled`` or ``failed``).
+    (``completed``, ``cancelled`` or ``failed``), after ``offload(work, done)``
+    ran the final merge (which reads every batch file) — in a worker thread,
+    so a large run never stalls the daemon's event loop.
     """
 
     def __init__(self, job_id: str, settings: Settings, dataset: Dataset, executor: ItemExecutor,
-                 emit: Emit, finished: Finished):
+                 emit: Emit, finished: Finished, offload: Offload = run_here):
         self.job_id, self.settings, self.dataset = job_id, settings, dataset
-        self.executor, self.emit, self.finished = executor, emit, finished
+        self.executor, self.emit, self.finished, self.offload = executor, emit, finished, offload
         self.run_dir = settings.run_dir
         self.prompts = {p.index: p for p in dataset.prompts}
         self.scope = set(self.prompts)
@@ -227,19 +240,21 @@ class BatchRun:
 
     def finish(self, status: str, error: str | None = None) -> None:
         """End the run (``completed``, ``cancelled`` or ``failed``): stop live items,
-        write the merged trajectories and the statistics, report to ``finished``."""
+        then (offloaded) write the merged trajectories and the statistics, and
+        report to ``finished``."""
         if self.closed:
             return
         self.closed = True
         self.executor.cancel_all(self)
         self.executor.close(self)
-        stats = None
-        try:
-            stats = self.finalize(finished=status == "completed")
-        except OSError as exc:
-            error = error or f"cannot write the run's files in {self.run_dir}: {exc}"
-            status = "failed"
-        self.finished(self, status, stats, error)
+
+        def report(stats: dict[str, Any] | None, exc: BaseException | None) -> None:
+            if exc is not None:
+                self.finished(self, "failed", None, error or f"cannot write the run's files in {self.run_dir}: {exc}")
+            else:
+                self.finished(self, status, stats, error)
+
+        self.offload(lambda: self.finalize(finished=status == "completed"), report)
 
     def finalize(self, *, finished: bool) -> dict[str, Any]:
         """Merge the batch files into ``trajectories.jsonl`` (filtered), write

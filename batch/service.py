@@ -17,7 +17,8 @@ re-owning the items the earlier daemon left queued.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, Callable
 
 from batch import dataset as dataset_mod, distributions
 from batch.checkpoint import Checkpoint, CheckpointError
@@ -27,6 +28,8 @@ from batch.runner_iface import SupervisorExecutor
 from batch.settings import Settings
 from hermesd import jobs as jobs_mod
 from hermesd.protocol import ProtocolError
+
+log = logging.getLogger("hermesd.batch")
 
 ERRORS_SHOWN = 50
 """At most this many bad-line messages travel in a status record."""
@@ -67,7 +70,7 @@ class BatchService:
 
     def _open(self, job_id: str, s: Settings, data: dataset_mod.Dataset) -> BatchRun:
         run = BatchRun(job_id, s, data, self.executor, lambda etype, payload: self.d.events.emit(
-            etype, job=job_id, data=payload, durable=False), self._finished)
+            etype, job=job_id, data=payload, durable=False), self._finished, self._offload)
         try:
             run.open()
         except (OSError, CheckpointError) as exc:
@@ -116,6 +119,17 @@ class BatchService:
         self.d.jobs.transition(run.job_id, "running")
         self.runs[run.job_id] = run
         run.start(adopt=adopt, defer=self.d.loop.call_soon if adopt else None)
+
+    def _offload(self, work: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None:
+        """Run ``work`` in a worker thread; ``done(value, exception)`` on the event loop."""
+        def settle(future: Any) -> None:
+            try:
+                exc = future.exception()
+                done(None if exc else future.result(), exc)
+            except Exception:  # noqa: BLE001 - e.g. the state database closed at shutdown: the next start redoes it
+                log.exception("finishing a batch run failed")
+
+        self.d.loop.run_in_executor(None, work).add_done_callback(settle)
 
     def _on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """Terminal hook: a batch job ended by someone else (the generic ``cancel`` op)
@@ -190,16 +204,18 @@ class BatchService:
         """Records of every batch job, oldest first."""
         return [self.record(row["id"]) for row in self.d.jobs.list(kinds=("batch",), limit=10000)]
 
-    def cancel(self, ident: str) -> dict[str, Any]:
+    def cancel(self, ident: str) -> str:
         """Cancel a running batch: live items are interrupted, the files are
-        finalized, the job ends ``cancelled``.  ``invalid_state`` when it is not running."""
+        finalized, then the job ends ``cancelled``.  Returns its id; ``invalid_state``
+        when it is not running (or already ending)."""
         row = self.find(ident)
         run = self.runs.get(row["id"])
-        if run is None:
-            raise ProtocolError("invalid_state", f"batch {row['id']} is already {row['status']}",
+        if run is None or run.closed:
+            raise ProtocolError("invalid_state", f"batch {row['id']} is already {row['status']}"
+                                + (" (finishing)" if run is not None else ""),
                                 {"job": row["id"], "status": row["status"]})
         run.finish("cancelled", "cancelled by request")
-        return self.record(row["id"])
+        return row["id"]
 
     # restarts ------------------------------------------------------------------
 
@@ -228,7 +244,7 @@ class BatchService:
     def shutdown(self) -> None:
         """Daemon shutdown: save each live run's checkpoint; the jobs stay ``running``
         and continue when hermesd starts again."""
-        for run in list(self.runs.values()):
+        for run in [r for r in self.runs.values() if not r.closed]:
             try:
                 run.save()
             except OSError:

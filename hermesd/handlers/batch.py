@@ -7,6 +7,7 @@ The job type itself lives in ``batch/`` (``batch.service.BatchService`` is
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from typing import Any
@@ -17,6 +18,9 @@ from batch.settings import Settings
 from hermesd import config as config_mod
 from hermesd.handlers import op, restore_hooks, setup_hooks, shutdown_hooks
 from hermesd.protocol import ProtocolError, arg
+
+CANCEL_WAIT_SECONDS = 60.0
+"""How long ``batch.cancel`` waits for the run's files to be written before it answers."""
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 """A run name: letters, digits, ``.``, ``_``, ``-``; at most 100 characters (it names a directory)."""
@@ -100,9 +104,16 @@ async def batch_status(d, args: dict[str, Any]) -> dict[str, Any]:
 async def batch_cancel(d, args: dict[str, Any]) -> dict[str, Any]:
     """Cancel batch ``id`` (job id or run name): its running items are interrupted,
     ``trajectories.jsonl`` and ``statistics.json`` are written for what is done,
-    and the job ends ``cancelled`` (``--resume`` continues it).  ``invalid_state``
-    when it is not running."""
-    return _service(d).cancel(arg(args, "id", str))
+    and the job ends ``cancelled`` (``--resume`` continues it).  Answers once the
+    job has ended (or after 60 s) with its record.  ``invalid_state`` when it is
+    not running."""
+    service = _service(d)
+    job_id = service.cancel(arg(args, "id", str))
+    try:
+        await asyncio.wait_for(asyncio.shield(d.jobs.wait(job_id)), CANCEL_WAIT_SECONDS)
+    except asyncio.TimeoutError:
+        pass  # a huge run still merging: the record says running, and the event follows
+    return service.record(job_id)
 
 
 @op("batch.list")
