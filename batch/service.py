@@ -8,11 +8,10 @@ everything else.
 
 Restarts: a batch job is not a process, so when hermesd starts again and finds
 one still ``running`` (a crash, ``kill -9``, or a shutdown in the middle of the
-run) it is not ``lost``: :meth:`BatchService.before_reconcile` (a setup hook,
-run before the daemon reconciles its jobs) puts it back to ``queued`` — the
-state it would have if the daemon had never started it — and
-:meth:`BatchService.restore` (a restore hook) starts it again from its files,
-re-owning the items the earlier daemon left queued.
+run) it is not ``lost``: ``batch`` is one of the daemon's ``resumable_kinds``,
+which its reconcile step leaves alone, and :meth:`BatchService.restore` (a
+restore hook) continues it from its files, re-owning the items the earlier
+daemon left queued.
 """
 
 from __future__ import annotations
@@ -115,8 +114,13 @@ class BatchService:
         return self.record(job_id)
 
     def _go(self, run: BatchRun, *, adopt: bool = False) -> None:
-        self.d.jobs.transition(run.job_id, "starting")
-        self.d.jobs.transition(run.job_id, "running")
+        status = self.d.jobs.require(run.job_id)["status"]
+        if status == "queued":
+            self.d.jobs.transition(run.job_id, "starting")
+        if status != "running":
+            self.d.jobs.transition(run.job_id, "running")
+        else:
+            self.d.events.emit("batch.restarting", job=run.job_id, data={"previous": status})
         self.runs[run.job_id] = run
         run.start(adopt=adopt, defer=self.d.loop.call_soon if adopt else None)
 
@@ -219,17 +223,9 @@ class BatchService:
 
     # restarts ------------------------------------------------------------------
 
-    def before_reconcile(self) -> None:
-        """Put batch jobs an earlier daemon left running back to ``queued`` (see the module doc)."""
-        for row in self.d.jobs.list(statuses=jobs_mod.ACTIVE, kinds=("batch",)):
-            with self.d.store.transaction():
-                self.d.store.update("jobs", "id", row["id"], {"status": "queued"})
-                event = self.d.events.record("batch.restarting", job=row["id"], data={"previous": row["status"]})
-            self.d.events.send(event)
-
     def restore(self) -> None:
         """Continue every queued batch job from its files; cancel leftover items of no live batch."""
-        for row in self.d.jobs.list(statuses=("queued",), kinds=("batch",)):
+        for row in self.d.jobs.list(statuses=("queued", *jobs_mod.ACTIVE), kinds=("batch",)):
             self.d.scheduler.release(row["id"])  # a batch job holds no slot: its items do
             try:
                 s = Settings.from_dict(row["spec"])

@@ -58,6 +58,7 @@ class Daemon:
         self.notifier = Notifier()
         self.stopping = False
         self.services: dict[str, Any] = {}
+        self.resumable_kinds: set[str] = set()  # job kinds with no process, continued by a restore hook
         self._lock_fd: int | None = None
         self._tasks: set[asyncio.Task] = set()
 
@@ -116,6 +117,8 @@ class Daemon:
         if killed:
             log.warning("ended %d process(es) left by an earlier hermesd: %s", len(killed), killed)
         for row in self.jobs.list(statuses=ACTIVE):
+            if row["kind"] in self.resumable_kinds:
+                continue  # no process of its own: its restore hook continues it
             self.jobs.transition(row["id"], "lost", exit_reason="error",
                                  error="hermesd stopped while this job ran and its process could not be "
                                        "accounted for on restart")

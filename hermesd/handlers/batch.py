@@ -131,7 +131,7 @@ async def batch_distributions(d, args: dict[str, Any]) -> dict[str, Any]:
 
 def _setup(d) -> None:
     d.services["batch"] = BatchService(d)
-    d.services["batch"].before_reconcile()
+    d.resumable_kinds.add("batch")
 
 
 setup_hooks.append(_setup)
