@@ -68,12 +68,18 @@ def provider():
     return p
 
 
-@pytest.mark.slow
-@needs_model
-def test_tool_call_then_final_answer(provider):
+@pytest.fixture(scope="module")
+def first_step(provider):
     t0 = time.monotonic()
     step = provider.complete(SYSTEM, [ASK], TOOLS, max_tokens=1024)
     print(f"\none step: {time.monotonic() - t0:.2f}s, usage {step.usage}, content {step.content}")
+    return step
+
+
+@pytest.mark.slow
+@needs_model
+def test_tool_call_then_final_answer(provider, first_step):
+    step = first_step
     assert step.stop_reason == "tool_use"
     uses = [b for b in step.content if b["type"] == "tool_use"]
     assert len(uses) == 1 and uses[0]["name"] in {"terminal", "file"}
@@ -97,8 +103,7 @@ def test_tool_call_then_final_answer(provider):
 
 @pytest.mark.slow
 @needs_model
-def test_same_prompt_same_step(provider):
-    a = provider.complete(SYSTEM, [ASK], TOOLS)
-    b = provider.complete(SYSTEM, [ASK], TOOLS)
+def test_same_prompt_same_step(provider, first_step):
+    a, b = first_step, provider.complete(SYSTEM, [ASK], TOOLS, max_tokens=1024)
     strip = [{k: v for k, v in blk.items() if k != "id"} for blk in a.content]
     assert strip == [{k: v for k, v in blk.items() if k != "id"} for blk in b.content]
