@@ -34,15 +34,14 @@ What a forked child must not share with the zygote, and where it is redone:
 * signal dispositions — back to the defaults of a fresh interpreter;
 * process title and lifeline — done by the child entry (``child.__main__``).
 
-One thing cannot be redone: ``/proc/PID/environ`` of a forked child shows the
-environment the *zygote* was started with, not ``os.environ``.  The zygote is
-therefore started with ``HERMES_SUPERVISOR`` (so leftover sweeps and tests
-find warm children), ``HERMES_ZYGOTE=1`` (so one can tell a warm child from a
-cold one) and ``SPT_NOENV=1`` (otherwise setproctitle would overwrite that
-environment area with the title, in the zygote and so in every child; the
-title then fits in the zygote's long command line).  The commands a child's
-tools run are executed afresh and carry the child's full environment,
-``HERMES_JOB_ID`` included.
+``/proc/PID/environ`` needs care: the kernel shows the memory area the
+environment had at ``exec`` time — in a forked child, the *zygote's*.  Leftover
+sweeps find a job's processes by ``HERMES_SUPERVISOR`` / ``HERMES_JOB_ID`` in
+that view, so the zygote is started with a large padding variable
+(:data:`ROOM_ENV`) and each child writes its own environment into that area
+(:func:`publish_environ`).  ``SPT_NOENV=1`` keeps setproctitle from using the
+area for the title (the title fits in the zygote's long command line).  A warm
+child's environment also has ``HERMES_ZYGOTE=<zygote pid>``.
 
 Wire format between daemon and zygote (a private ``socketpair``): 4-byte
 big-endian length, then a msgpack map.  The zygote first sends
@@ -85,6 +84,9 @@ PRELOAD = ("zmq", "msgpack", "psutil", "setproctitle", "child.__main__", "child.
 """Modules the zygote imports before it says ready (missing ones are skipped)."""
 
 MARK_ENV = "HERMES_ZYGOTE"
+ROOM_ENV = "HERMES_ENV_ROOM"
+ENV_ROOM_BYTES = 64 * 1024
+"""Room for a child's environment in ``/proc/PID/environ`` (one variable may hold 128 KiB)."""
 READY_LINE = "warm and ready"
 """Printed by the zygote on the daemon's stderr once it is warm."""
 READY_TIMEOUT = 120.0
@@ -160,7 +162,7 @@ class ZygoteClient:
 
     def __init__(self, env: dict[str, str], preload: tuple[str, ...] = PRELOAD):
         # SPT_NOENV: setproctitle must leave the environment area alone (see the module doc)
-        self.env = {**env, MARK_ENV: "1", "SPT_NOENV": "1"}
+        self.env = {**env, "SPT_NOENV": "1", ROOM_ENV: "." * ENV_ROOM_BYTES}
         self.preload = preload
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
@@ -188,8 +190,7 @@ class ZygoteClient:
     def ready(self) -> bool:
         """True once the zygote has said ready and is still there (never blocks)."""
         if self.sock is None:
-            if time.monotonic() - self._started >= RESTART_AFTER:
-                self.start()
+            self._restart()
             return False
         try:
             readable = select.select([self.sock], [], [], 0)[0]
@@ -200,13 +201,27 @@ class ZygoteClient:
                 self.info = msg
                 log.info("warm start ready: zygote pid %s, warmed up in %.2fs", msg.get("pid"), msg.get("seconds"))
         except (OSError, ValueError, msgpack.UnpackException) as exc:
-            log.warning("warm start: zygote lost (%s); children start cold until it is back", exc)
-            self.close()
+            self._lost(exc)
             return False
         if self.info is None and time.monotonic() - self._started > READY_TIMEOUT:
             log.warning("warm start: zygote not ready after %.0fs; giving up on it", READY_TIMEOUT)
             self.close()
         return self.info is not None
+
+    def _restart(self) -> None:
+        """Start a new zygote, unless the last one started less than :data:`RESTART_AFTER` ago."""
+        if time.monotonic() - self._started >= RESTART_AFTER:
+            self.start()
+
+    def _lost(self, why: object) -> None:
+        """The zygote died or broke: replace it (at once if it had been warm, else not in a loop)."""
+        log.warning("warm start: zygote lost (%s); children start cold until it is back", why)
+        was_ready = self.info is not None
+        self.close()
+        if was_ready:
+            self.start()
+        else:
+            self._restart()
 
     def spawn(self, *, cwd: str, env: dict[str, str], log_path: str, entry: str = ENTRY) -> ForkedChild | None:
         """Fork a child from the zygote; ``None`` when it is not ready (start the child cold).
@@ -220,8 +235,8 @@ class ZygoteClient:
             return None
         try:
             send_msg(self.sock, {"cwd": cwd, "env": env, "log_path": log_path, "entry": entry})
-        except OSError:
-            self.close()
+        except OSError as exc:
+            self._lost(exc)
             return None  # nothing was forked
         try:
             self.sock.settimeout(REPLY_TIMEOUT)
@@ -234,7 +249,7 @@ class ZygoteClient:
         if reply.get("pid"):
             return ForkedChild(int(reply["pid"]))
         if reply.get("errno") == 0:
-            self.close()
+            self._lost(reply["error"])
         raise OSError(int(reply.get("errno") or 0), f"warm start: {reply['error']}")
 
     def close(self) -> None:
@@ -310,6 +325,7 @@ def serve(fd: int, preload: tuple[str, ...]) -> int:
 
 def fork_child(request: dict[str, Any], sock: socket.socket) -> dict[str, Any]:
     """Double-fork one child for ``request``; returns ``{"pid"}`` or ``{"errno", "error"}``."""
+    request = {**request, "zygote": os.getpid()}
     rfd, wfd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -362,7 +378,7 @@ def _become_child(request: dict[str, Any], status_fd: int, sock: socket.socket, 
         os.write(status_fd, f"ok {os.getpid()}".encode())
         os.close(sock.detach())
         os.closerange(3, _max_fd())  # the status pipe included: the zygote sees end of stream
-        _fresh_state(request["env"], request.get("entry") or ENTRY)
+        _fresh_state(request["env"], request.get("entry") or ENTRY, request["zygote"])
         _await_new_parent(middle)
         module, _, func = (request.get("entry") or ENTRY).partition(":")
         code = getattr(importlib.import_module(module), func)()
@@ -395,10 +411,12 @@ def _max_fd() -> int:
         return 65536
 
 
-def _fresh_state(env: dict[str, str], entry: str) -> None:
+def _fresh_state(env: dict[str, str], entry: str, zygote: int) -> None:
     """Redo what a child must not share with the zygote (see the module doc)."""
     os.environ.clear()
     os.environ.update(env)
+    os.environ[MARK_ENV] = str(zygote)
+    publish_environ(dict(os.environ))
     for path in reversed(env.get("PYTHONPATH", "").split(os.pathsep)):
         if path and path not in sys.path:
             sys.path.insert(0, path)  # as a new interpreter would
@@ -415,6 +433,26 @@ def _fresh_state(env: dict[str, str], entry: str) -> None:
         sys.modules["asyncio"].set_event_loop_policy(None)
     if "zmq" in sys.modules:
         sys.modules["zmq"].Context._instance = None
+
+
+def publish_environ(env: dict[str, str]) -> bool:
+    """Make ``/proc/self/environ`` show ``env``: overwrite the area the kernel reads it from.
+
+    Only safe after ``os.environ`` was replaced (libc then points to new
+    strings, nothing to the old area).  False, changing nothing, when ``env``
+    does not fit or the area is unknown (not Linux).
+    """
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rpartition(b")")[2].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end: fields 50 and 51
+    except (OSError, IndexError, ValueError):
+        return False
+    block = b"".join(f"{k}={v}".encode(errors="surrogateescape") + b"\0" for k, v in env.items())
+    if not start or len(block) >= end - start:
+        return False
+    ctypes.memmove(start, block + b"\0" * (end - start - len(block)), end - start)
+    return True
 
 
 def _await_new_parent(middle: int, timeout: float = 5.0) -> None:

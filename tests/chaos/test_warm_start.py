@@ -1,0 +1,130 @@
+"""Warm start (``supervisor.start_method: forkserver``) with a real daemon.
+
+A warm child must be indistinguishable from a cold one where it matters: its
+parent is the daemon (which reaps it and learns its exit status), it leads its
+own session and process group, it has its own working directory, log file and
+environment (also as ``/proc/PID/environ`` shows it), its title names its job,
+and it dies with the daemon.  When the zygote dies, children start cold and
+the zygote comes back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+
+from tests.chaos.helpers import (assert_no_leftovers, forkserver, live, proc_env, wait_warm, warm_on_start,
+                                 zygote_pids)
+from tests.harness import wait_for
+
+SLEEPY = [{"text": "resting", "sleep": 60}]
+WITH_GRANDCHILD = [{"text": "starting a long command",
+                    "tool_calls": [{"name": "terminal", "input": {"command": "sleep 120", "timeout": 300}}]},
+                   {"text": "done"}]
+
+
+@pytest.fixture
+def warm(make_daemon):
+    """A forkserver daemon whose zygote is warm."""
+    return warm_on_start(make_daemon(forkserver(), start=False)).start()
+
+
+def _running_pid(daemon, job_id: str) -> int:
+    wait_for(lambda: daemon.call("job", id=job_id)["status"] == "running", what=f"{job_id} running")
+    return daemon.call("job", id=job_id)["pid"]
+
+
+def test_warm_child_has_its_own_everything(warm):
+    zygote = zygote_pids(warm)[-1]
+    cwd = warm.work / "here"
+    cwd.mkdir()
+    rec = warm.delegate("isolated goal", cwd=str(cwd), script=SLEEPY)
+    pid = _running_pid(warm, rec["id"])
+    child = psutil.Process(pid)
+    env = proc_env(pid)
+    assert env.get("HERMES_ZYGOTE") == str(zygote), "not forked from the zygote"
+    assert env["HERMES_JOB_ID"] == rec["id"] and env["HERMES_SUPERVISOR"] == warm.supervisor_id
+    assert "NOTIFY_SOCKET" not in env and "HERMES_ENV_ROOM" not in env
+    assert child.ppid() == warm.proc.pid, "a warm child must be re-parented to the daemon"
+    assert os.getpgid(pid) == pid and os.getsid(pid) == pid
+    assert child.cwd() == str(cwd)
+    log = warm.home / "jobs" / rec["id"] / "log"
+    assert os.readlink(f"/proc/{pid}/fd/1") == str(log) == os.readlink(f"/proc/{pid}/fd/2")
+    assert os.readlink(f"/proc/{pid}/fd/0") == os.devnull
+    wait_for(lambda: " ".join(child.cmdline()).startswith(f"hermes-child {rec['id']} delegation isolated goal"),
+             what="process title")
+    warm.call("cancel", id=rec["id"])
+    assert warm.wait_job(rec["id"])["status"] == "cancelled"
+    assert not live(pid)
+
+
+def test_warm_children_differ_from_each_other(warm):
+    script = [{"text": "x", "tool_calls": [{"name": "terminal", "input": {
+        "command": "echo $HERMES_JOB_ID $HERMES_ZYGOTE > who.txt"}}]}, {"text": "done"}]
+    recs = []
+    for i in range(3):
+        cwd = warm.work / f"w{i}"
+        cwd.mkdir()
+        recs.append((cwd, warm.delegate(f"job {i}", cwd=str(cwd), script=script, toolsets=["terminal"])))
+    for cwd, rec in recs:
+        assert warm.wait_job(rec["id"])["status"] == "completed"
+        job, zygote = (cwd / "who.txt").read_text().split()
+        assert job == rec["id"] and int(zygote) == zygote_pids(warm)[-1]
+    pids = {warm.call("job", id=rec["id"])["pid"] for _, rec in recs}
+    assert len(pids) == 3
+
+
+def test_daemon_reaps_a_warm_child_and_learns_its_status(warm):
+    rec = warm.delegate("die hard", script=SLEEPY)
+    pid = _running_pid(warm, rec["id"])
+    os.kill(pid, signal.SIGKILL)
+    final = warm.wait_job(rec["id"])
+    assert final["status"] == "failed" and "status -9" in final["error"]
+    zombies = [p for p in psutil.process_iter(["ppid", "status"])
+               if p.info["ppid"] == warm.proc.pid and p.info["status"] == psutil.STATUS_ZOMBIE]
+    assert zombies == []
+
+
+def test_kill9_of_daemon_ends_warm_children_grandchildren_and_zygote(warm):
+    zygote = zygote_pids(warm)[-1]
+    recs = [warm.delegate(f"orphan {i}", background=True, script=WITH_GRANDCHILD) for i in range(2)]
+    pids = {_running_pid(warm, r["id"]) for r in recs}
+    wait_for(lambda: any(p.name() == "sleep" for p in warm.children()), what="grandchild sleep")
+    warm.kill9()
+    assert_no_leftovers(warm, {r["id"] for r in recs}, pids | {zygote}, timeout=5)
+
+
+def test_zygote_death_falls_back_to_cold_then_warm_again(warm):
+    first = zygote_pids(warm)[-1]
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: not live(first), what="zygote gone")
+    rec = warm.delegate("while the zygote is gone", script=SLEEPY)
+    pid = _running_pid(warm, rec["id"])
+    assert "HERMES_ZYGOTE" not in proc_env(pid), "should have started cold"
+    warm.call("cancel", id=rec["id"])
+    second = wait_warm(warm, 2)
+    assert second != first
+    rec = warm.delegate("warm again", script=SLEEPY)
+    assert proc_env(_running_pid(warm, rec["id"])).get("HERMES_ZYGOTE") == str(second)
+    warm.call("cancel", id=rec["id"])
+    warm.wait_job(rec["id"])
+
+
+def test_graceful_shutdown_leaves_nothing(warm):
+    zygote = zygote_pids(warm)[-1]
+    recs = [warm.delegate(f"long {i}", background=True, script=WITH_GRANDCHILD) for i in range(2)]
+    pids = {_running_pid(warm, r["id"]) for r in recs}
+    assert warm.stop() == 0
+    assert_no_leftovers(warm, {r["id"] for r in recs}, pids | {zygote}, timeout=5)
+
+
+def test_cold_start_stays_the_default(daemon):
+    rec = daemon.delegate("cold", script=SLEEPY)
+    pid = _running_pid(daemon, rec["id"])
+    assert "HERMES_ZYGOTE" not in proc_env(pid)
+    assert "hermes-zygote" not in " ".join(" ".join(p.cmdline()) for p in daemon.children())
+    daemon.call("cancel", id=rec["id"])
+    daemon.wait_job(rec["id"])
