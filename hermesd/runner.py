@@ -231,7 +231,9 @@ class Runner:
                   "tokens_in": int(tokens.get("input") or row.get("tokens_in") or 0),
                   "tokens_out": int(tokens.get("output") or row.get("tokens_out") or 0),
                   "trace": result.get("trace") or row.get("trace") or [],
-                  "stop_reason": stop_reason}
+                  "stop_reason": stop_reason,
+                  "model": row.get("model") or result.get("model"),
+                  "provider": row.get("provider") or result.get("provider")}
         if result.get("duration_seconds") is not None:
             fields["duration_seconds"] = float(result["duration_seconds"])
         self.jobs.transition(job_id, status, **fields)
