@@ -40,7 +40,7 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
 
     table = Table(box=None, pad_edge=False)
     for col in ("ID", "KIND", "STATUS", "DURATION", "CALLS", "GOAL"):
-        table.add_column(col, no_wrap=col != "GOAL")
+        table.add_column(col, no_wrap=True, overflow="ellipsis" if col == "GOAL" else "fold")
     for rec in records:
         dur = rec.get("duration_seconds")
         table.add_row(rec["id"], rec.get("kind") or "", rec.get("status") or "",
