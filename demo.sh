@@ -82,6 +82,23 @@ echo
 hermesctl history main
 
 echo
+echo "== a batch run: 4 HumanEval prompts, 2 at a time, trajectories for fine-tuning"
+hermes-batch --dataset_file "$SHARED/data/humaneval_prompts.jsonl" --batch_size 2 --run_name humaneval_demo \
+  --max_samples 4 --num_workers 2 --max_turns 4 --output_dir "$DEMO/data" || true
+ls -la "$DEMO/data/humaneval_demo"
+python3 - "$DEMO/data/humaneval_demo" <<'PY'
+import json, sys, pathlib
+run = pathlib.Path(sys.argv[1])
+stats = json.loads((run / "statistics.json").read_text())
+print("statistics.json:", json.dumps({k: stats[k] for k in list(stats)[:8]}, indent=None)[:600])
+lines = (run / "trajectories.jsonl").read_text().splitlines()
+if lines:
+    first = json.loads(lines[0])
+    print(f"trajectories.jsonl: {len(lines)} line(s); first: prompt_index={first['prompt_index']}, "
+          f"{len(first['conversations'])} turns, completed={first['completed']}, api_calls={first['api_calls']}")
+PY
+
+echo
 echo "== files the subagents left in $DEMO/work"
 ls -la "$DEMO/work"
 echo
