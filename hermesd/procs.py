@@ -119,14 +119,15 @@ class ForkServerOS(OS):
     so reaping, signals and the lifeline work exactly as for a cold child.
     Until the zygote is warm, after it died, for any other program than the
     child runtime, or where hermesd is not a subreaper, :meth:`spawn` starts
-    the child cold (``OS.spawn``).  ``supervisor_id`` goes into the zygote's
-    environment, so leftover sweeps find its children.
+    the child cold (``OS.spawn``).  The zygote's environment names the
+    daemon's ``supervisor_id`` as ``HERMES_ZYGOTE_OF``, not ``HERMES_SUPERVISOR``:
+    it is not a job's process (it dies with the daemon by ``PDEATHSIG``).
     """
 
     def __init__(self, supervisor_id: str):
         from hermesd.zygote import ZygoteClient
 
-        self.zygote = ZygoteClient(child_env(os.environ, {SUPERVISOR_ENV: supervisor_id,
+        self.zygote = ZygoteClient(child_env(os.environ, {"HERMES_ZYGOTE_OF": supervisor_id,
                                                           "HERMES_DAEMON_PID": str(os.getpid())}))
 
     def warm(self) -> None:

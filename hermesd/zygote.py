@@ -39,7 +39,8 @@ environment had at ``exec`` time — in a forked child, the *zygote's*.  Leftove
 sweeps find a job's processes by ``HERMES_SUPERVISOR`` / ``HERMES_JOB_ID`` in
 that view, so the zygote is started with a large padding variable
 (:data:`ROOM_ENV`) and each child writes its own environment into that area
-(:func:`publish_environ`).  ``SPT_NOENV=1`` keeps setproctitle from using the
+(:func:`publish_environ`).  The zygote itself has no ``HERMES_SUPERVISOR``: it
+is no job's process, and it dies with the daemon (``PDEATHSIG``).  ``SPT_NOENV=1`` keeps setproctitle from using the
 area for the title (the title fits in the zygote's long command line).  A warm
 child's environment also has ``HERMES_ZYGOTE=<zygote pid>``.
 
@@ -450,6 +451,8 @@ def publish_environ(env: dict[str, str]) -> bool:
         return False
     block = b"".join(f"{k}={v}".encode(errors="surrogateescape") + b"\0" for k, v in env.items())
     if not start or len(block) >= end - start:
+        print(f"hermes-zygote: the environment ({len(block)} bytes) does not fit in /proc/{os.getpid()}/environ",
+              file=sys.stderr, flush=True)
         return False
     ctypes.memmove(start, block + b"\0" * (end - start - len(block)), end - start)
     return True
