@@ -54,6 +54,20 @@ def warm_on_start(daemon: DaemonProc) -> DaemonProc:
     return daemon
 
 
+def running_job(daemon: DaemonProc, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
+    """Wait until job ``job_id`` is ``running``; returns its record (with ``pid``)."""
+    wait_for(lambda: daemon.call("job", id=job_id)["status"] == "running", timeout, 0.02, f"{job_id} running")
+    return daemon.call("job", id=job_id)
+
+
+def status_of(pid: int) -> str:
+    """``psutil`` status of ``pid`` ('' when gone)."""
+    try:
+        return psutil.Process(pid).status()
+    except psutil.Error:
+        return ""
+
+
 def proc_env(pid: int) -> dict[str, str]:
     """``/proc/PID/environ`` of ``pid`` ({} when gone)."""
     try:
@@ -64,10 +78,7 @@ def proc_env(pid: int) -> dict[str, str]:
 
 def live(pid: int) -> bool:
     """True when ``pid`` runs (zombies count as gone)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return status_of(pid) not in ("", psutil.STATUS_ZOMBIE)
 
 
 def titled(job_ids: set[str]) -> list[psutil.Process]:

@@ -16,8 +16,8 @@ import signal
 import psutil
 import pytest
 
-from tests.chaos.helpers import (assert_no_leftovers, forkserver, live, proc_env, wait_warm, warm_on_start,
-                                 zygote_pids)
+from tests.chaos.helpers import (assert_no_leftovers, forkserver, live, proc_env, running_job, wait_warm,
+                                 warm_on_start, zygote_pids)
 from tests.harness import wait_for
 
 SLEEPY = [{"text": "resting", "sleep": 60}]
@@ -32,17 +32,12 @@ def warm(make_daemon):
     return warm_on_start(make_daemon(forkserver(), start=False)).start()
 
 
-def _running_pid(daemon, job_id: str) -> int:
-    wait_for(lambda: daemon.call("job", id=job_id)["status"] == "running", what=f"{job_id} running")
-    return daemon.call("job", id=job_id)["pid"]
-
-
 def test_warm_child_has_its_own_everything(warm):
     zygote = zygote_pids(warm)[-1]
     cwd = warm.work / "here"
     cwd.mkdir()
     rec = warm.delegate("isolated goal", cwd=str(cwd), script=SLEEPY)
-    pid = _running_pid(warm, rec["id"])
+    pid = running_job(warm, rec["id"])["pid"]
     child = psutil.Process(pid)
     env = proc_env(pid)
     assert env.get("HERMES_ZYGOTE") == str(zygote), "not forked from the zygote"
@@ -79,7 +74,7 @@ def test_warm_children_differ_from_each_other(warm):
 
 def test_daemon_reaps_a_warm_child_and_learns_its_status(warm):
     rec = warm.delegate("die hard", script=SLEEPY)
-    pid = _running_pid(warm, rec["id"])
+    pid = running_job(warm, rec["id"])["pid"]
     os.kill(pid, signal.SIGKILL)
     final = warm.wait_job(rec["id"])
     assert final["status"] == "failed" and "status -9" in final["error"]
@@ -91,7 +86,7 @@ def test_daemon_reaps_a_warm_child_and_learns_its_status(warm):
 def test_kill9_of_daemon_ends_warm_children_grandchildren_and_zygote(warm):
     zygote = zygote_pids(warm)[-1]
     recs = [warm.delegate(f"orphan {i}", background=True, script=WITH_GRANDCHILD) for i in range(2)]
-    pids = {_running_pid(warm, r["id"]) for r in recs}
+    pids = {running_job(warm, r["id"])["pid"] for r in recs}
     wait_for(lambda: any(p.name() == "sleep" for p in warm.children()), what="grandchild sleep")
     warm.kill9()
     assert_no_leftovers(warm, {r["id"] for r in recs}, pids | {zygote}, timeout=5)
@@ -102,13 +97,13 @@ def test_zygote_death_falls_back_to_cold_then_warm_again(warm):
     os.kill(first, signal.SIGKILL)
     wait_for(lambda: not live(first), what="zygote gone")
     rec = warm.delegate("while the zygote is gone", script=SLEEPY)
-    pid = _running_pid(warm, rec["id"])
+    pid = running_job(warm, rec["id"])["pid"]
     assert "HERMES_ZYGOTE" not in proc_env(pid), "should have started cold"
     warm.call("cancel", id=rec["id"])
     second = wait_warm(warm, 2)
     assert second != first
     rec = warm.delegate("warm again", script=SLEEPY)
-    assert proc_env(_running_pid(warm, rec["id"])).get("HERMES_ZYGOTE") == str(second)
+    assert proc_env(running_job(warm, rec["id"])["pid"]).get("HERMES_ZYGOTE") == str(second)
     warm.call("cancel", id=rec["id"])
     warm.wait_job(rec["id"])
 
@@ -116,14 +111,14 @@ def test_zygote_death_falls_back_to_cold_then_warm_again(warm):
 def test_graceful_shutdown_leaves_nothing(warm):
     zygote = zygote_pids(warm)[-1]
     recs = [warm.delegate(f"long {i}", background=True, script=WITH_GRANDCHILD) for i in range(2)]
-    pids = {_running_pid(warm, r["id"]) for r in recs}
+    pids = {running_job(warm, r["id"])["pid"] for r in recs}
     assert warm.stop() == 0
     assert_no_leftovers(warm, {r["id"] for r in recs}, pids | {zygote}, timeout=5)
 
 
 def test_cold_start_stays_the_default(daemon):
     rec = daemon.delegate("cold", script=SLEEPY)
-    pid = _running_pid(daemon, rec["id"])
+    pid = running_job(daemon, rec["id"])["pid"]
     assert "HERMES_ZYGOTE" not in proc_env(pid)
     assert "hermes-zygote" not in " ".join(" ".join(p.cmdline()) for p in daemon.children())
     daemon.call("cancel", id=rec["id"])
