@@ -35,7 +35,7 @@ from hermesd.procs import ProcessManager, become_subreaper, make_os, sweep_lefto
 from hermesd.protocol import ProtocolError
 from hermesd.runner import Runner
 from hermesd.scheduler import Scheduler
-from hermesd.store import Store
+from hermesd.store import Store, StoreError
 from hermesd.systemd import Notifier
 
 log = logging.getLogger("hermesd")
@@ -350,6 +350,6 @@ def run(config: config_mod.Config, config_path: str | None = None) -> int:
     daemon = Daemon(config, config_path=config_path)
     try:
         return asyncio.run(daemon.run())
-    except AlreadyRunning as exc:
+    except (AlreadyRunning, StoreError) as exc:  # StoreError: e.g. a read-only or full state directory
         print(f"hermesd: {exc}", file=sys.stderr)
         return 1

@@ -227,13 +227,15 @@ class Store:
             yield self.db
         except BaseException:
             self._depth = 0
-            self.db.execute("ROLLBACK")
+            if self.db.in_transaction:  # SQLite may have rolled back itself (disk full, I/O error)
+                self.db.execute("ROLLBACK")
             raise
         self._depth = 0
         try:
             self.db.execute("COMMIT")
         except sqlite3.Error as exc:
-            self.db.execute("ROLLBACK")
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
             raise StoreError(f"state database {self.path}: commit failed: {exc}") from None
 
     # generic row helpers -------------------------------------------------
