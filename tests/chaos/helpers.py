@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from tests.harness import DaemonProc, wait_for
+from tests.harness import DaemonProc, processes_with_env, wait_for
 
 READY = re.compile(r"hermes-zygote\[(\d+)\]: warm and ready")
 TERMINAL = {"completed", "failed", "interrupted", "timed_out", "cancelled", "lost"}
@@ -108,6 +108,11 @@ def assert_no_leftovers(daemon: DaemonProc, job_ids: set[str] = frozenset(), pid
     except AssertionError:
         rest = [(p, " ".join(psutil.Process(p).cmdline())[:80]) for p in leftovers(daemon, job_ids, pids) if live(p)]
         raise AssertionError(f"processes left behind: {rest}") from None
+
+
+def of_daemon(pid: int) -> list[psutil.Process]:
+    """Live processes started for the daemon of ``pid`` (``HERMES_DAEMON_PID`` in their environment)."""
+    return processes_with_env("HERMES_DAEMON_PID", str(pid))
 
 
 def all_jobs(daemon: DaemonProc) -> list[dict[str, Any]]:
