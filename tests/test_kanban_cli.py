@@ -1,0 +1,107 @@
+"""``hermesctl kanban`` against a real daemon on the scripted provider: a worker
+that never calls kanban_complete fails its attempts until the task blocks with
+the reason; spawn failures block too; comment, unblock, link, archive, list,
+show and watch, with and without --json; the board survives a kill -9 of the
+daemon and its claims are repaired at restart."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.harness import wait_for
+
+CONFIG = {"kanban": {"dispatch_interval_seconds": 0.2, "max_spawn_failures": 2},
+          "supervisor": {"max_children": 4}}
+
+
+def _json_lines(out) -> list[dict]:
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def _show(d, task_id) -> dict:
+    return _json_lines(d.ctl("kanban", "show", task_id, "--json"))[0]
+
+
+@pytest.fixture
+def d(make_daemon):
+    daemon = make_daemon(CONFIG)
+    out = daemon.ctl("profile", "create", "scribe", "--description", "Writes notes", "--provider", "scripted",
+                     "--toolsets", "file")
+    assert out.returncode == 0, out.stderr
+    return daemon
+
+
+def test_worker_without_a_result_blocks_the_task_and_people_steer_it(d):
+    created = _json_lines(d.ctl("kanban", "create", "write the notes", "--assignee", "scribe", "--body",
+                                "Write notes.md", "--priority", "2", "--json"))[0]
+    task = created["id"]
+    assert created["status"] == "ready" and created["assignee"] == "scribe" and created["priority"] == 2
+    events = _json_lines(d.ctl("kanban", "watch", "--since", "0", "--until-settled", "--json", timeout=180))
+    assert all(e["type"].startswith("kanban.") for e in events)
+    assert [e["type"] for e in events].count("kanban.claimed") == 2
+    shown = _show(d, task)
+    assert {"id", "status", "assignee", "result"} <= set(shown)
+    assert shown["status"] == "blocked" and shown["attempts"] == 2 and shown["result"] is None
+    assert "blocked after 2 failed attempt(s)" in shown["block_reason"]
+    assert "without calling kanban_complete" in shown["block_reason"]
+    # two separate worker processes ran and ended; nothing is left running
+    workers = [e["data"]["worker"] for e in events if e["type"] == "kanban.claimed"]
+    assert len(set(workers)) == 2 and all(d.call("job", id=w)["kind"] == "kanban_worker" for w in workers)
+    wait_for(lambda: not d.call("ps")["jobs"], timeout=60, what="no worker left")
+
+    text = d.ctl("kanban", "list").stdout
+    assert task in text and "blocked" in text and "write the notes" in text
+    assert d.ctl("kanban", "comment", task, "the notes go in notes.md").returncode == 0
+    assert d.ctl("kanban", "unblock", task, "--note", "try again").returncode == 0
+    follow = _show(d, task)
+    assert [c["text"] for c in follow["comments"]] == ["the notes go in notes.md", "try again"]
+    wait_for(lambda: _show(d, task)["attempts"] >= 3, timeout=60, what="a third attempt after unblock")
+    # the next worker was told the comments and why the last attempt failed
+    worker = d.call("job", id=_show(d, task)["worker"])
+    assert "try again" in worker["context"] and "previous one failed" in worker["context"]
+    archived = _json_lines(d.ctl("kanban", "archive", task, "--json"))[0]
+    assert archived["status"] == "archived"
+    assert d.wait_job(worker["id"], timeout=60)["status"] in ("interrupted", "failed", "completed")
+    assert _json_lines(d.ctl("kanban", "list", "--json")) == []
+    assert [t["id"] for t in _json_lines(d.ctl("kanban", "list", "--archived", "--json"))] == [task]
+
+
+def test_spawn_failures_block_with_the_reason_and_refusals_have_exit_codes(d, tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    task = _json_lines(d.ctl("kanban", "create", "nowhere", "--assignee", "scribe", "--triage", "--cwd", str(gone),
+                             "--json"))[0]["id"]
+    assert _show(d, task)["status"] == "triage"
+    shutil.rmtree(gone)
+    assert d.ctl("kanban", "unblock", task).returncode == 0
+    wait_for(lambda: _show(d, task)["status"] == "blocked", timeout=60, what="blocked after failed spawns")
+    reason = _show(d, task)["block_reason"]
+    assert "could not start worker" in reason and "does not exist" in reason
+    kinds = [e["type"] for e in d.call("events_since", since=0)["events"]]
+    assert kinds.count("kanban.spawn_failed") == 2
+
+    # a profile deleted after the task was made: the spawn fails with the reason
+    d.ctl("profile", "create", "temp", "--description", "short-lived", "--provider", "scripted")
+    orphan = _json_lines(d.ctl("kanban", "create", "orphan", "--assignee", "temp", "--triage", "--json"))[0]["id"]
+    d.ctl("profile", "delete", "temp")
+    d.ctl("kanban", "unblock", orphan)
+    wait_for(lambda: _show(d, orphan)["status"] == "blocked", timeout=60, what="orphan blocked")
+    assert "no profile 'temp'" in _show(d, orphan)["block_reason"]
+
+    missing = d.ctl("kanban", "create", "x", "--assignee", "ghost", "--json")
+    assert missing.returncode == 5 and "no profile 'ghost'" in json.loads(missing.stdout)["error"]["message"]
+    assert d.ctl("kanban", "show", "kb_99").returncode == 5
+    assert d.ctl("kanban", "unblock", task).returncode == 0  # blocked → back in the queue
+    assert d.ctl("kanban", "create", "x", "--assignee", "scribe", "--parent", "kb_99").returncode == 5
+    a = _json_lines(d.ctl("kanban", "create", "first", "--assignee", "scribe", "--triage", "--json"))[0]["id"]
+    b = _json_lines(d.ctl("kanban", "create", "second", "--assignee", "scribe", "--triage", "--json"))[0]["id"]
+    assert d.ctl("kanban", "link", a, b).returncode == 0
+    assert d.ctl("kanban", "link", b, a).returncode == 2  # a cycle
+    assert _show(d, b)["parents"] == [a]
+    assert d.ctl("kanban", "unblock", a, "--json").returncode == 0
+    assert d.ctl("kanban", "unblock", a).returncode == 6  # not blocked any more
+
