@@ -11,7 +11,9 @@ and whenever the board changes (a *kick*):
    queue (a failed attempt) and the worker's process is stopped.  Queued
    workers (waiting for ``supervisor.max_children``) are not on the clock.
 2. **Ready tasks are claimed** (highest priority first), each atomically, and
-   a ``kanban_worker`` job is submitted for it with the assignee's profile:
+   a ``kanban_worker`` job is submitted for it — workers count against
+   ``supervisor.max_children``; once it is full, one worker waits in its queue
+   and the other ready tasks stay ``ready`` — with the assignee's profile:
    its model and provider, its toolsets without ``delegation`` and with
    ``kanban`` (the child offers the worker tools only), a system prompt about
    its one task, and the results of the tasks it waited for as context.
@@ -104,9 +106,19 @@ class Dispatcher:
         try:
             self.check_claims()
             for row in self.board.list(status="ready"):
+                if self.saturated():
+                    break
                 self.spawn(row)
         except Exception:  # the daemon never dies of a dispatch pass
             log.exception("kanban dispatch pass failed")
+
+    def saturated(self) -> bool:
+        """True when ``supervisor.max_children`` has no room beyond the queue and a worker
+        already waits in it: further ready tasks stay ``ready`` rather than all being
+        claimed by workers that could only queue."""
+        scheduler = self.d.scheduler
+        return (scheduler.room("global") <= len(scheduler.queue)
+                and any(job.startswith(WORKER_PREFIX) for job in scheduler.queued_jobs()))
 
     # claims ------------------------------------------------------------------
 

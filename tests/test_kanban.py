@@ -295,3 +295,26 @@ def test_board_survives_a_daemon_kill_and_claims_are_repaired(make_daemon, api, 
     assert d.call("job", id=first["id"])["status"] == "lost"
     reclaimed = [e for e in _events(d) if e["type"] == "kanban.reclaimed"]
     assert [(e["data"]["worker"], e["data"]["failure"]) for e in reclaimed] == [(first["id"], False)]
+
+
+def test_workers_count_against_max_children(make_daemon, api, brain):
+    d = _daemon(make_daemon, api, supervisor={"max_children": 1})
+    gate = d.call("kanban.create", title="gate", assignee="coder", triage=True)["id"]
+    tasks = [d.call("kanban.create", title=f"job {i}", assignee="coder", priority=i, parents=[gate])["id"]
+             for i in range(3)]
+    d.call("kanban.unblock", id=gate)  # when the gate is done, the three are ready at once
+    claimed = []
+
+    def all_done():
+        board = {t["id"]: t for t in d.call("kanban.list")["tasks"]}
+        claimed.append(sum(1 for t in board.values() if t["status"] == "running"))
+        return all(board[t]["status"] == "done" for t in tasks)
+
+    wait_for(all_done, timeout=240, interval=0.1, what="three tasks done one at a time")
+    assert max(claimed) <= 2  # one worker running, at most one more waiting for the slot
+    workers = sorted((d.wait_job(_task(d, t)["worker"], timeout=60) for t in tasks), key=lambda w: w["started_at"])
+    for before, after in zip(workers, workers[1:]):
+        assert before["completed_at"] <= after["started_at"], "two workers ran at once"
+    # highest priority first
+    assert [w["parent"] for w in workers] == list(reversed(tasks))
+    assert d.call("job", id=_task(d, gate)["worker"])["completed_at"] <= workers[0]["started_at"]
