@@ -2,26 +2,31 @@
 
 Task statuses and how a task moves between them::
 
-    triage ─unblock─► todo ──(all parents done)──► ready ──claim──► running ──complete──► done
-                       ▲                            │  ▲               │ │ └──block / N failures──► blocked
-                       └──────link to unfinished────┘  └───release─────┘ │                          │
-                                                       (worker ended,     └──(archive)              unblock
-                                                        stale claim)                                  │
-    every status but archived ──archive──► archived            ready/todo ◄───────────────────────────┘
+    triage   --unblock-->                     todo | ready
+    todo     --every parent done-->           ready
+    ready    --claim (dispatcher)-->          running
+    ready    --link to an unfinished task-->  todo
+    ready    --N failed spawns-->             blocked
+    running  --kanban_complete-->             done
+    running  --kanban_block, worker cancelled, N failed attempts-->  blocked
+    running  --claim released (worker ended, silent, hermesd stopped)-->  ready | todo
+    blocked  --unblock-->                     ready | todo
+    any but archived  --archive-->            archived
 
 ``review`` is a valid status for a task that waits for a person; nothing moves
 a task there on its own.  A task is ``ready`` when every parent is done (an
 archived parent counts when it was done before).
 
 Who may do what is decided here, from the :class:`Actor`: people and
-orchestrator agents create, link, list, show, comment, unblock and archive;
-a worker (an actor with a ``task``) reads and changes only its own task, and
+orchestrator agents create, link, list, show, comment and unblock (people also
+archive); a worker (an actor with a ``task``) reads and changes only its own task, and
 completes or blocks it only while its claim is still its own.
 
 Every change is written with its ``kanban.*`` events in one transaction and the
-events are published after the commit.  The ``_…`` methods take an ``out``
-list of recorded events so that a caller already inside a transaction (the
-job table's terminal hook) can publish them itself after its own commit.
+events are published after the commit (:meth:`Board.run`).  The ``_…``
+methods, and :meth:`Board.release` given ``out``, record their events in an
+``out`` list instead, so that a caller already inside a transaction (the job
+table's terminal hook) publishes them itself after its own commit.
 """
 
 from __future__ import annotations
