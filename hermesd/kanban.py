@@ -147,15 +147,19 @@ class Board:
         return self.store.all("SELECT author, text, time FROM kanban_comments WHERE task = ? ORDER BY id",
                               (task_id,))
 
-    def record(self, row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
+    def record(self, row: dict[str, Any], *, full: bool = False, cut: int | None = None) -> dict[str, Any]:
         """The public view of a task: its columns (``worker`` = the last worker job)
-        plus ``parents`` and ``children`` ids; ``full`` adds ``comments``."""
+        plus ``parents`` and ``children`` ids; ``full`` adds ``comments``; ``cut``
+        shortens ``body`` and ``result`` to that many characters (listings)."""
         rec = {k: v for k, v in row.items() if k not in ("num", "last_worker")}
         rec["worker"] = row.get("last_worker")
         rec["parents"] = [p["id"] for p in self.parents(row["id"])]
         rec["children"] = [c["id"] for c in self.children(row["id"])]
         if full:
             rec["comments"] = self.comments(row["id"])
+        for key in ("body", "result") if cut else ():
+            if rec[key] and len(rec[key]) > cut:
+                rec[key] = rec[key][:cut] + f"… [{len(rec[key]) - cut} more characters: see kanban.show]"
         return rec
 
     def list(self, *, board: str | None = None, status: str | None = None, assignee: str | None = None,

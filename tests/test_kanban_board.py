@@ -160,3 +160,10 @@ def test_tools_offered_by_role():
     assert worker - {"read_file", "write_file", "patch_file", "list_files"} == set(kanban_tools.WORKER_TOOLS)
     assert kanban_tools.WORKER_ROLE == kanban.WORKER_ROLE
     assert not {t.name for t in tools_for(["all"], kanban.WORKER_ROLE)} & orchestrator
+
+
+def test_listings_cut_long_texts(board):
+    task = board.create(PERSON, title="long", assignee="coder", body="x" * 800)
+    short = board.record(board.require(task["id"]), cut=500)
+    assert short["body"].startswith("x" * 500) and "300 more characters: see kanban.show" in short["body"]
+    assert board.record(board.require(task["id"]), full=True)["body"] == "x" * 800

@@ -55,7 +55,8 @@ TOOLS = [
           "parents are done.",
           {"title": {**_TEXT, "description": "Short title."},
            "body": {"type": "string", "description": "What the worker must do, self-contained."},
-           "assignee": {**_TEXT, "description": "Worker profile that will run it."},
+           "assignee": {**_TEXT, "description": "Worker profile that will run it (kanban_list shows the profiles "
+                        "and what each is good at)."},
            "parents": {"type": "array", "items": {"type": "string"}, "description": "Ids of tasks it waits for."},
            "priority": {"type": "integer", "description": "Higher runs first (default 0)."},
            "board": {**_TEXT, "description": "Board name (default: the default board)."}},

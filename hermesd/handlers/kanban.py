@@ -21,6 +21,10 @@ from hermesd.kanban_dispatch import Dispatcher
 from hermesd.protocol import ProtocolError, arg
 
 
+LIST_TEXT_CHARS = 500
+"""``kanban.list`` cuts each task's ``body`` and ``result`` to this many characters (``kanban.show`` has them whole)."""
+
+
 def _dispatcher(d) -> Dispatcher:
     return d.services["kanban"]
 
@@ -66,7 +70,7 @@ def listing(d, actor: Actor, args: dict[str, Any]) -> dict[str, Any]:
     rows = board.list(board=board_arg(args["board"]) if args.get("board") is not None else None,
                       status=arg(args, "status", str, None, choices=STATUSES),
                       assignee=arg(args, "assignee", str, None), archived=arg(args, "archived", bool, False))
-    return {"tasks": [board.record(r) for r in rows], "boards": board.boards(),
+    return {"tasks": [board.record(r, cut=LIST_TEXT_CHARS) for r in rows], "boards": board.boards(),
             "profiles": [{"name": p.name, "description": p.description} for p in profiles.list_all()]}
 
 
@@ -187,7 +191,8 @@ async def kanban_list(d, args: dict[str, Any]) -> dict[str, Any]:
     """Tasks, highest priority first: optional ``board``, ``status``, ``assignee``,
     ``archived`` (include archived tasks).  Returns ``{tasks: [record…], boards:
     [name…], profiles: [{name, description}]}`` — the profiles are what an
-    orchestrator routes work by."""
+    orchestrator routes work by.  Each record's ``body`` and ``result`` are cut at
+    500 characters (``kanban.show`` has them whole)."""
     return listing(d, PERSON, args)
 
 
