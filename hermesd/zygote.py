@@ -21,9 +21,17 @@ learns its exit status, ``killpg(pid)`` reaches its process group, and
 ``PDEATHSIG`` fires when hermesd dies.  When the daemon is not a subreaper
 (not Linux) the warm path is not used.
 
+Forks cost milliseconds (two page-table copies of a ~100 MB process), so the
+zygote keeps :data:`SPARES` children forked ahead of time: each has left the
+zygote's session, belongs to the daemon, has armed ``PDEATHSIG`` (SIGKILL)
+and redone its process state, and waits on a pipe for its job.  A request
+hands the job to a spare (it sets up its directory, log and environment and
+reports its pid) and the zygote forks a new spare when no request is waiting.
+A spare whose zygote goes away reads end of file and exits.
+
 What a forked child must not share with the zygote, and where it is redone:
 
-* session and process group — ``setsid()`` in the child (it leads both);
+* session and process group — ``setsid()`` in the spare (it leads both);
 * working directory, stdin (``/dev/null``), stdout/stderr (the job's log,
   appended), environment (``os.environ`` replaced, ``putenv`` included);
 * file descriptors — every inherited descriptor is closed (as ``close_fds``);
@@ -92,6 +100,8 @@ READY_LINE = "warm and ready"
 """Printed by the zygote on the daemon's stderr once it is warm."""
 READY_TIMEOUT = 120.0
 REPLY_TIMEOUT = 15.0
+SPARES = 2
+"""Children forked ahead of time, so that a request costs no fork."""
 RESTART_AFTER = 10.0
 """Seconds between two starts of a zygote that keeps dying."""
 
@@ -269,9 +279,10 @@ class ZygoteClient:
 
 # the zygote's side --------------------------------------------------------
 
-def _arm_zygote_lifeline() -> None:
-    """Die with the daemon: SIGKILL on the parent's death, and a parent check."""
-    _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+def _arm_lifeline(sig: int) -> None:
+    """Die with the daemon: ``sig`` on the parent's death, and a parent check (the zygote
+    and its spares are both children of the daemon)."""
+    _prctl(PR_SET_PDEATHSIG, int(sig))
     expected = os.environ.get("HERMES_DAEMON_PID")
     if expected and os.getppid() != int(expected):
         os._exit(0)
@@ -302,13 +313,15 @@ def warm_up(preload: tuple[str, ...]) -> list[str]:
 
 
 def serve(fd: int, preload: tuple[str, ...]) -> int:
-    """The zygote's loop: warm up, say ready, fork a child per request until end of stream."""
+    """The zygote's loop: warm up, keep spares, say ready, hand a child out per request."""
     started = time.monotonic()
-    _arm_zygote_lifeline()
+    _arm_lifeline(signal.SIGKILL)
     _title("hermes-zygote (warming up)")
     sock = socket.socket(fileno=fd)
     failed = warm_up(preload)
     _title("hermes-zygote")
+    spares: list[Spare] = []
+    _replenish(spares, sock)
     seconds = time.monotonic() - started
     send_msg(sock, {"ready": True, "pid": os.getpid(), "seconds": seconds, "failed": failed})
     print(f"hermes-zygote[{os.getpid()}]: {READY_LINE} in {seconds:.2f}s (not imported: {', '.join(failed) or 'none'})",
@@ -317,40 +330,89 @@ def serve(fd: int, preload: tuple[str, ...]) -> int:
         request = recv_msg(sock)
         if request is None:
             return 0
+        request = {**request, "zygote": os.getpid()}
+        reply = {"errno": 0, "error": "no child could be forked"}
         try:
-            reply = fork_child(request, sock)
+            for spare in _candidates(spares, sock):
+                answer = spare.assign(request)
+                if answer is not None:  # None: a spare that died meanwhile
+                    reply = answer
+                    break
         except OSError as exc:
-            reply = {"errno": exc.errno or 0, "error": str(exc)}
+            reply = {"errno": exc.errno or 0, "error": f"fork failed: {exc}"}
         send_msg(sock, reply)
+        _replenish(spares, sock)
 
 
-def fork_child(request: dict[str, Any], sock: socket.socket) -> dict[str, Any]:
-    """Double-fork one child for ``request``; returns ``{"pid"}`` or ``{"errno", "error"}``."""
-    request = {**request, "zygote": os.getpid()}
-    rfd, wfd = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    middle = os.fork()
-    if middle == 0:  # the intermediate: fork the child, then leave it to the subreaper
+def _candidates(spares: list[Spare], sock: socket.socket):
+    """The spares, then two fresh children."""
+    while spares:
+        yield spares.pop(0)
+    for _ in range(2):
+        yield Spare.fork(sock)
+
+
+def _replenish(spares: list[Spare], sock: socket.socket) -> None:
+    """Fork spares up to :data:`SPARES`, unless a request is waiting (it goes first)."""
+    while len(spares) < SPARES and not select.select([sock], [], [], 0)[0]:
         try:
-            os.close(rfd)
-            me = os.getpid()
-            if os.fork() == 0:
-                _become_child(request, wfd, sock, me)
-        except BaseException as exc:  # noqa: BLE001 - reported through the pipe
-            os.write(wfd, f"err {getattr(exc, 'errno', 0) or 0} fork failed: {exc}".encode())
-        os._exit(0)
-    os.close(wfd)
-    try:
+            spares.append(Spare.fork(sock))
+        except OSError:
+            return  # no spare now: the next request forks its own
+
+
+@dataclass
+class Spare:
+    """A child forked ahead of time, waiting for its job: ``cmd`` (write end of its
+    request pipe) and ``status`` (read end of its report pipe)."""
+
+    cmd: int
+    status: int
+
+    @classmethod
+    def fork(cls, sock: socket.socket) -> Spare:
+        """Double-fork a spare; it is re-parented to the daemon and waits on its pipe."""
+        cmd_r, cmd_w = os.pipe()
+        status_r, status_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        middle = os.fork()
+        if middle == 0:  # the intermediate: fork the spare, then leave it to the subreaper
+            code, me = 0, os.getpid()
+            try:
+                if os.fork() == 0:
+                    _spare_main(cmd_r, status_w, sock, me)
+            except BaseException:  # noqa: BLE001 - no spare: its request finds an empty pipe
+                code = 1
+            os._exit(code)
+        os.close(cmd_r)
+        os.close(status_w)
         os.waitpid(middle, 0)
-        status = _read_status(rfd, REPLY_TIMEOUT)
-    finally:
-        os.close(rfd)
-    kind, _, rest = status.partition(" ")
-    if kind == "ok":
-        return {"pid": int(rest)}
-    code, _, message = rest.partition(" ")
-    return {"errno": int(code) if code.isdigit() else 0, "error": message or "the child did not report"}
+        return cls(cmd_w, status_r)
+
+    def assign(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Hand ``request`` over; ``{"pid"}``, ``{"errno", "error"}``, or None when the spare is dead."""
+        try:
+            data = msgpack.packb(request, use_bin_type=True)
+            os.write(self.cmd, _HEADER.pack(len(data)))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.cmd, view):]
+        except BrokenPipeError:
+            return None
+        finally:
+            os.close(self.cmd)
+        try:
+            status = _read_status(self.status, REPLY_TIMEOUT)
+        finally:
+            os.close(self.status)
+        kind, _, rest = status.partition(" ")
+        if kind == "ok":
+            return {"pid": int(rest)}
+        if kind != "err":
+            return None  # it died before reading the request
+        code, _, message = rest.partition(" ")
+        return {"errno": int(code) if code.isdigit() else 0, "error": message}
 
 
 def _read_status(fd: int, timeout: float) -> str:
@@ -365,23 +427,42 @@ def _read_status(fd: int, timeout: float) -> str:
         data += chunk
 
 
-def _become_child(request: dict[str, Any], status_fd: int, sock: socket.socket, middle: int) -> None:
-    """In the forked child (``middle``: the intermediate's pid): set up its process the way
-    ``OS.spawn`` would, run the entry, exit."""
+def _read_request(fd: int) -> dict[str, Any] | None:
+    """The spare's request from its pipe (None at end of stream: the zygote is gone)."""
+    data = b""
+    while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack(data[:_HEADER.size])[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None
+        data += chunk
+    return msgpack.unpackb(data[_HEADER.size:], raw=False)
+
+
+def _spare_main(cmd_fd: int, status_fd: int, sock: socket.socket, middle: int) -> None:
+    """In a spare: leave the zygote's session, belong to the daemon, wait for a job, become its child."""
     code = 1
     try:
         os.setsid()
+        os.close(sock.detach())
+        _close_all_but(cmd_fd, status_fd)
+        _await_new_parent(middle)
+        _arm_lifeline(signal.SIGKILL)  # until the child's own lifeline takes over
+        _title("hermes-zygote (spare)")
+        _fresh_process()  # before the request: it costs the job nothing
+        request = _read_request(cmd_fd)
+        if request is None:
+            os._exit(0)
         try:
             _redirect(request["cwd"], request["log_path"])
         except OSError as exc:
             os.write(status_fd, f"err {exc.errno or 0} {exc}".encode())
             os._exit(127)
         os.write(status_fd, f"ok {os.getpid()}".encode())
-        os.close(sock.detach())
-        os.closerange(3, _max_fd())  # the status pipe included: the zygote sees end of stream
-        _fresh_state(request["env"], request.get("entry") or ENTRY, request["zygote"])
-        _await_new_parent(middle)
-        module, _, func = (request.get("entry") or ENTRY).partition(":")
+        os.close(status_fd)
+        os.close(cmd_fd)
+        entry = request.get("entry") or ENTRY
+        _fresh_environment(request["env"], entry, request["zygote"])
+        module, _, func = entry.partition(":")
         code = getattr(importlib.import_module(module), func)()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -392,6 +473,15 @@ def _become_child(request: dict[str, Any], status_fd: int, sock: socket.socket, 
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code if isinstance(code, int) else 1)
+
+
+def _close_all_but(*keep: int) -> None:
+    """Close every descriptor above 2 except ``keep`` (as ``close_fds`` would)."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, _max_fd())
 
 
 def _redirect(cwd: str, log_path: str) -> None:
@@ -412,8 +502,8 @@ def _max_fd() -> int:
         return 65536
 
 
-def _fresh_state(env: dict[str, str], entry: str, zygote: int) -> None:
-    """Redo what a child must not share with the zygote (see the module doc)."""
+def _fresh_environment(env: dict[str, str], entry: str, zygote: int) -> None:
+    """The job's environment, also in ``/proc/PID/environ``, its ``sys.path`` and ``sys.argv``."""
     os.environ.clear()
     os.environ.update(env)
     os.environ[MARK_ENV] = str(zygote)
@@ -422,6 +512,11 @@ def _fresh_state(env: dict[str, str], entry: str, zygote: int) -> None:
         if path and path not in sys.path:
             sys.path.insert(0, path)  # as a new interpreter would
     sys.argv = [sys.executable, "-m", entry.partition(":")[0]]
+
+
+def _fresh_process() -> None:
+    """Redo what a child must not share with the zygote: signal dispositions, RNG state,
+    event loop and zmq context (see the module doc)."""
     for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
