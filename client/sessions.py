@@ -25,8 +25,11 @@ def _reply_text(record: dict[str, Any]) -> str:
     return text.strip()
 
 
-def _send(session: str, text: str) -> dict[str, Any]:
-    return conn().call("session.send", session=session, text=text, cwd=os.getcwd())
+def _send(session: str, text: str, toolsets: str | None = None) -> dict[str, Any]:
+    args: dict[str, Any] = {"session": session, "text": text, "cwd": os.getcwd()}
+    if toolsets:
+        args["toolsets"] = [t.strip() for t in toolsets.split(",") if t.strip()]
+    return conn().call("session.send", **args)
 
 
 @click.command()
@@ -34,9 +37,12 @@ def _send(session: str, text: str) -> dict[str, Any]:
 @click.argument("session")
 @click.argument("text")
 @click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to end and print the reply.")
-def send(session: str, text: str, wait_: bool) -> None:
+@click.option("--toolsets", default=None,
+              help="Comma-separated toolsets of a NEW session (default: the config's + delegation; "
+                   "add kanban for an orchestrator).")
+def send(session: str, text: str, wait_: bool, toolsets: str | None) -> None:
     """Send TEXT to SESSION (created if new).  Slash commands: /background PROMPT, /stop, /tasks, /help."""
-    answer = _send(session, text)
+    answer = _send(session, text, toolsets)
     if "turn" not in answer:
         return show(answer)
     if not wait_:
