@@ -1,0 +1,80 @@
+"""What every benchmark needs: a throw-away daemon, percentiles, the machine's load.
+
+Benchmarks print figures; they assert nothing about timings.  Each runs real
+processes (``tests.harness.DaemonProc``: a daemon in a temporary directory,
+cleaned up whatever happens).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.chaos.helpers import forkserver, warm_on_start  # noqa: E402
+from tests.harness import DaemonProc, wait_for  # noqa: E402
+
+__all__ = ["daemon", "pct", "machine", "ms", "wait_for", "Timer", "ROOT"]
+
+
+@contextlib.contextmanager
+def daemon(config: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+           warm: bool = False) -> Iterator[DaemonProc]:
+    """A running daemon in a temporary directory (``warm``: forkserver, zygote ready)."""
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-") as tmp:
+        proc = DaemonProc(Path(tmp), forkserver(config) if warm else config, env)
+        try:
+            (warm_on_start(proc) if warm else proc).start()
+            yield proc
+        finally:
+            proc.cleanup()
+
+
+def pct(values: list[float], p: float) -> float:
+    """The ``p``-th percentile (0-100) of ``values`` (nearest rank)."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def ms(seconds: float) -> str:
+    """Seconds as milliseconds with two decimals."""
+    return f"{seconds * 1000:.2f} ms"
+
+
+def summary(values: list[float], *ps: float) -> str:
+    """``p50 … p95 …`` of ``values`` (seconds) in ms, with the count."""
+    return ", ".join(f"p{p:g} {ms(pct(values, p))}" for p in ps) + f" (n={len(values)})"
+
+
+def machine() -> str:
+    """One line about where and when the figures were taken, load included."""
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')} · {platform.node()} · {os.cpu_count()} cores · "
+            f"Python {platform.python_version()} · load average {load}")
+
+
+def mean(values: list[float]) -> float:
+    """Arithmetic mean (0 for nothing)."""
+    return statistics.fmean(values) if values else 0.0
+
+
+class Timer:
+    """``with Timer() as t: …`` then ``t.seconds``."""
+
+    def __enter__(self) -> "Timer":
+        self.start = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.monotonic() - self.start
