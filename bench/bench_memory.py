@@ -56,6 +56,16 @@ def measure(children: int, warm: bool, api: FakeAnthropic | None) -> dict:
                 "uss": [i.uss / MB for i in infos], "pss": [i.pss / MB for i in infos]}
 
 
+def run(children: int) -> dict:
+    """Every row: each start method with each provider."""
+    results = {}
+    for method in ("spawn", "forkserver"):
+        results[f"{method}, scripted"] = measure(children, method == "forkserver", None)
+        with FakeAnthropic(delay=600) as api:
+            results[f"{method}, anthropic"] = measure(children, method == "forkserver", api)
+    return results
+
+
 def report(results: dict, children: int) -> str:
     """The figures as text."""
     lines = ["memory (MiB)", machine(),
@@ -74,11 +84,7 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=16)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = {}
-    for method in ("spawn", "forkserver"):
-        results[f"{method}, scripted"] = measure(args.children, method == "forkserver", None)
-        with FakeAnthropic(delay=600) as api:
-            results[f"{method}, anthropic"] = measure(args.children, method == "forkserver", api)
+    results = run(args.children)
     print(json.dumps(results) if args.json else report(results, args.children))
 
 
