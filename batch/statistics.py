@@ -24,7 +24,8 @@ Shape::
      "duration": {"wall_seconds", "prompt_seconds_total", "prompt_seconds_mean"},
      "toolsets_used": {toolset: samples}}
 
-Rates are fractions in [0, 1] (0.0 when nothing was counted).
+Rates are fractions in [0, 1] (0.0 when nothing was counted).  ``model`` is the
+run's ``--model``, else the models its lines were made with (most used first).
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ def _spent(lines: list[dict[str, Any]], checkpoint: Checkpoint) -> tuple[Counter
     return tokens, calls
 
 
+def _models_used(written: list[dict[str, Any]]) -> str:
+    """The model(s) the written lines name, most used first, joined by ", " ("" when none)."""
+    used = Counter((line.get("metadata") or {}).get("model") for line in written)
+    return ", ".join(m for m, _ in used.most_common() if m)
+
+
 def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: int,
             lines: dict[int, dict[str, Any]], merged: output.Merged, checkpoint: Checkpoint) -> dict[str, Any]:
     """The statistics document (see the module doc).
@@ -85,7 +92,7 @@ def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: i
     samples_with = sum(1 for line in written if output.has_reasoning(line.get("conversations") or []))
     return {
         "run_name": settings.get("run_name"), "job": job, "dataset_file": settings.get("dataset_file"),
-        "model": settings.get("model") or "", "distribution": settings.get("distribution"),
+        "model": settings.get("model") or _models_used(written), "distribution": settings.get("distribution"),
         "batch_size": settings.get("batch_size"), "generated_at": clock.now_iso(),
         "prompts": {"total": len(scope), "bad_lines": bad_lines, "written": len(written), "completed": completed,
                     "partial": len(written) - completed, "discarded_no_reasoning": discarded,

@@ -6,7 +6,14 @@ in the client, from sending ``delegate`` to receiving the job's
 ``job.state running`` event (published when the child's ``child.hello``
 arrives).  The floors are measured in the same run: a new interpreter
 (``python -c pass``, and with ``-S``) and a bare ``fork()`` + ``_exit`` +
-``waitpid`` of this process.  Usage::
+``waitpid`` of this process.
+
+A hello says little about readiness when the child imports its provider's SDK
+only once it needs it, so a second pair of series takes the time from sending
+``delegate`` to the child's first model request, with the ``anthropic``
+provider against the fake Messages API (``tests/fakes``): a cold child imports
+the SDK (about a second) first, a warm one was forked with it imported.
+Usage::
 
     .venv/bin/python bench/bench_spawn.py [--runs 40] [--json]
 """
@@ -25,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import daemon, machine, pct, summary  # noqa: E402
 from hermesd import protocol  # noqa: E402
+from tests.fakes.anthropic_server import FakeAnthropic, Message, text_block  # noqa: E402
 
 
 def floor_interpreter(runs: int, *flags: str) -> list[float]:
@@ -73,6 +81,30 @@ def hello_latency(d, runs: int) -> list[float]:
     return times
 
 
+def first_request_latency(warm: bool, runs: int) -> list[float]:
+    """Seconds from sending ``delegate`` to the fake server receiving the child's first request."""
+    arrivals: list[float] = []
+
+    def answer(request: object) -> Message:
+        arrivals.append(time.monotonic())
+        return Message([text_block("done")])
+
+    with FakeAnthropic() as api:
+        api.default = answer
+        with daemon({"provider": "anthropic", "base_url": api.url}, warm=warm) as d:
+            conn = d.conn(timeout=60)
+            times = []
+            for i in range(runs + 2):
+                seen = len(arrivals)
+                t0 = time.monotonic()
+                job = conn.call("delegate", goal=f"ready {i}", cwd=str(d.work), toolsets=[])["id"]
+                conn.call("wait", id=job, timeout=60)
+                if i >= 2 and len(arrivals) > seen:
+                    times.append(arrivals[seen] - t0)
+            conn.close()
+    return times
+
+
 def run(runs: int) -> dict[str, list[float]]:
     """Every series of this benchmark, in seconds."""
     results = {"python -c pass": floor_interpreter(runs), "python -S -c pass": floor_interpreter(runs, "-S"),
@@ -81,6 +113,8 @@ def run(runs: int) -> dict[str, list[float]]:
         results["cold start (spawn)"] = hello_latency(d, runs)
     with daemon(warm=True) as d:
         results["warm start (forkserver)"] = hello_latency(d, runs)
+    results["cold, first model request"] = first_request_latency(False, runs)
+    results["warm, first model request"] = first_request_latency(True, runs)
     return results
 
 
@@ -90,8 +124,10 @@ def report(results: dict[str, list[float]]) -> str:
     for name, values in results.items():
         lines.append(f"  {name:<26} {summary(values, 50, 95)}")
     cold, warm = (pct(results[k], 50) for k in ("cold start (spawn)", "warm start (forkserver)"))
-    lines.append(f"  cold/warm p50 ratio: {cold / warm:.1f}x; warm p50 / python -c pass p50: "
+    lines.append(f"  cold/warm p50 ratio, hello: {cold / warm:.1f}x; warm p50 / python -c pass p50: "
                  f"{warm / pct(results['python -c pass'], 50):.2f}")
+    cold, warm = (pct(results[k], 50) for k in ("cold, first model request", "warm, first model request"))
+    lines.append(f"  cold/warm p50 ratio, first model request (anthropic SDK): {cold / warm:.1f}x")
     return "\n".join(lines)
 
 

@@ -55,6 +55,7 @@ def test_humaneval_batch_with_the_fake_anthropic_server(make_daemon, tmp_path):
     assert line["conversations"][1]["value"].startswith("Complete the following Python function.")
     assert "<think>\nI write the function, then check it.\n</think>" in line["conversations"][2]["value"]
     assert line["tool_stats"]["terminal"] == {"count": 1, "success": 1, "failure": 0}
+    assert run["statistics"]["model"] == "claude-fake-1"
     assert run["statistics"]["tokens"]["input"] > 0 and run["statistics"]["reasoning"]["coverage"] == 0.8333  # 5 of 6
     sent = api.requests[0].body
     assert sent["model"] == "claude-fake-1" and sent["thinking"]["type"] == "enabled"

@@ -114,6 +114,7 @@ def run_mixed(make_daemon, tmp_path: Path, n: int, load_with_datasets: bool) -> 
     assert {int(i) for i in run["checkpoint"]["discarded"]} == by_kind["no_reasoning"]
     assert {int(i) for i in run["checkpoint"]["failed"]} == by_kind["failing"]
     assert {int(i) for i in run["statistics"]["filtered"]} == by_kind["hallucinated"]
+    assert run["statistics"]["model"] == "scripted"  # no --model: the one the lines were made with
     assert all(written[i]["partial"] and not written[i]["completed"] for i in by_kind["partial"])
     assert all(written[i]["completed"] for i in by_kind["normal"])
     assert final["progress"]["done"] == len(written) and final["progress"]["pending"] == 0
