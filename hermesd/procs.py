@@ -88,17 +88,23 @@ class OS:
                 return out
             out.append((pid, os.waitstatus_to_exitcode(status)))
 
-    def descendants_with_env(self, key: str, value: str) -> list[int]:
-        """Pids of our descendants whose environment has ``key=value``."""
+    def descendants_with_env(self, key: str, value: str, skip: frozenset[int] = frozenset()) -> list[int]:
+        """Pids of our descendants whose environment has ``key=value``.
+
+        The subtrees of the direct children in ``skip`` are not searched.  As a
+        child subreaper we adopt every orphan, so a process that escaped an
+        exited child's process group hangs under one of our direct children
+        (or is one): the search costs an environment read per process of the
+        subtrees searched, not per process we supervise.
+        """
         found = []
-        try:
-            procs = psutil.Process().children(recursive=True)
-        except psutil.Error:
-            return found
-        for proc in procs:
+        todo = [pid for pid in children_of("self") if pid not in skip]
+        while todo:
+            pid = todo.pop()
+            todo.extend(children_of(str(pid)))
             try:
-                if proc.environ().get(key) == value:
-                    found.append(proc.pid)
+                if psutil.Process(pid).environ().get(key) == value:
+                    found.append(pid)
             except psutil.Error:
                 continue
         return found
@@ -262,13 +268,41 @@ class ProcessManager:
     def cleanup_group(self, child: Child) -> None:
         """Kill what is left of the child's process group and its escaped descendants."""
         self.os.killpg(child.pid, signal.SIGKILL)
-        for pid in self.os.descendants_with_env("HERMES_JOB_ID", child.job):
+        others = frozenset(self._by_pid)  # live children of other jobs: their subtrees are theirs
+        for pid in self.os.descendants_with_env("HERMES_JOB_ID", child.job, others):
             self.os.kill(pid, signal.SIGKILL)
 
     def signal_all(self, sig: int) -> None:
         """Send ``sig`` to every child's process group."""
         for child in list(self.children.values()):
             self.os.killpg(child.pid, sig)
+
+
+def children_of(pid: str) -> list[int]:
+    """Pids of the children of process ``pid`` (a pid or ``"self"``), from
+    ``/proc/PID/task/*/children`` (Linux ≥ 3.5 with ``CONFIG_PROC_CHILDREN``;
+    one small read per thread, not a scan of every process; psutil where the
+    files are missing).  ``[]`` when the process is gone.
+    """
+    pids: set[int] = set()
+    try:
+        tasks = list(os.scandir(f"/proc/{pid}/task"))
+    except OSError:
+        return []
+    for task in tasks:
+        try:
+            with open(f"{task.path}/children") as fh:
+                pids.update(int(p) for p in fh.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}"):
+                return []
+            try:  # a kernel without CONFIG_PROC_CHILDREN: psutil's scan of every process
+                return [c.pid for c in psutil.Process(None if pid == "self" else int(pid)).children()]
+            except psutil.Error:
+                return []
+        except OSError:
+            continue  # the thread ended meanwhile
+    return sorted(pids)
 
 
 def sweep_leftovers(supervisor_id: str) -> list[int]:

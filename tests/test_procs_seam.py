@@ -40,7 +40,7 @@ class FakeOS:
         out, self.exited = self.exited, []
         return out
 
-    def descendants_with_env(self, key, value):
+    def descendants_with_env(self, key, value, skip=frozenset()):
         return []
 
     def start_time(self, pid):
