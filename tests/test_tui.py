@@ -140,10 +140,11 @@ def test_top_catches_up_after_a_daemon_restart(daemon):
         async with app.run_test(size=(160, 48)) as pilot:
             orphan = daemon.delegate("running at the crash", background=True, script=SLEEPY)["id"]
             await until(pilot, lambda: status_of(app, orphan) == "running", "the job running")
+            await until(pilot, lambda: app.connected, "the first status")  # events may come before it
             old_pid = daemon.proc.pid
             daemon.kill9()
-            await until(pilot, lambda: not app.connected, "the TUI to notice the daemon is gone")
-            assert "disconnected" in app.sub_title
+            await until(pilot, lambda: not app.connected and "disconnected" in app.sub_title,
+                        "the TUI to notice the daemon is gone")
             daemon.start()  # reconciles: the orphan is lost, published while the TUI was away
             await until(pilot, lambda: status_of(app, orphan) == "lost", "the missed transition to lost")
             after = daemon.delegate("after the restart", background=True, script=[{"text": "ok"}])["id"]
