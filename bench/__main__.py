@@ -13,7 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_batch, bench_control, bench_events, bench_memory, bench_spawn  # noqa: E402
+from bench import (bench_batch, bench_batch_scheduling, bench_control, bench_events, bench_memory,  # noqa: E402
+                   bench_spawn)
 from bench.common import machine  # noqa: E402
 
 
@@ -29,7 +30,8 @@ def main() -> None:
     print(bench_events.report(bench_events.run(30, 50, 6, 120, 20.0), 50, 20.0) + "\n", flush=True)
     print(bench_memory.report(bench_memory.run(16), 16) + "\n", flush=True)
     rows = bench_batch.run(prompts, 1, 1.0, [4, 16], ["forkserver", "spawn"])
-    print(bench_batch.report(rows, prompts, 1, 1.0), flush=True)
+    print(bench_batch.report(rows, prompts, 1, 1.0) + "\n", flush=True)
+    print(bench_batch_scheduling.report(bench_batch_scheduling.run()), flush=True)
     print(f"\n# done · {machine()}")
 
 

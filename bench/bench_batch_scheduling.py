@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import machine  # noqa: E402
 from tests.harness import DaemonProc  # noqa: E402
 
 
@@ -91,6 +92,67 @@ def timed(fn) -> float:
     return time.monotonic() - start
 
 
+def run(prompts: int = 32, workers: int = 4, batch_size: int = 8, alpha: float = 1.2, scale: float = 0.5,
+        cap: float = 15.0, seed: int = 3) -> dict:
+    """Run the three schedules on one daemon; the measured and ideal seconds of each, and ratios."""
+    durations = sleeps(prompts, alpha, scale, cap, seed)
+    base = Path(tempfile.mkdtemp(prefix="hermes-bench-batch-"))
+    daemon = DaemonProc(base, {"supervisor": {"max_children": workers}}).start()
+    try:
+        per_prompt = timed(lambda: run_batch(daemon, write_dataset(base / "all.jsonl", durations), "per_prompt",
+                                             batch_size, workers))
+
+        def barrier() -> None:
+            for offset, part in chunks(durations, batch_size):
+                run_batch(daemon, write_dataset(base / f"b{offset}.jsonl", part, offset), f"barrier_{offset}",
+                          batch_size, workers)
+
+        def worker_per_batch() -> None:
+            todo = chunks(durations, batch_size)
+            lock = threading.Lock()
+
+            def worker() -> None:
+                while True:
+                    with lock:
+                        if not todo:
+                            return
+                        offset, part = todo.pop(0)
+                    run_batch(daemon, write_dataset(base / f"w{offset}.jsonl", part, offset), f"worker_{offset}",
+                              batch_size, 1)
+
+            threads = [threading.Thread(target=worker) for _ in range(workers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+        measured = {"per-prompt": per_prompt, "batch barrier": timed(barrier),
+                    "worker per batch": timed(worker_per_batch)}
+    finally:
+        daemon.cleanup()
+    ideal = {"per-prompt": ideal_per_prompt(durations, workers),
+             "batch barrier": ideal_barrier(durations, workers, batch_size),
+             "worker per batch": ideal_worker_per_batch(durations, workers, batch_size)}
+    return {"prompts": prompts, "workers": workers, "batch_size": batch_size, "alpha": alpha,
+            "sleep_total": round(sum(durations), 2), "sleep_max": max(durations),
+            "measured_seconds": {k: round(v, 2) for k, v in measured.items()},
+            "ideal_seconds": {k: round(v, 2) for k, v in ideal.items()},
+            "ratio_to_per_prompt": {k: round(v / measured["per-prompt"], 2) for k, v in measured.items()}}
+
+
+def report(result: dict) -> str:
+    """The figures of :func:`run` as text."""
+    measured, ideal = result["measured_seconds"], result["ideal_seconds"]
+    lines = [f"batch scheduling: {result['prompts']} prompts, {result['workers']} workers, batch size "
+             f"{result['batch_size']}; Pareto(alpha={result['alpha']}) sleeps: total {result['sleep_total']}s, "
+             f"longest {result['sleep_max']}s", machine(),
+             f"  {'schedule':<18}{'measured':>10}{'ideal':>9}{'ratio':>8}"]
+    for name in measured:
+        lines.append(f"  {name:<18}{measured[name]:>9.2f}s{ideal[name]:>8.2f}s"
+                     f"{measured[name] / measured['per-prompt']:>7.2f}x")
+    return "\n".join(lines)
+
+
 def main() -> None:
     """Parse the flags, run the three schedules, print the table (or JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -103,57 +165,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     a = parser.parse_args()
-    durations = sleeps(a.prompts, a.alpha, a.scale, a.cap, a.seed)
-    base = Path(tempfile.mkdtemp(prefix="hermes-bench-batch-"))
-    daemon = DaemonProc(base, {"supervisor": {"max_children": a.workers}}).start()
-    try:
-        per_prompt = timed(lambda: run_batch(daemon, write_dataset(base / "all.jsonl", durations), "per_prompt",
-                                             a.batch_size, a.workers))
-
-        def barrier() -> None:
-            for offset, part in chunks(durations, a.batch_size):
-                run_batch(daemon, write_dataset(base / f"b{offset}.jsonl", part, offset), f"barrier_{offset}",
-                          a.batch_size, a.workers)
-
-        def worker_per_batch() -> None:
-            todo = chunks(durations, a.batch_size)
-            lock = threading.Lock()
-
-            def worker() -> None:
-                while True:
-                    with lock:
-                        if not todo:
-                            return
-                        offset, part = todo.pop(0)
-                    run_batch(daemon, write_dataset(base / f"w{offset}.jsonl", part, offset), f"worker_{offset}",
-                              a.batch_size, 1)
-
-            threads = [threading.Thread(target=worker) for _ in range(a.workers)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-
-        measured = {"per-prompt": per_prompt, "batch barrier": timed(barrier),
-                    "worker per batch": timed(worker_per_batch)}
-    finally:
-        daemon.cleanup()
-    ideal = {"per-prompt": ideal_per_prompt(durations, a.workers),
-             "batch barrier": ideal_barrier(durations, a.workers, a.batch_size),
-             "worker per batch": ideal_worker_per_batch(durations, a.workers, a.batch_size)}
-    result = {"prompts": a.prompts, "workers": a.workers, "batch_size": a.batch_size, "alpha": a.alpha,
-              "sleep_total": round(sum(durations), 2), "sleep_max": max(durations),
-              "measured_seconds": {k: round(v, 2) for k, v in measured.items()},
-              "ideal_seconds": {k: round(v, 2) for k, v in ideal.items()},
-              "ratio_to_per_prompt": {k: round(v / measured["per-prompt"], 2) for k, v in measured.items()}}
-    if a.json:
-        print(json.dumps(result))
-        return
-    print(f"{a.prompts} prompts, {a.workers} workers, batch size {a.batch_size}; Pareto(alpha={a.alpha}) sleeps: "
-          f"total {result['sleep_total']}s, longest {result['sleep_max']}s")
-    print(f"{'schedule':<18}{'measured':>10}{'ideal':>9}{'ratio':>8}")
-    for name in measured:
-        print(f"{name:<18}{measured[name]:>9.2f}s{ideal[name]:>8.2f}s{measured[name] / measured['per-prompt']:>7.2f}x")
+    result = run(a.prompts, a.workers, a.batch_size, a.alpha, a.scale, a.cap, a.seed)
+    print(json.dumps(result) if a.json else report(result))
 
 
 if __name__ == "__main__":
