@@ -268,7 +268,8 @@ def shutdown() -> None:
 def reload() -> None:
     """Re-read the config file; an invalid file is refused and the running one kept."""
     answer = conn().call("reload")
-    show(answer, lambda a: f"reloaded {a.get('source') or '(defaults)'}")
+    show(answer, lambda a: f"reloaded {a.get('source') or '(defaults)'}" + "".join(
+        f"\n{key} changed: in force after a restart of hermesd" for key in a.get("restart_needed") or []))
 
 
 @cli.command()

@@ -44,7 +44,8 @@ EVENT_MEANINGS = {
     "`block`, the rendered self-contained text.",
     "daemon.started": "The daemon is up and ready. `data`: `pid`, `version`.",
     "daemon.stopped": "The daemon finished its graceful stop. `data`: `pid`.",
-    "daemon.reloaded": "The config file was re-read. `data.source`: its path.",
+    "daemon.reloaded": "The config file was re-read. `data`: `source` (its path), `restart_needed` (changed keys "
+                       "in force only after a restart).",
     "daemon.reload_failed": "A reload was refused; the running config is kept. `data`: `error`, `file`, "
     "`line`, `key`, `reason`.",
     "session.created": "A session was created. `data.session`: its id.",

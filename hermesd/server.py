@@ -40,6 +40,8 @@ from hermesd.systemd import Notifier
 
 log = logging.getLogger("hermesd")
 PUB_HWM = 100_000
+RESTART_KEYS = ("state_dir", "log_dir", "start_method")
+"""``supervisor.*`` keys a reload cannot change (see :meth:`Daemon.reload`)."""
 
 
 class AlreadyRunning(Exception):
@@ -51,6 +53,7 @@ class Daemon:
 
     def __init__(self, config: config_mod.Config, runtime: Path | None = None, config_path: str | None = None):
         self.config = config
+        self.in_force = {key: getattr(config.supervisor, key) for key in RESTART_KEYS}  # until a restart
         self.config_path = config_path
         self.sockets = paths.sockets(runtime)
         self.started_mono = clock.monotonic()
@@ -264,6 +267,11 @@ class Daemon:
     def reload(self) -> dict[str, Any]:
         """Re-read the config file; an invalid file is refused and the running config kept.
 
+        Returns ``{"reloaded": True, "source": path, "restart_needed": [keys]}``:
+        the keys of :data:`RESTART_KEYS` that changed are read again only at
+        the next start (the state database, the job directories and the
+        start method are opened once).
+
         Raises ``ProtocolError(invalid_config)`` naming file, line and key.
         """
         self.notifier.notify(RELOADING="1", MONOTONIC_USEC=str(time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000))
@@ -274,16 +282,19 @@ class Daemon:
             self.notifier.notify(READY="1", STATUS=self.status_line())
             self.events.emit("daemon.reload_failed", data={"error": str(err), **err.details()})
             raise ProtocolError("invalid_config", str(err), err.details()) from None
+        restart = [f"supervisor.{key}" for key in RESTART_KEYS if self.in_force[key] != getattr(new.supervisor, key)]
+        if restart:
+            log.warning("reload: %s changed; in force after a restart", ", ".join(restart))
         self.config = new
         self.runner.config = new
         self.scheduler.set_limit("global", new.supervisor.max_children)
         self.scheduler.set_limit("async", new.delegation.max_async_children)
         self.scheduler.prefix_limits["group:"] = new.delegation.max_concurrent_children
         self.procs.grace = new.supervisor.interrupt_grace_seconds
-        self.events.emit("daemon.reloaded", data={"source": new.source})
+        self.events.emit("daemon.reloaded", data={"source": new.source, "restart_needed": restart})
         self.notifier.notify(READY="1", STATUS=self.status_line())
         self.runner.pump()
-        return {"reloaded": True, "source": new.source}
+        return {"reloaded": True, "source": new.source, "restart_needed": restart}
 
     async def _shutdown(self) -> None:
         for job in list(self.scheduler.queued_jobs()):

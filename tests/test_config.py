@@ -76,5 +76,17 @@ def test_reload_refuses_invalid_and_keeps_running_config(daemon):
     assert info.value.details["key"] == "delegation.max_async_children"
     assert daemon.call("status")["caps"]["async"]["limit"] == 3
     path.write_text(original + "delegation:\n  max_async_children: 5\n")
-    assert daemon.call("reload")["reloaded"] is True
+    assert daemon.call("reload") == {"reloaded": True, "source": str(path), "restart_needed": []}
     assert daemon.call("status")["caps"]["async"]["limit"] == 5
+
+
+def test_reload_names_keys_that_need_a_restart(daemon):
+    path = daemon.home / "config.yaml"
+    path.write_text(path.read_text() + "supervisor:\n  start_method: forkserver\n  max_children: 7\n")
+    out = subprocess.run([sys.executable, "-m", "client", "reload"], env=daemon.env, capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "supervisor.start_method changed: in force after a restart" in out.stdout
+    status = daemon.call("status")
+    assert status["caps"]["global"]["limit"] == 7  # the rest took effect
+    assert daemon.call("reload")["restart_needed"] == ["supervisor.start_method"]  # still differs from the start

@@ -53,7 +53,10 @@ async def events_since(d, args: dict[str, Any]) -> dict[str, Any]:
 @op("reload")
 async def reload(d, args: dict[str, Any]) -> dict[str, Any]:
     """Re-read the config file (as SIGHUP does).  An invalid file is refused
-    (``invalid_config`` naming file, line and key) and the running config kept."""
+    (``invalid_config`` naming file, line and key) and the running config kept.
+    Returns ``{reloaded, source, restart_needed}``: ``restart_needed`` lists the
+    changed keys that take effect only at the next start (``supervisor.state_dir``,
+    ``log_dir``, ``start_method``)."""
     return d.reload()
 
 
