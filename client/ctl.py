@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable
 
 import click
+from click.shell_completion import CompletionItem
 
 from client import render
 from client.connection import ClientError, Connection
@@ -70,6 +71,23 @@ def conn() -> Connection:
     if "conn" not in obj:
         obj["conn"] = Connection(obj.get("runtime_dir"), timeout=obj.get("timeout", 10.0))
     return obj["conn"]
+
+
+def complete_job_id(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of a job id (click's ``shell_complete``): the daemon's
+    jobs whose id starts with ``incomplete``, each with its status and goal.
+    Nothing when the daemon does not answer within 2 s."""
+    runtime_dir = ctx.find_root().params.get("runtime_dir")
+    try:
+        connection = Connection(runtime_dir, timeout=2.0)
+        try:
+            jobs = connection.call("ps", all=True, limit=200)["jobs"]
+        finally:
+            connection.close()
+    except (ClientError, ProtocolError, OSError):
+        return []
+    return [CompletionItem(j["id"], help=f"{j['status']}: {j.get('goal') or ''}"[:70])
+            for j in jobs if j["id"].startswith(incomplete)]
 
 
 def show(obj: dict[str, Any], text: Callable[[dict[str, Any]], str] | None = None) -> None:
@@ -189,7 +207,7 @@ def delegate(goal: str, background: bool, queue: bool, context: str | None, tool
 
 @cli.command()
 @json_option
-@click.argument("job_id")
+@click.argument("job_id", shell_complete=complete_job_id)
 @click.option("--timeout", "wait_timeout", type=float, default=None, help="Give up after this many seconds (exit 9).")
 def wait(job_id: str, wait_timeout: float | None) -> None:
     """Block until JOB_ID is finished; print its record.  Exit 0 if it completed, 10 if not."""
@@ -200,7 +218,7 @@ def wait(job_id: str, wait_timeout: float | None) -> None:
 
 @cli.command()
 @json_option
-@click.argument("job_id")
+@click.argument("job_id", shell_complete=complete_job_id)
 @click.option("--trajectory", is_flag=True, help="Include the ShareGPT trajectory the child recorded.")
 def result(job_id: str, trajectory: bool) -> None:
     """Print the record and result of JOB_ID."""
@@ -210,7 +228,7 @@ def result(job_id: str, trajectory: bool) -> None:
 
 @cli.command()
 @json_option
-@click.argument("job_id")
+@click.argument("job_id", shell_complete=complete_job_id)
 def cancel(job_id: str) -> None:
     """Cancel JOB_ID (a running child is interrupted and ends cancelled with its partial output)."""
     record = conn().call("cancel", id=job_id)
@@ -219,7 +237,7 @@ def cancel(job_id: str) -> None:
 
 @cli.command()
 @json_option
-@click.argument("job_id")
+@click.argument("job_id", shell_complete=complete_job_id)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the log grows, until the job ends.")
 def logs(job_id: str, follow: bool) -> None:
     """Print JOB_ID's log (the child's stdout and stderr)."""
@@ -281,7 +299,7 @@ def hello() -> None:
 
 def main() -> None:
     """Console-script entry point."""
-    cli(obj={})
+    cli(obj={}, prog_name="hermesctl")
 
 
 

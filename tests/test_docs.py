@@ -130,3 +130,17 @@ def test_documented_shell_completion_works():
     env = {**os.environ, "_HERMESCTL_COMPLETE": "zsh_source"}
     zsh = subprocess.run([str(BIN / "hermesctl")], env=env, capture_output=True, text=True, timeout=30)
     assert zsh.stdout.startswith("#compdef hermesctl")
+
+
+def test_job_ids_complete_from_the_running_daemon(daemon):
+    done = daemon.wait_job(daemon.delegate("finished one", script=[{"text": "ok"}])["id"])
+    env = {**daemon.env, "_HERMESCTL_COMPLETE": "bash_complete", "COMP_WORDS": "hermesctl cancel de",
+           "COMP_CWORD": "2"}
+    words = subprocess.run([str(BIN / "hermesctl")], env=env, capture_output=True, text=True, timeout=30)
+    assert words.stdout.splitlines() == [f"plain,{done['id']}"]
+    env["_HERMESCTL_COMPLETE"] = "zsh_complete"
+    zsh = subprocess.run([str(BIN / "hermesctl")], env=env, capture_output=True, text=True, timeout=30)
+    assert "completed: finished one" in zsh.stdout
+    env["HERMES_RUNTIME_DIR"] = str(daemon.base / "nowhere")  # no daemon: no ids, no error
+    none = subprocess.run([str(BIN / "hermesctl")], env=env, capture_output=True, text=True, timeout=30)
+    assert none.returncode == 0 and none.stdout.strip() == ""
