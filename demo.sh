@@ -10,6 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
 SHARED=${HERMES_SHARED:-$ROOT/../shared}
+[ -f "$SHARED/data/humaneval_prompts.jsonl" ] || SHARED=/work/shared
+[ -f "$SHARED/data/humaneval_prompts.jsonl" ] || {
+  echo "demo.sh: the HumanEval prompts are not in ../shared/data; set HERMES_SHARED to the folder that holds data/" >&2
+  exit 2
+}
 PROVIDER=${HERMES_DEMO_PROVIDER:-local}
 
 EXTRA='[local]'

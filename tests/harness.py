@@ -22,7 +22,17 @@ import yaml
 from client.connection import ClientError, Connection
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data"
+
+
+def _shared_data() -> Path:
+    """The shared demo data (HumanEval prompts): ``$HERMES_SHARED/data`` (as demo.sh), else
+    ``../shared/data`` beside the checkout, else ``/work/shared/data``; the first that exists."""
+    places = [Path(os.environ["HERMES_SHARED"]) / "data"] if os.environ.get("HERMES_SHARED") else []
+    places += [ROOT.parent / "shared" / "data", Path("/work/shared/data")]
+    return next((p for p in places if p.is_dir()), places[0])
+
+
+DATA = _shared_data()
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02, what: str = "condition") -> Any:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from batch import dataset
 from tests.fakes.anthropic_server import FakeAnthropic, Message, last_user_text, text_block, thinking_block, \
     tool_use_block
@@ -13,6 +15,8 @@ from tests.harness import DATA
 from tests.test_batch_daemon import check_consistent, finish, read_run, start
 
 HUMANEVAL = DATA / "humaneval_prompts.jsonl"
+pytestmark = pytest.mark.skipif(not HUMANEVAL.is_file(),
+                                reason=f"the shared HumanEval prompts are not at {HUMANEVAL} (set HERMES_SHARED)")
 
 
 def _reply(request) -> Message:
