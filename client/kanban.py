@@ -16,8 +16,6 @@ import click
 from client import render
 from client.ctl import _split, conn, is_json, json_option, show
 
-SETTLED = ("done", "blocked", "archived", "triage", "review")
-"""Statuses in which a task waits for nobody but people: ``watch --until-settled`` ends when every task is in one."""
 
 
 def _author() -> str:
@@ -161,9 +159,28 @@ def archive(task_id: str) -> None:
     show(conn().call("kanban.archive", id=task_id, author=_author()), task_line)
 
 
+def can_move(tasks: list[dict[str, Any]]) -> list[str]:
+    """Ids of the tasks that can still move without a person: ``ready`` and
+    ``running`` ones, and ``todo`` ones whose every parent is done or can itself
+    still finish.  A ``todo`` task behind a blocked, parked or archived parent
+    waits for people, like the parent.  ``tasks``: ``kanban.list`` records."""
+    by_id = {t["id"]: t for t in tasks}
+    memo: dict[str, bool] = {}
+
+    def can_finish(task_id: str) -> bool:
+        if task_id not in memo:
+            memo[task_id] = False  # a cycle cannot finish (links refuse cycles anyway)
+            task = by_id.get(task_id)
+            status = task["status"] if task else None
+            memo[task_id] = status in ("done", "ready", "running") or (
+                status == "todo" and all(can_finish(p) for p in task.get("parents") or []))
+        return memo[task_id]
+
+    return [t["id"] for t in tasks if t["status"] in ("ready", "running", "todo") and can_finish(t["id"])]
+
+
 def _settled(board: str | None) -> bool:
-    tasks = conn().call("kanban.list", **({"board": board} if board else {}))["tasks"]
-    return all(t["status"] in SETTLED for t in tasks)
+    return not can_move(conn().call("kanban.list", **({"board": board} if board else {}))["tasks"])
 
 
 @kanban_group.command("watch")
@@ -171,7 +188,8 @@ def _settled(board: str | None) -> bool:
 @click.option("--board", default=None, help="Only events of this board.")
 @click.option("--since", type=int, default=None, help="Events after this seq (default: only new ones).")
 @click.option("--until-settled", is_flag=True,
-              help="Exit once no task is todo, ready or running (every one is done, blocked, archived or parked).")
+              help="Exit once no task can move without a person: none ready or running, and every todo "
+                   "task waits behind a blocked, parked or archived one.")
 def watch(board: str | None, since: int | None, until_settled: bool) -> None:
     """Follow the board: print kanban.* events as they happen."""
     if since is None:

@@ -11,6 +11,8 @@ import shutil
 
 import pytest
 
+from client import ctl  # noqa: F401 - hermesctl first: it loads its command families (kanban among them)
+from client.kanban import can_move
 from tests.harness import wait_for
 
 CONFIG = {"kanban": {"dispatch_interval_seconds": 0.2, "max_spawn_failures": 2},
@@ -40,7 +42,11 @@ def test_worker_without_a_result_blocks_the_task_and_people_steer_it(d):
                                 "Write notes.md", "--priority", "2", "--json"))[0]
     task = created["id"]
     assert created["status"] == "ready" and created["assignee"] == "scribe" and created["priority"] == 2
+    behind = _json_lines(d.ctl("kanban", "create", "read the notes", "--assignee", "scribe", "--parent", task,
+                               "--json"))[0]["id"]
+    # ends although `behind` stays todo: its parent blocks, and then only people can move it
     events = _json_lines(d.ctl("kanban", "watch", "--since", "0", "--until-settled", "--json", timeout=180))
+    assert _show(d, behind)["status"] == "todo"
     assert all(e["type"].startswith("kanban.") for e in events)
     assert [e["type"] for e in events].count("kanban.claimed") == 2
     shown = _show(d, task)
@@ -66,8 +72,9 @@ def test_worker_without_a_result_blocks_the_task_and_people_steer_it(d):
     archived = _json_lines(d.ctl("kanban", "archive", task, "--json"))[0]
     assert archived["status"] == "archived"
     assert d.wait_job(worker["id"], timeout=60)["status"] in ("interrupted", "failed", "completed")
-    assert _json_lines(d.ctl("kanban", "list", "--json")) == []
-    assert [t["id"] for t in _json_lines(d.ctl("kanban", "list", "--archived", "--json"))] == [task]
+    assert [t["id"] for t in _json_lines(d.ctl("kanban", "list", "--json"))] == [behind]
+    every = _json_lines(d.ctl("kanban", "list", "--archived", "--json"))
+    assert [(t["id"], t["status"]) for t in every] == [(task, "archived"), (behind, "todo")]
 
 
 def test_spawn_failures_block_with_the_reason_and_refusals_have_exit_codes(d, tmp_path):
@@ -105,3 +112,13 @@ def test_spawn_failures_block_with_the_reason_and_refusals_have_exit_codes(d, tm
     assert d.ctl("kanban", "unblock", a, "--json").returncode == 0
     assert d.ctl("kanban", "unblock", a).returncode == 6  # not blocked any more
 
+
+
+def test_can_move_sees_through_chains_of_todo_tasks():
+    def t(id_, status, *parents):
+        return {"id": id_, "status": status, "parents": list(parents)}
+    board = [t("a", "done"), t("b", "running", "a"), t("c", "todo", "b"), t("d", "todo", "c"),
+             t("x", "blocked"), t("y", "todo", "x"), t("z", "todo", "y", "a"), t("p", "triage"), t("q", "todo", "gone")]
+    assert can_move(board) == ["b", "c", "d"]
+    assert can_move([t("a", "done"), t("b", "todo", "a")]) == ["b"]  # about to become ready
+    assert can_move([t("a", "done"), t("x", "blocked"), t("y", "review")]) == []
