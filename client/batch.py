@@ -15,9 +15,11 @@ Flags are spelled as batch_runner's (``--dataset_file``); the dashed forms
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -47,7 +49,8 @@ RUN_OPTIONS = [
     _flag("max_turns", type=click.IntRange(min=1), default=None, help="Model turns per prompt (default 10)."),
     _flag("distribution", default=None, help="Toolset distribution (default: default)."),
     _flag("reasoning_effort", type=click.Choice(REASONING_EFFORTS), default=None, help="Reasoning effort of the model."),
-    _flag("resume", is_flag=True, help="Continue the run from its files: nothing finished runs again."),
+    _flag("resume", is_flag=True, help="Continue the run from its files: nothing finished runs again "
+          "(dataset, batch size and distribution default to the run's own)."),
     _flag("list_distributions", is_flag=True, help="Print the toolset distributions and exit."),
     _flag("max_samples", type=click.IntRange(min=1), default=None, help="Use only the first K prompts."),
     _flag("output_dir", default="data", show_default=True, help="Directory of the run directories."),
@@ -179,13 +182,29 @@ def _distributions() -> None:
         click.echo(f"{name}{mark}: {odds} — {dist['description']}")
 
 
+def _fill_from_checkpoint(flags: dict[str, Any]) -> None:
+    """With ``--resume``: the fixed settings not given (dataset file, batch size,
+    distribution) are the run's own, read from OUTPUT_DIR/RUN_NAME/checkpoint.json."""
+    path = Path(os.path.expanduser(flags["output_dir"])) / flags["run_name"] / "checkpoint.json"
+    try:
+        stored = json.loads(path.read_text()).get("settings") or {}
+    except (OSError, ValueError, AttributeError):
+        return  # no readable checkpoint: the daemon says what is wrong, or the usage error below
+    for key in ("dataset_file", "batch_size", "distribution"):
+        if flags.get(key) is None and stored.get(key) is not None:
+            flags[key] = stored[key]
+
+
 def run_batch(flags: dict[str, Any]) -> None:
     """The body of ``hermes-batch`` / ``hermesctl batch run`` (``flags``: the options by name)."""
     if flags.pop("list_distributions"):
         return _distributions()
+    if flags.get("resume") and flags.get("run_name"):
+        _fill_from_checkpoint(flags)
     missing = [f"--{k}" for k in ("dataset_file", "batch_size", "run_name") if flags.get(k) is None]
     if missing:
-        raise click.UsageError(f"missing required option(s): {', '.join(missing)}")
+        raise click.UsageError(f"missing required option(s): {', '.join(missing)}"
+                               + (" (no checkpoint to take them from)" if flags.get("resume") else ""))
     detach = flags.pop("detach")
     args = {k: v for k, v in flags.items() if v is not None and v is not False}
     for key in ("dataset_file", "output_dir"):
@@ -247,7 +266,8 @@ def list_command() -> None:
 @run_options
 @click.option("--runtime-dir", envvar="HERMES_RUNTIME_DIR", type=click.Path(file_okay=False), default=None,
               help="Runtime directory of the daemon's sockets.")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for a reply.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds to wait for a reply.")
 @click.pass_context
 def hermes_batch(ctx: click.Context, runtime_dir: str | None, timeout: float, **flags: Any) -> None:
     """hermes-batch: generate trajectories over a JSONL dataset with hermesd.
@@ -262,4 +282,4 @@ def hermes_batch(ctx: click.Context, runtime_dir: str | None, timeout: float, **
 
 def main() -> None:
     """Console-script entry point of ``hermes-batch``."""
-    hermes_batch(obj={})
+    hermes_batch(obj={}, prog_name="hermes-batch")

@@ -47,7 +47,8 @@ def fail(code: str, message: str) -> None:
     """Report an error (stderr, and JSON on stdout with ``--json``) and exit with its code."""
     if is_json():
         render.emit_json({"error": {"code": code, "message": message}})
-    click.echo(f"hermesctl: {message}", err=True)
+    ctx = click.get_current_context(silent=True)
+    click.echo(f"{ctx.find_root().info_name if ctx else 'hermesctl'}: {message}", err=True)
     sys.exit(EXIT_CODES.get(code, 1))
 
 
@@ -105,7 +106,8 @@ def show(obj: dict[str, Any], text: Callable[[dict[str, Any]], str] | None = Non
 @json_option
 @click.option("--runtime-dir", envvar="HERMES_RUNTIME_DIR", type=click.Path(file_okay=False), default=None,
               help="Runtime directory of the daemon's sockets.")
-@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait for a reply.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="Seconds to wait for a reply.")
 @click.pass_context
 def cli(ctx: click.Context, runtime_dir: str | None, timeout: float) -> None:
     """hermesctl: control hermesd, the supervisor daemon for AI subagents."""
@@ -208,7 +210,8 @@ def delegate(goal: str, background: bool, queue: bool, context: str | None, tool
 @cli.command()
 @json_option
 @click.argument("job_id", shell_complete=complete_job_id)
-@click.option("--timeout", "wait_timeout", type=float, default=None, help="Give up after this many seconds (exit 9).")
+@click.option("--timeout", "wait_timeout", type=click.FloatRange(min=0), default=None,
+              help="Give up after this many seconds (exit 9).")
 def wait(job_id: str, wait_timeout: float | None) -> None:
     """Block until JOB_ID is finished; print its record.  Exit 0 if it completed, 10 if not."""
     record = _wait(job_id, wait_timeout)
@@ -259,7 +262,7 @@ def logs(job_id: str, follow: bool) -> None:
 
 @cli.command()
 @json_option
-@click.option("--since", type=int, default=0, help="Only events with seq greater than this.")
+@click.option("--since", type=click.IntRange(min=0), default=0, help="Only events with seq greater than this.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events (survives daemon restarts).")
 @click.option("--type", "types", multiple=True, help="Only events of this type (repeatable).")
 def events(since: int, follow: bool, types: tuple[str, ...]) -> None:

@@ -186,7 +186,7 @@ def _settled(board: str | None) -> bool:
 @kanban_group.command("watch")
 @json_option
 @click.option("--board", default=None, help="Only events of this board.")
-@click.option("--since", type=int, default=None, help="Events after this seq (default: only new ones).")
+@click.option("--since", type=click.IntRange(min=0), default=None, help="Events after this seq (default: only new ones).")
 @click.option("--until-settled", is_flag=True,
               help="Exit once no task can move without a person: none ready or running, and every todo "
                    "task waits behind a blocked, parked or archived one.")

@@ -35,18 +35,46 @@ def short(text: Any, width: int = 60) -> str:
 
 
 def jobs_table(records: Iterable[dict[str, Any]]) -> None:
-    """Print job records as a table: id, kind, status, age/duration, calls, goal."""
-    from rich.table import Table
+    """Print job records as a table: id, kind, status, age/duration, calls, goal.
 
-    table = Table(box=None, pad_edge=False)
-    for col in ("ID", "KIND", "STATUS", "DURATION", "CALLS", "GOAL"):
-        table.add_column(col, no_wrap=True, overflow="ellipsis" if col == "GOAL" else "fold")
+    Every column but GOAL keeps its full width (an id must stay usable when
+    copied); GOAL takes what is left of the terminal (at least 20 characters)
+    and is cut with an ellipsis.
+    """
+    import shutil
+
+    head = ("ID", "KIND", "STATUS", "DURATION", "CALLS")
+    rows = []
     for rec in records:
         dur = rec.get("duration_seconds")
-        table.add_row(rec["id"], rec.get("kind") or "", rec.get("status") or "",
-                      f"{dur:.1f}s" if isinstance(dur, (int, float)) else "-",
-                      str(rec.get("api_calls") or 0), short(rec.get("goal"), 50))
-    console().print(table)
+        rows.append(((rec["id"], rec.get("kind") or "", rec.get("status") or "",
+                      f"{dur:.1f}s" if isinstance(dur, (int, float)) else "-", str(rec.get("api_calls") or 0)),
+                     rec.get("goal")))
+    widths = [max([len(col), *(len(cells[i]) for cells, _ in rows)]) for i, col in enumerate(head)]
+    goal_width = max(20, shutil.get_terminal_size().columns - sum(widths) - 2 * len(widths) - 1)
+
+    def line(cells: tuple[str, ...], goal: str) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + goal
+
+    click.echo(line(head, "GOAL"))
+    for cells, goal in rows:
+        click.echo(line(cells, short(goal, goal_width)).rstrip())
+
+
+def slash_text(answer: dict[str, Any]) -> str:
+    """The answer of a slash command (``session.send`` with ``/…``) as readable lines."""
+    command = answer.get("command")
+    if command == "background":
+        return f"background task {answer.get('delegation_id')} {answer.get('status')}; its result comes back as a new turn"
+    if command == "stop":
+        stopped = answer.get("stopped") or []
+        return f"stopped {', '.join(stopped)}" if stopped else "nothing to stop"
+    if command == "tasks":
+        tasks = answer.get("tasks") or []
+        return "\n".join(f"{t['id']}  {t.get('status')}  {short(t.get('goal'), 60)}" for t in tasks) or "no tasks"
+    if command == "help":
+        return "\n".join(str(c) for c in answer.get("commands") or [])
+    return "\n".join(f"{k}: {v}" for k, v in answer.items())
 
 
 def job_text(rec: dict[str, Any]) -> str:

@@ -44,7 +44,7 @@ def send(session: str, text: str, wait_: bool, toolsets: str | None) -> None:
     """Send TEXT to SESSION (created if new).  Slash commands: /background PROMPT, /stop, /tasks, /help."""
     answer = _send(session, text, toolsets)
     if "turn" not in answer:
-        return show(answer)
+        return show(answer, render.slash_text)
     if not wait_:
         return show(answer, lambda a: f"{a['turn']['id']} {a['turn']['status']}")
     record = _wait(answer["turn"]["id"], None)
@@ -89,7 +89,7 @@ def chat(session: str) -> None:
             record = _wait(answer["turn"]["id"], None)
             show(record, lambda r: f"agent> {_reply_text(r)}")
         else:
-            show(answer, lambda a: render.short(a, 2000))
+            show(answer, render.slash_text)
     stop.set()
     sys.exit(0)
 

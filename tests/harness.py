@@ -123,10 +123,12 @@ class DaemonProc:
         finally:
             c.close()
 
-    def ctl(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess:
-        """Run ``hermesctl ARGS`` as a real process (text output)."""
+    def ctl(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0,
+            input_text: str | None = None) -> subprocess.CompletedProcess:
+        """Run ``hermesctl ARGS`` as a real process (text output; ``input_text`` on its stdin)."""
         return subprocess.run([sys.executable, "-m", "client", *args], env={**self.env, **(env or {})},
-                              cwd=str(self.work), capture_output=True, text=True, timeout=timeout)
+                              cwd=str(self.work), capture_output=True, text=True, timeout=timeout,
+                              input=input_text, stdin=None if input_text is not None else subprocess.DEVNULL)
 
     def delegate(self, goal: str = "test goal", **args: Any) -> dict[str, Any]:
         """``delegate`` with the test work directory as cwd."""

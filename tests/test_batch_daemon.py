@@ -288,6 +288,7 @@ def test_hermes_batch_command_line(daemon, tmp_path):
     refused = hermes_batch(daemon, "--dataset_file", str(dataset), "--batch_size", "2", "--run_name", "cli",
                            "--distribution", "nope")
     assert refused.returncode == 2 and "unknown distribution 'nope'" in refused.stderr
+    assert refused.stderr.startswith("hermes-batch: ")
     missing = hermes_batch(daemon, "--dataset_file", str(dataset))
     assert missing.returncode == 2 and "--batch_size, --run_name" in missing.stderr
     assert not (daemon.work / "data").exists()
@@ -310,5 +311,9 @@ def test_hermes_batch_command_line(daemon, tmp_path):
     assert [json.loads(x)["id"] for x in listing.stdout.splitlines()] == ["batch_cli", "batch_cli2"]
     again = daemon.ctl("batch", "run", "--dataset_file", str(dataset), "--batch_size", "2", "--run_name", "cli")
     assert again.returncode == 6 and "--resume" in again.stderr
+    resumed = hermes_batch(daemon, "--run_name", "cli", "--resume")  # dataset and batch size from the checkpoint
+    assert resumed.returncode == 0 and "4 of 4 prompts written" in resumed.stdout, resumed.stderr
+    nothing = hermes_batch(daemon, "--run_name", "never", "--resume")
+    assert nothing.returncode == 2 and "no checkpoint to take them from" in nothing.stderr
     cancel = daemon.ctl("batch", "cancel", "cli", "--json")
     assert cancel.returncode == 6 and json.loads(cancel.stdout)["error"]["code"] == "invalid_state"

@@ -1,0 +1,32 @@
+"""What hermesctl prints for people: ids that stay whole in a narrow terminal,
+slash-command answers as text, and out-of-range numbers refused as usage errors."""
+
+from __future__ import annotations
+
+
+def test_ps_keeps_ids_whole_and_cuts_only_the_goal(daemon):
+    long_goal = "a goal long enough to be cut in a narrow terminal " * 3
+    ids = [daemon.wait_job(daemon.delegate(goal, script=[{"text": "ok"}])["id"])["id"] for goal in (long_goal, "short")]
+    out = daemon.ctl("ps", "--all", env={"COLUMNS": "60"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["ID", "KIND", "STATUS", "DURATION", "CALLS", "GOAL"]
+    assert {line.split()[0] for line in lines[1:]} == set(ids)
+    assert any(line.endswith("…") and len(line) <= 80 for line in lines[1:])
+    assert any(line.endswith("short") for line in lines[1:])
+
+
+def test_slash_commands_answer_in_text(daemon):
+    tasks = daemon.ctl("send", "main", "/tasks")
+    assert tasks.returncode == 0 and tasks.stdout.strip() == "no tasks"
+    helped = daemon.ctl("send", "main", "/help")
+    assert helped.stdout.splitlines()[0].startswith("/background PROMPT — ")
+    chat = daemon.ctl("chat", "main", input_text="/tasks\n")
+    assert "you> no tasks" in chat.stdout and "{" not in chat.stdout
+
+
+def test_negative_numbers_are_usage_errors(daemon):
+    for args, option in ((("--timeout", "-1", "status"), "--timeout"), (("wait", "x", "--timeout", "-5"), "--timeout"),
+                         (("events", "--since", "-5"), "--since"), (("kanban", "watch", "--since", "-1"), "--since")):
+        out = daemon.ctl(*args)
+        assert out.returncode == 2 and f"Invalid value for '{option}'" in out.stderr, (args, out.stderr)
