@@ -34,6 +34,23 @@ DEFAULTS: dict[str, Any] = {
 }
 """Job-spec keys the loop reads, with the values it takes when a key is missing or ``None``."""
 
+def _brief(value: Any, width: int = 100) -> str:
+    """``value`` on one line, at most ``width`` characters (for log lines)."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def log(text: str) -> None:
+    """One line of the job's log (``hermesctl logs ID``): local time, then ``text``.
+
+    The child's stderr is the job's log file; these lines say what the agent
+    does (model calls, tool calls, the end), next to whatever its tools print.
+    """
+    now = time.time()
+    print(f"{time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d} {text}",
+          file=sys.stderr, flush=True)
+
+
 RETRY_DELAYS = (1.0, 4.0, 10.0)
 """Seconds to wait before each new attempt of a model call that failed with a retryable error."""
 
@@ -120,13 +137,16 @@ class Agent:
                 if not exc.retryable or not delays:
                     raise
                 delay = delays.pop(0)
-                print(f"hermes-child: model call failed ({exc}); retrying in {delay}s", file=sys.stderr, flush=True)
+                log(f"turn {turn}: model call failed ({exc}); retrying in {delay}s")
                 self.stop.event.wait(delay)
                 continue
             if reply is not None:
                 self.api_calls += 1
                 for key in self.tokens:
                     self.tokens[key] += int(reply.usage.get(key, 0))
+                calls = [c["name"] for c in m.tool_uses(m.assistant(reply.content))]
+                log(f"turn {turn}: model replied ({reply.usage.get('input', 0)} in / {reply.usage.get('output', 0)} out"
+                    f" tokens): " + (f"calls {', '.join(calls)}" if calls else "final answer"))
                 self.progress(turn, None)
             return reply
         return None
@@ -146,6 +166,8 @@ class Agent:
             except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error result, not a crash
                 ok, content = False, f"{name} failed: {exc.__class__.__name__}: {exc}"
         self.trace.append({"name": name, "ok": ok, "bytes": len(content.encode("utf-8"))})
+        log(f"turn {turn}: {name} {_brief(args)} -> {'ok' if ok else 'error'}, {self.trace[-1]['bytes']} bytes: "
+            f"{_brief(content)}")
         self.progress(turn, name)
         return m.tool_result(call["id"], content, is_error=not ok)
 
@@ -177,6 +199,7 @@ class Agent:
 
     def finish(self, status: str, exit_reason: str, error: str | None = None) -> dict[str, Any]:
         """The result map (see :func:`run`)."""
+        log(f"finished: {status} ({exit_reason}) after {self.api_calls} model call(s)" + (f": {error}" if error else ""))
         replies = [m.final_text(msg) for msg in self.new if msg["role"] == "assistant"]
         summary = replies[-1] if status == "completed" else "\n\n".join(r for r in replies if r)
         result = {

@@ -30,3 +30,16 @@ def test_negative_numbers_are_usage_errors(daemon):
                          (("events", "--since", "-5"), "--since"), (("kanban", "watch", "--since", "-1"), "--since")):
         out = daemon.ctl(*args)
         assert out.returncode == 2 and f"Invalid value for '{option}'" in out.stderr, (args, out.stderr)
+
+
+def test_logs_say_what_the_agent_did(daemon):
+    script = [{"text": "look", "tool_calls": [{"name": "terminal", "input": {"command": "echo from-the-tool"}}]},
+              {"text": "done"}]
+    job = daemon.wait_job(daemon.delegate("log me", script=script, toolsets=["terminal"])["id"])["id"]
+    out = daemon.ctl("logs", job)
+    assert out.returncode == 0, out.stderr
+    lines = [line.split(" ", 1)[1] for line in out.stdout.splitlines()]  # without the time
+    assert lines[0].startswith("turn 1: model replied") and lines[0].endswith("calls terminal")
+    assert lines[1].startswith("turn 1: terminal {'command': 'echo from-the-tool'} -> ok")
+    assert "from-the-tool" in lines[1]
+    assert lines[2].endswith("final answer") and lines[3] == "finished: completed (completed) after 2 model call(s)"
