@@ -14,7 +14,8 @@ def _load(path: str | None) -> config_mod.Config:
     try:
         return config_mod.load(path)
     except config_mod.ConfigError as err:
-        click.echo(f"hermesd: invalid configuration: {err}", err=True)
+        for problem in err.problems:
+            click.echo(f"hermesd: invalid configuration: {problem}", err=True)
         sys.exit(7)
 
 
@@ -41,10 +42,13 @@ def run(config_path: str | None, foreground: bool, log_level: str) -> None:
 
 
 @cli.command("check-config")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
-def check_config(config_path: str | None) -> None:
-    """Validate the config file; exit 0 if valid, 7 with file:line: key: reason if not."""
-    cfg = _load(config_path)
+@click.argument("path", type=click.Path(dir_okay=False), required=False)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="The file to check (the same as PATH).")
+def check_config(path: str | None, config_path: str | None) -> None:
+    """Validate the config file (PATH, else $HERMES_HOME/config.yaml); exit 0 if valid, 7 with
+    one file:line: key: reason line per problem if not."""
+    cfg = _load(path or config_path)
     click.echo(f"{cfg.source or 'defaults (no config file)'}: OK")
 
 

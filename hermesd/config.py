@@ -28,7 +28,11 @@ START_METHODS = ("spawn", "forkserver")
 
 
 class ConfigError(Exception):
-    """An invalid configuration: ``file``, ``line`` (1-based or None), ``key`` (dotted or None)."""
+    """An invalid configuration: ``file``, ``line`` (1-based or None), ``key`` (dotted or None).
+
+    ``problems``: every problem found in the file, in line order (this error is
+    the first); a file is checked whole, so one run names all its mistakes.
+    """
 
     def __init__(self, message: str, file: str | None = None, line: int | None = None, key: str | None = None):
         where = ":".join(str(p) for p in (file, line) if p is not None)
@@ -36,6 +40,7 @@ class ConfigError(Exception):
         text += f"{key}: " if key else ""
         super().__init__(text + message)
         self.file, self.line, self.key, self.reason = file, line, key, message
+        self.problems: list[ConfigError] = [self]
 
     def details(self) -> dict[str, Any]:
         """The ``details`` map of an ``invalid_config`` protocol error."""
@@ -197,30 +202,33 @@ def _convert(value: Any, hint: Any, meta: dict[str, Any]) -> Any:
     return value
 
 
-def _build(cls: type, data: Any, prefix: str, file: str | None, lines: _Lines) -> Any:
+def _build(cls: type, data: Any, prefix: str, file: str | None, lines: _Lines, errors: list[ConfigError]) -> Any:
+    """``cls`` from ``data``; each problem is appended to ``errors`` and its key left at the default."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         key = prefix.rstrip(".") or None
-        raise ConfigError("must be a mapping of keys to values", file, lines.get(prefix.rstrip(".")), key)
+        errors.append(ConfigError("must be a mapping of keys to values", file, lines.get(prefix.rstrip(".")), key))
+        return cls()
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     for key in data:
         if key not in fields:
             known = ", ".join(sorted(fields))
-            raise ConfigError(f"unknown key (known keys: {known})", file, lines.get(f"{prefix}{key}"), f"{prefix}{key}")
+            errors.append(ConfigError(f"unknown key (known keys: {known})", file, lines.get(f"{prefix}{key}"),
+                                      f"{prefix}{key}"))
     values = {}
     for name, f in fields.items():
         if name not in data:
             continue
         hint = hints[name]
         if dataclasses.is_dataclass(hint):
-            values[name] = _build(hint, data[name], f"{prefix}{name}.", file, lines)
+            values[name] = _build(hint, data[name], f"{prefix}{name}.", file, lines, errors)
             continue
         try:
             values[name] = _convert(data[name], hint, dict(f.metadata))
         except ValueError as exc:
-            raise ConfigError(str(exc), file, lines.get(f"{prefix}{name}"), f"{prefix}{name}") from None
+            errors.append(ConfigError(str(exc), file, lines.get(f"{prefix}{name}"), f"{prefix}{name}"))
     return cls(**values)
 
 
@@ -238,7 +246,12 @@ def parse(text: str, file: str | None = None) -> Config:
         raise ConfigError(f"invalid YAML: {exc.problem or exc}", file, mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file) from None
-    config = _build(Config, data, "", file, _Lines(node))
+    errors: list[ConfigError] = []
+    config = _build(Config, data, "", file, _Lines(node), errors)
+    if errors:
+        errors.sort(key=lambda e: e.line or 0)
+        errors[0].problems = errors
+        raise errors[0]
     return dataclasses.replace(config, source=file)
 
 

@@ -281,7 +281,8 @@ class Daemon:
             log.error("reload refused: %s", err)
             self.notifier.notify(READY="1", STATUS=self.status_line())
             self.events.emit("daemon.reload_failed", data={"error": str(err), **err.details()})
-            raise ProtocolError("invalid_config", str(err), err.details()) from None
+            raise ProtocolError("invalid_config", "\n".join(str(p) for p in err.problems),
+                                {**err.details(), "problems": [p.details() for p in err.problems]}) from None
         restart = [f"supervisor.{key}" for key in RESTART_KEYS if self.in_force[key] != getattr(new.supervisor, key)]
         if restart:
             log.warning("reload: %s changed; in force after a restart", ", ".join(restart))

@@ -90,3 +90,18 @@ def test_reload_names_keys_that_need_a_restart(daemon):
     status = daemon.call("status")
     assert status["caps"]["global"]["limit"] == 7  # the rest took effect
     assert daemon.call("reload")["restart_needed"] == ["supervisor.start_method"]  # still differs from the start
+
+
+def test_check_config_names_every_problem_in_line_order(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("supervisor:\n  max_children: -2\n  bogus: 1\ndelegation:\n  max_async_children: x\nwhat: 3\n")
+    out = subprocess.run([sys.executable, "-m", "hermesd.cli", "check-config", str(bad)], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 7
+    assert [line.split(": ")[2:4] for line in out.stderr.splitlines()] == [
+        [f"{bad}:2", "supervisor.max_children"], [f"{bad}:3", "supervisor.bogus"],
+        [f"{bad}:5", "delegation.max_async_children"], [f"{bad}:6", "what"]]
+    with pytest.raises(config.ConfigError) as info:
+        config.load(bad)
+    assert info.value.line == 2 and [p.key for p in info.value.problems][1:] == [
+        "supervisor.bogus", "delegation.max_async_children", "what"]
