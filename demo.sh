@@ -105,7 +105,8 @@ PY
 
 echo
 echo "== files the subagents left in $DEMO/work"
-ls -la "$DEMO/work"
+if [ -n "$(ls -A "$DEMO/work")" ]; then ls -la "$DEMO/work"; else
+  echo "   (none this time: the embedded toy model answered without writing the files it was asked for)"; fi
 echo
 echo "== stopping hermesd"
 hermesctl shutdown
