@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import threading
 
+import psutil
+
 import pytest
 
 from hermesd.protocol import ProtocolError
 from tests.harness import wait_for
 
 SLEEPY = [{"thinking": "working on it", "text": "started", "sleep": 30}]
+
+
+def _is_child(proc) -> bool:
+    """A hermes child process (by its title); one that ended since it was listed is not."""
+    try:
+        return "child" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
 
 
 class Sampler:
@@ -23,7 +33,7 @@ class Sampler:
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, sum(1 for p in self.daemon.children() if "child" in " ".join(p.cmdline())))
+            self.peak = max(self.peak, sum(1 for p in self.daemon.children() if _is_child(p)))
             self._stop.wait(0.01)
 
     def __enter__(self):
