@@ -32,13 +32,16 @@ class EventLog:
     """Append-then-publish event log over a :class:`Store`.
 
     ``publish`` sends PUB frames (must never block); ``listeners`` are in-process
-    callbacks run after publishing (e.g. waiters and the delivery of notifications).
+    callbacks run after publishing (e.g. waiters and the delivery of notifications);
+    ``flush_hooks`` run inside each group commit, before its events are inserted
+    (writes that may lag as the buffered events do, e.g. progress counters).
     """
 
     def __init__(self, store: Store, publish: Publisher | None = None):
         self.store = store
         self.publish = publish or (lambda frames: None)
         self.listeners: list[Listener] = []
+        self.flush_hooks: list[Callable[[], None]] = []
         self._buffer: list[dict[str, Any]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
 
@@ -91,6 +94,8 @@ class EventLog:
             return
         pending, self._buffer = self._buffer, []
         with self.store.transaction():
+            for hook in self.flush_hooks:
+                hook()
             events = []
             for row in pending:
                 row["seq"] = self.store.insert("events", {k: row[k] for k in ("type", "time", "job", "session", "data")})

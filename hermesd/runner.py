@@ -68,6 +68,8 @@ class Runner:
         self.result_hooks: list[Callable[[dict[str, Any], dict[str, Any]], None]] = []
         self.accepting = True
         self._timeouts: dict[str, Any] = {}
+        self._counters: dict[str, dict[str, Any]] = {}  # progress counters, written with the next group commit
+        jobs.events.flush_hooks.append(self._write_counters)
 
     # admission -----------------------------------------------------------
 
@@ -239,7 +241,8 @@ class Runner:
         self.jobs.transition(job_id, status, **fields)
 
     def on_progress(self, job_id: str, args: dict[str, Any]) -> None:
-        """``child.progress``: keep counters and publish a ``job.progress`` event (group-committed)."""
+        """``child.progress``: keep counters and publish a ``job.progress`` event, both
+        group-committed (a durable event, such as the job's next transition, commits them first)."""
         tokens = args.get("tokens") or {}
         fields = {}
         if isinstance(args.get("api_calls"), int):
@@ -247,11 +250,16 @@ class Runner:
         if isinstance(tokens, dict):
             fields.update({"tokens_in": int(tokens.get("input") or 0), "tokens_out": int(tokens.get("output") or 0)})
         if fields:
-            self.jobs.update(job_id, **fields)
+            self._counters.setdefault(job_id, {}).update(fields)
         data = {k: args[k] for k in ("turn", "tool", "api_calls", "tokens", "text") if k in args}
         row = self.jobs.get(job_id)
         self.jobs.events.emit("job.progress", job=job_id, session=row.get("session") if row else None,
                               data=data, durable=False)
+
+    def _write_counters(self) -> None:
+        pending, self._counters = self._counters, {}
+        for job_id, fields in pending.items():
+            self.jobs.update(job_id, **fields)
 
     # stopping and exit ---------------------------------------------------
 
