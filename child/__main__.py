@@ -46,7 +46,9 @@ def _title(job: str, spec: dict | None = None) -> None:
     if spec is None:
         setproctitle.setproctitle(f"hermes-child {job}")
         return
-    goal = " ".join(str(spec.get("goal") or "").split())[:80]
+    from hermesd.protocol import one_line
+
+    goal = one_line(spec.get("goal"))[:80]
     setproctitle.setproctitle(f"hermes-child {job} {spec.get('kind', '')} {goal}".rstrip())
 
 

@@ -14,6 +14,8 @@ from typing import Any, Iterable
 
 import click
 
+from hermesd.protocol import one_line
+
 
 def emit_json(obj: Any) -> None:
     """Print one JSON object on one line and flush."""
@@ -29,8 +31,8 @@ def console():
 
 
 def short(text: Any, width: int = 60) -> str:
-    """One line of at most ``width`` characters."""
-    s = " ".join(str(text or "").split())
+    """One line of at most ``width`` printable characters (control characters become spaces)."""
+    s = one_line(text)
     return s if len(s) <= width else s[: width - 1] + "…"
 
 

@@ -237,6 +237,13 @@ def arg(args: dict[str, Any], name: str, types: type | tuple[type, ...], default
     return value
 
 
+def one_line(text: Any) -> str:
+    """``text`` as one printable line: control characters (NUL, newlines, escapes)
+    become spaces and runs of whitespace one space.  For process titles and
+    terminal tables, which a NUL byte or an escape sequence would break."""
+    return " ".join("".join(c if c.isprintable() else " " for c in str(text or "")).split())
+
+
 TOOLSETS = ("terminal", "file", "web", "delegation", "kanban")
 """Toolset names a request may ask for; ``all`` and ``*`` mean every one except ``kanban``."""
 

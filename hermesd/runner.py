@@ -14,6 +14,7 @@ the job table (state machine).  Its rules:
 
 from __future__ import annotations
 
+import logging
 import secrets
 from pathlib import Path
 from typing import Any, Callable
@@ -22,8 +23,10 @@ from hermesd import jobs as jobs_mod
 from hermesd.config import Config
 from hermesd.jobs import JobTable
 from hermesd.procs import Child, ProcessManager
-from hermesd.protocol import ProtocolError
+from hermesd.protocol import ProtocolError, one_line
 from hermesd.scheduler import Scheduler
+
+log = logging.getLogger("hermesd")
 
 STOP_STATUS = {"cancel": "cancelled", "timeout": "timed_out", "shutdown": "interrupted",
                "session_stop": "interrupted", "parent_stop": "interrupted"}
@@ -120,7 +123,16 @@ class Runner:
         if not self.accepting:
             return
         for job_id in self.scheduler.take_startable():
-            self._start(job_id)
+            try:
+                self._start(job_id)
+            except Exception as exc:  # noqa: BLE001 - a job that cannot start must not hold its slots
+                log.exception("starting %s failed", job_id)
+                self.tokens.pop(job_id, None)
+                row = self.jobs.get(job_id)
+                if row is not None and row["status"] not in jobs_mod.TERMINAL:
+                    self.jobs.transition(job_id, "failed", exit_reason="error",
+                                         error=f"could not start child: {exc.__class__.__name__}: {exc}")
+                self._finished(job_id)
 
     def _start(self, job_id: str) -> None:
         row = self.jobs.get(job_id)
@@ -136,8 +148,8 @@ class Runner:
                                      log_path=self.log_path(job_id),
                                      env={"HERMES_CHILD_SOCKET": str(self.children_socket),
                                           "HERMES_CHILD_TOKEN": token},
-                                     title=[row["kind"], " ".join(str(row.get("goal") or "").split())[:80]])
-        except OSError as exc:
+                                     title=[row["kind"], one_line(row.get("goal"))[:80]])
+        except (OSError, ValueError) as exc:  # ValueError: what exec refuses, e.g. a NUL byte
             self.tokens.pop(job_id, None)
             self.jobs.transition(job_id, "failed", exit_reason="error", error=f"could not start child: {exc}")
             self._finished(job_id)

@@ -10,6 +10,7 @@ from hermesd import jobs as jobs_mod
 from hermesd.protocol import ProtocolError, arg, expand_toolsets
 
 MAX_GOAL_BYTES = 256 * 1024
+MAX_CONTEXT_BYTES = 256 * 1024
 SPEC_ARGS = {"max_turns": int, "timeout_seconds": (int, float), "script": list, "reasoning_effort": str,
              "system_prompt": str}
 
@@ -33,7 +34,12 @@ def task_fields(d, args: dict[str, Any], *, default_toolsets: list[str] | None =
         toolsets = default_toolsets if default_toolsets is not None else list(d.config.toolsets)
     if not all(isinstance(t, str) for t in toolsets):
         raise ProtocolError("bad_request", "argument 'toolsets' must be a list of strings", {"field": "toolsets"})
+    context = arg(args, "context", str, None)
+    if context is not None and len(context.encode()) > MAX_CONTEXT_BYTES:
+        raise ProtocolError("too_large", f"context exceeds {MAX_CONTEXT_BYTES} bytes", {"field": "context"})
     cwd = arg(args, "cwd", str, None)
+    if cwd is not None and "\x00" in cwd:
+        raise ProtocolError("bad_request", "argument 'cwd' must not contain a NUL byte", {"field": "cwd"})
     if cwd is not None and not os.path.isabs(cwd):
         raise ProtocolError("bad_request", f"argument 'cwd' must be an absolute path, not {cwd!r}", {"field": "cwd"})
     spec = {}
@@ -47,7 +53,7 @@ def task_fields(d, args: dict[str, Any], *, default_toolsets: list[str] | None =
     if "max_turns" in spec and spec["max_turns"] < 1:
         raise ProtocolError("bad_request", "max_turns must be >= 1", {"field": "max_turns"})
     return {
-        "goal": goal, "context": arg(args, "context", str, None), "toolsets": expand_toolsets(toolsets),
+        "goal": goal, "context": context, "toolsets": expand_toolsets(toolsets),
         "role": arg(args, "role", str, "leaf", choices=("leaf", "orchestrator")),
         "model": arg(args, "model", str, None),
         "provider": arg(args, "provider", str, None, choices=config_mod.PROVIDERS),
