@@ -63,22 +63,29 @@ class Daemon:
         self.services: dict[str, Any] = {}
         self.resumable_kinds: set[str] = set()  # job kinds with no process, continued by a restore hook
         self._lock_fd: int | None = None
+        self._state_lock_fd: int | None = None
         self._tasks: set[asyncio.Task] = set()
 
     # start-up ------------------------------------------------------------
 
-    def _lock(self) -> None:
-        paths.ensure_private_dir(self.sockets.dir)
-        fd = os.open(self.sockets.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    @staticmethod
+    def _flock(path: Path, what: str) -> int:
+        """Take the exclusive lock file ``path`` (it gets our pid); returns its fd.
+        Raises :class:`AlreadyRunning` naming the holder's pid and ``what`` it holds."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pid = os.read(fd, 32).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise AlreadyRunning(f"hermesd is already running (pid {pid}) with runtime directory {self.sockets.dir}")
+            raise AlreadyRunning(f"hermesd is already running (pid {pid}) with {what}") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
+        return fd
+
+    def _lock(self) -> None:
+        paths.ensure_private_dir(self.sockets.dir)
+        self._lock_fd = self._flock(self.sockets.lock, f"runtime directory {self.sockets.dir}")
         # The lock is free, so no live daemon owns these sockets; still probe, as SPEC §2 asks.
         if self.sockets.control.exists() and _probe(self.sockets.control):
             raise AlreadyRunning(f"a live hermesd answers on {self.sockets.control}")
@@ -91,6 +98,9 @@ class Daemon:
     def _open_state(self) -> None:
         state_dir = self.config.state_dir()
         paths.ensure_private_dir(state_dir)
+        # one daemon per state directory too: a second one (another runtime directory) would
+        # sweep the first one's children as leftovers and share its database
+        self._state_lock_fd = self._flock(state_dir / "hermesd.lock", f"state directory {state_dir}")
         self.config.log_dir().mkdir(parents=True, exist_ok=True)
         self.store = Store(state_dir / "state.db")
         self.supervisor_id = str((state_dir / "state.db").resolve())
@@ -169,7 +179,7 @@ class Daemon:
         loop = self.loop
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda s=sig: self.request_shutdown(f"signal {signal.Signals(s).name}"))
-        loop.add_signal_handler(signal.SIGHUP, self.reload)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_on_signal)
         loop.add_signal_handler(signal.SIGCHLD, self.procs.reap)
         self.procs.reap()
         self.runner.pump()
@@ -264,6 +274,13 @@ class Daemon:
         self.notifier.notify(STOPPING="1", STATUS="stopping", EXTEND_TIMEOUT_USEC=str(int(grace * 1_000_000)))
         self._done.set()
 
+    def _reload_on_signal(self) -> None:
+        """SIGHUP: :meth:`reload`; a refused file is already logged and published as an event."""
+        try:
+            self.reload()
+        except ProtocolError:
+            pass
+
     def reload(self) -> dict[str, Any]:
         """Re-read the config file; an invalid file is refused and the running config kept.
 
@@ -335,8 +352,9 @@ class Daemon:
             except FileNotFoundError:
                 pass
         self.store.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
+        for fd in (self._state_lock_fd, self._lock_fd):
+            if fd is not None:
+                os.close(fd)
 
     def uptime(self) -> float:
         """Seconds since start (monotonic)."""

@@ -76,6 +76,19 @@ def test_second_daemon_refused_and_stale_socket_replaced(daemon, tmp_path):
     assert daemon.call("hello")["pid"] == daemon.proc.pid
 
 
+def test_second_daemon_on_the_same_state_directory_refused(daemon, tmp_path):
+    rec = daemon.delegate("keep running", background=True, script=[{"text": "resting", "sleep": 60}])
+    wait_for(lambda: daemon.call("job", id=rec["id"])["status"] == "running", what="the job running")
+    other_runtime = tmp_path / "other-run"
+    second = subprocess.run([sys.executable, "-m", "hermesd.cli", "run"],
+                            env={**daemon.env, "HERMES_RUNTIME_DIR": str(other_runtime)},
+                            capture_output=True, text=True, timeout=20)
+    assert second.returncode == 1
+    assert f"already running (pid {daemon.proc.pid}) with state directory" in second.stderr
+    assert daemon.call("job", id=rec["id"])["status"] == "running"  # its children were left alone
+    daemon.call("cancel", id=rec["id"])
+
+
 def test_runtime_dir_and_socket_permissions(daemon):
     mode = stat.S_IMODE(os.stat(daemon.runtime).st_mode)
     assert mode == 0o700

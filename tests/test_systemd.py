@@ -196,6 +196,7 @@ def test_notify_bad_config_on_reload_still_ends_ready(make_daemon, listener):
     assert listener.having("RELOADING", "1")
     assert not listener.having("WATCHDOG"), "no WATCHDOG_USEC given, so no pings"
     assert d.call("status")["pid"] == d.proc.pid
+    assert "reload refused" in d.log() and "Traceback" not in d.log()  # one line, not a callback's traceback
 
 
 def test_notifier_outside_systemd_and_abstract_socket(tmp_path):
