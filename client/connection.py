@@ -146,7 +146,7 @@ class Connection:
             for event in page["events"]:
                 since = event["seq"]
                 yield event
-            if len(page["events"]) < 1000:
+            if len(page["events"]) < 1000 and not page.get("more"):
                 return
 
     def close(self) -> None:

@@ -139,7 +139,10 @@ def ps(show_all: bool, kind: str | None) -> None:
     args = {"all": show_all}
     if kind:
         args["kind"] = kind
-    records = conn().call("ps", **args)["jobs"]
+    answer = conn().call("ps", **args)
+    records = answer["jobs"]
+    if answer.get("more"):
+        click.echo("hermesctl: more jobs than one reply holds; the oldest are shown (narrow with --kind)", err=True)
     if is_json():
         for rec in records:
             render.emit_json(rec)

@@ -133,7 +133,9 @@ def render() -> str:
            "     Do not edit by hand: change the code, then run `python docs/gen_protocol.py`. -->", "",
            "# hermesd control protocol", "",
            f"Protocol version **{protocol.PROTOCOL_VERSION}**. Largest frame: "
-           f"**{protocol.MAX_MESSAGE_BYTES} bytes** ({protocol.MAX_MESSAGE_BYTES // (1 << 20)} MiB).", "",
+           f"**{protocol.MAX_MESSAGE_BYTES} bytes** ({protocol.MAX_MESSAGE_BYTES // (1 << 20)} MiB): a larger request "
+           f"gets `too_large`, up to {protocol.MAX_FRAME_READ // (1 << 20)} MiB; past that ZeroMQ drops the "
+           "connection without a reply. List replies (`ps`, `events_since`) are cut to fit and say `more`.", "",
            "Sockets (ZeroMQ `ipc://` in the runtime directory: `$HERMES_RUNTIME_DIR`, else "
            "`$XDG_RUNTIME_DIR/hermes`, else `$HERMES_HOME/run`; the directory 0700, the sockets 0600):", "",
            "| socket | type | for |", "|---|---|---|",

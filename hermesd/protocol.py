@@ -30,7 +30,12 @@ import msgpack
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-"""Largest frame either side accepts (16 MiB); larger frames get ``too_large``."""
+"""Largest frame either side accepts (16 MiB); larger frames get ``too_large``.
+The daemon's sockets read frames up to :data:`MAX_FRAME_READ` to say so; past
+that, ZeroMQ drops the connection and the sender gets no reply."""
+MAX_FRAME_READ = 2 * MAX_MESSAGE_BYTES
+REPLY_BUDGET = MAX_MESSAGE_BYTES // 2
+"""Bytes of list items a reply may carry (see :func:`fit`); the rest of the frame is headroom."""
 
 EVENT_TOPIC = b"event"
 
@@ -235,6 +240,18 @@ def arg(args: dict[str, Any], name: str, types: type | tuple[type, ...], default
         raise ProtocolError("bad_request", f"argument '{name}' must be one of {', '.join(map(str, choices))}",
                             {"field": name})
     return value
+
+
+def fit(items: list[Any], budget: int = REPLY_BUDGET) -> tuple[list[Any], bool]:
+    """The longest prefix of ``items`` whose msgpack size stays within ``budget`` bytes
+    (at least one item), and whether that is all of them.  For list replies
+    (``ps``, ``events_since``) that must fit a frame: the caller says ``more``."""
+    total = 0
+    for i, item in enumerate(items):
+        total += len(packb(item))
+        if total > budget and i > 0:
+            return items[:i], False
+    return items, True
 
 
 def one_line(text: Any) -> str:

@@ -148,7 +148,7 @@ class Daemon:
         self.children = self.ctx.socket(zmq.ROUTER)
         self.pub = self.ctx.socket(zmq.PUB)
         for sock in (self.control, self.children):
-            sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+            sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_READ)  # up to it, too_large is answered
             sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
             sock.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, PUB_HWM)

@@ -45,3 +45,20 @@ def test_bad_cwd_and_oversized_context_are_refused_by_name(daemon):
         daemon.delegate("g", context="c" * (256 * 1024 + 1))
     assert info.value.code == "too_large" and info.value.details["field"] == "context"
     assert _caps_free(daemon) and daemon.call("ps")["jobs"] == []
+
+
+def test_lists_of_large_jobs_are_cut_to_fit_a_frame_and_events_page(daemon):
+    context = "c" * (250 * 1024)
+    ids = [daemon.wait_job(daemon.delegate(f"big {i}", context=context, script=[{"text": "ok"}])["id"])["id"]
+           for i in range(40)]  # 40 records of 250 KiB: more than a reply carries
+    answer = daemon.call("ps", all=True)
+    assert answer["more"] is True and 0 < len(answer["jobs"]) < 40
+    assert [j["id"] for j in answer["jobs"]] == ids[:len(answer["jobs"])]
+    page = daemon.call("events_since", since=0)
+    assert page["more"] is True and page["events"][-1]["seq"] < page["last_seq"]
+    out = daemon.ctl("events", "--since", "0", "--json", timeout=60)
+    assert out.returncode == 0, out.stderr
+    seqs = [json.loads(line)["seq"] for line in out.stdout.splitlines()]
+    assert seqs == sorted(set(seqs)) and seqs[-1] == page["last_seq"]  # every event, once, in order
+    listed = daemon.ctl("ps", "--all")
+    assert listed.returncode == 0 and "more jobs than one reply holds" in listed.stderr

@@ -38,7 +38,8 @@ async def status(d, args: dict[str, Any]) -> dict[str, Any]:
 async def events_since(d, args: dict[str, Any]) -> dict[str, Any]:
     """Committed events after ``since`` (seq, default 0), at most ``limit`` (default 1000, max 10000).
 
-    Optional ``types`` (list of event types) filters.  Returns ``{events, last_seq}``;
+    Optional ``types`` (list of event types) filters.  Returns ``{events, last_seq, more}``
+    (``more``: the page was cut to fit a frame; ask again after its last seq);
     a client that reconnects subscribes first, then fetches this backlog, then
     de-duplicates by seq, and so loses nothing.
     """
@@ -47,7 +48,8 @@ async def events_since(d, args: dict[str, Any]) -> dict[str, Any]:
     types = arg(args, "types", list, None)
     if types is not None and not all(isinstance(t, str) for t in types):
         raise protocol.ProtocolError("bad_request", "argument 'types' must be a list of strings", {"field": "types"})
-    return {"events": d.events.since(since, limit, types), "last_seq": d.events.last_seq()}
+    events, complete = protocol.fit(d.events.since(since, limit, types))
+    return {"events": events, "last_seq": d.events.last_seq(), "more": not complete}
 
 
 @op("reload")

@@ -8,7 +8,7 @@ from typing import Any
 
 from hermesd import jobs as jobs_mod
 from hermesd.handlers import op
-from hermesd.protocol import ProtocolError, arg
+from hermesd.protocol import ProtocolError, arg, fit
 from hermesd.tasks import new_group, task_fields
 
 MAX_WAIT_SECONDS = 3600.0
@@ -65,14 +65,16 @@ async def spawn_parallel(d, args: dict[str, Any]) -> dict[str, Any]:
 async def ps(d, args: dict[str, Any]) -> dict[str, Any]:
     """List jobs: running and queued, or every job with ``all=true``.
 
-    Optional ``kind``, ``session`` and ``limit`` (default 1000).  Returns ``{jobs: [record…]}``.
+    Optional ``kind``, ``session`` and ``limit`` (default 1000).  Returns ``{jobs: [record…], more}``,
+    oldest first; ``more``: the list was cut to fit a frame.
     """
     show_all = arg(args, "all", bool, False)
     kind = arg(args, "kind", str, None, choices=jobs_mod.KINDS)
     rows = d.jobs.list(statuses=None if show_all else ("queued", "starting", "running"),
                        kinds=(kind,) if kind else None, session=arg(args, "session", str, None),
                        limit=arg(args, "limit", int, 1000))
-    return {"jobs": [public(r) for r in rows]}
+    jobs, complete = fit([public(r) for r in rows])
+    return {"jobs": jobs, "more": not complete}
 
 
 @op("job")
