@@ -56,6 +56,11 @@ class BatchService:
             data = dataset_mod.read(s.dataset_file, s.max_samples)
         except dataset_mod.DatasetError as exc:
             raise ProtocolError("bad_request", str(exc), {"field": "dataset_file"}) from None
+        if not data.prompts:
+            why = (f"{len(data.errors)} bad line(s); the first: {data.errors[0]}" if data.errors
+                   else "the file has no lines")
+            raise ProtocolError("bad_request", f"{s.dataset_file}: no usable prompt ({why})",
+                                {"field": "dataset_file", "file": s.dataset_file})
         boxed = [p for p in data.prompts if p.docker_image]
         if boxed:
             first = boxed[0]

@@ -88,7 +88,7 @@ class Scheduler:
         limit = self.limits.get("async")
         raise ProtocolError(
             "capacity_reached",
-            f"{limit} background delegations are already running ({limit_name} = {limit}); "
+            f"{self.count['async']} background delegations are already running ({limit_name} = {limit}); "
             "run this task in the foreground instead, wait for one to finish "
             "(hermesctl wait ID), or pass --queue to wait for a free slot",
             {"pool": "async", "limit": limit, "running": self.count["async"]})

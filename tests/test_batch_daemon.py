@@ -200,6 +200,12 @@ def test_bad_arguments_are_refused_before_anything_starts(daemon, tmp_path):
         assert err.value.code == "bad_request" and needle in err.value.message, (extra, err.value.message)
     with pytest.raises(ProtocolError, match="cannot read the dataset"):
         start(daemon, tmp_path / "missing.jsonl", "r")
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ProtocolError, match=r"no usable prompt \(the file has no lines\)"):
+        start(daemon, tmp_path / "empty.jsonl", "r")
+    (tmp_path / "bad.jsonl").write_text("oops\n{bad\n")
+    with pytest.raises(ProtocolError, match=r"no usable prompt \(2 bad line\(s\); the first: .*bad.jsonl:1: invalid"):
+        start(daemon, tmp_path / "bad.jsonl", "r")
     assert daemon.call("batch.list")["batches"] == [] and not (daemon.base / "out").exists()
 
 
