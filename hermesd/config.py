@@ -144,10 +144,15 @@ def default_path() -> Path:
 
 
 class _Lines:
-    """Map dotted keys of a YAML document to their 1-based line numbers."""
+    """Map dotted keys of a YAML document to their 1-based line numbers.
+
+    ``duplicates``: ``(key, line, first line)`` of each key set twice in one
+    mapping (YAML would silently keep the last).
+    """
 
     def __init__(self, node: yaml.Node | None):
         self.lines: dict[str, int] = {}
+        self.duplicates: list[tuple[str, int, int]] = []
         if node is not None:
             self._walk(node, "")
 
@@ -155,7 +160,11 @@ class _Lines:
         if isinstance(node, yaml.MappingNode):
             for key_node, value_node in node.value:
                 key = f"{prefix}{key_node.value}"
-                self.lines[key] = key_node.start_mark.line + 1
+                line = key_node.start_mark.line + 1
+                if key in self.lines:
+                    self.duplicates.append((key, line, self.lines[key]))
+                    continue
+                self.lines[key] = line
                 self._walk(value_node, key + ".")
 
     def get(self, key: str) -> int | None:
@@ -246,8 +255,10 @@ def parse(text: str, file: str | None = None) -> Config:
         raise ConfigError(f"invalid YAML: {exc.problem or exc}", file, mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file) from None
-    errors: list[ConfigError] = []
-    config = _build(Config, data, "", file, _Lines(node), errors)
+    lines = _Lines(node)
+    errors = [ConfigError(f"set twice (first on line {first}); remove one", file, line, key)
+              for key, line, first in lines.duplicates]
+    config = _build(Config, data, "", file, lines, errors)
     if errors:
         errors.sort(key=lambda e: e.line or 0)
         errors[0].problems = errors

@@ -105,3 +105,11 @@ def test_check_config_names_every_problem_in_line_order(tmp_path):
         config.load(bad)
     assert info.value.line == 2 and [p.key for p in info.value.problems][1:] == [
         "supervisor.bogus", "delegation.max_async_children", "what"]
+
+
+def test_a_key_set_twice_is_refused_with_both_lines(tmp_path):
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("delegation:\n  max_async_children: 2\ntoolsets: [file]\ndelegation:\n  max_async_children: 5\n")
+    with pytest.raises(config.ConfigError) as info:
+        config.load(dup)
+    assert [str(p) for p in info.value.problems] == [f"{dup}:4: delegation: set twice (first on line 1); remove one"]
