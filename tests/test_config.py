@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from hermesd import config
 from hermesd.protocol import ProtocolError
@@ -82,7 +83,9 @@ def test_reload_refuses_invalid_and_keeps_running_config(daemon):
 
 def test_reload_names_keys_that_need_a_restart(daemon):
     path = daemon.home / "config.yaml"
-    path.write_text(path.read_text() + "supervisor:\n  start_method: forkserver\n  max_children: 7\n")
+    data = yaml.safe_load(path.read_text()) or {}
+    data.setdefault("supervisor", {}).update(start_method="forkserver", max_children=7)
+    path.write_text(yaml.safe_dump(data))
     out = subprocess.run([sys.executable, "-m", "client", "reload"], env=daemon.env, capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 0, out.stderr
