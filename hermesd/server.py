@@ -83,6 +83,28 @@ class Daemon:
         os.write(fd, f"{os.getpid()}\n".encode())
         return fd
 
+    def _lock_state_dir(self, state_dir: Path) -> None:
+        """One daemon per state directory too: a second one (with another runtime directory)
+        would sweep the first one's children as leftovers and share its database.  The lock
+        is on the directory itself, so a read-only directory still gets the clear error of
+        the database; the holder's pid goes to ``hermesd.pid`` where it can be written."""
+        fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        pid_file = state_dir / "hermesd.pid"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            try:
+                pid = pid_file.read_text().strip() or "?"
+            except OSError:
+                pid = "?"
+            raise AlreadyRunning(f"hermesd is already running (pid {pid}) with state directory {state_dir}") from None
+        self._state_lock_fd = fd
+        try:
+            pid_file.write_text(f"{os.getpid()}\n")
+        except OSError:
+            pass  # read-only: opening the database says what is wrong
+
     def _lock(self) -> None:
         paths.ensure_private_dir(self.sockets.dir)
         self._lock_fd = self._flock(self.sockets.lock, f"runtime directory {self.sockets.dir}")
@@ -98,9 +120,7 @@ class Daemon:
     def _open_state(self) -> None:
         state_dir = self.config.state_dir()
         paths.ensure_private_dir(state_dir)
-        # one daemon per state directory too: a second one (another runtime directory) would
-        # sweep the first one's children as leftovers and share its database
-        self._state_lock_fd = self._flock(state_dir / "hermesd.lock", f"state directory {state_dir}")
+        self._lock_state_dir(state_dir)
         self.config.log_dir().mkdir(parents=True, exist_ok=True)
         self.store = Store(state_dir / "state.db")
         self.supervisor_id = str((state_dir / "state.db").resolve())
