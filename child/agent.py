@@ -24,6 +24,7 @@ from typing import Any, Callable
 from child import messages as m
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
+from hermesd.protocol import one_line
 
 DEFAULTS: dict[str, Any] = {
     "job": "", "kind": "delegation", "goal": "", "context": "", "toolsets": ["terminal", "file"],
@@ -33,12 +34,6 @@ DEFAULTS: dict[str, Any] = {
     "record_trajectory": False, "max_tokens": 4096,
 }
 """Job-spec keys the loop reads, with the values it takes when a key is missing or ``None``."""
-
-def _brief(value: Any, width: int = 100) -> str:
-    """``value`` on one line, at most ``width`` characters (for log lines)."""
-    text = " ".join(str(value).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
 
 def log(text: str) -> None:
     """One line of the job's log (``hermesctl logs ID``): local time, then ``text``.
@@ -119,6 +114,8 @@ class Agent:
                 return self.finish_stopped()
             self.add(m.assistant(reply.content))
             calls = m.tool_uses(self.new[-1])
+            log(f"turn {turn}: model replied ({reply.usage.get('input', 0)} in / {reply.usage.get('output', 0)} out"
+                " tokens): " + (f"calls {', '.join(c['name'] for c in calls)}" if calls else "final answer"))
             if not calls:
                 return self.finish("completed", "completed")
             self.add(m.user(*[self.execute(registry, ctx, call, turn) for call in calls]))
@@ -144,9 +141,6 @@ class Agent:
                 self.api_calls += 1
                 for key in self.tokens:
                     self.tokens[key] += int(reply.usage.get(key, 0))
-                calls = [c["name"] for c in m.tool_uses(m.assistant(reply.content))]
-                log(f"turn {turn}: model replied ({reply.usage.get('input', 0)} in / {reply.usage.get('output', 0)} out"
-                    f" tokens): " + (f"calls {', '.join(calls)}" if calls else "final answer"))
                 self.progress(turn, None)
             return reply
         return None
@@ -166,8 +160,8 @@ class Agent:
             except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error result, not a crash
                 ok, content = False, f"{name} failed: {exc.__class__.__name__}: {exc}"
         self.trace.append({"name": name, "ok": ok, "bytes": len(content.encode("utf-8"))})
-        log(f"turn {turn}: {name} {_brief(args)} -> {'ok' if ok else 'error'}, {self.trace[-1]['bytes']} bytes: "
-            f"{_brief(content)}")
+        log(f"turn {turn}: {name} {one_line(args, 100)} -> {'ok' if ok else 'error'}, {self.trace[-1]['bytes']} "
+            f"bytes: {one_line(content, 100)}")
         self.progress(turn, name)
         return m.tool_result(call["id"], content, is_error=not ok)
 

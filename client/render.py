@@ -32,8 +32,7 @@ def console():
 
 def short(text: Any, width: int = 60) -> str:
     """One line of at most ``width`` printable characters (control characters become spaces)."""
-    s = one_line(text)
-    return s if len(s) <= width else s[: width - 1] + "…"
+    return one_line(text, width)
 
 
 def jobs_table(records: Iterable[dict[str, Any]]) -> None:

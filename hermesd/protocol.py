@@ -254,11 +254,13 @@ def fit(items: list[Any], budget: int = REPLY_BUDGET) -> tuple[list[Any], bool]:
     return items, True
 
 
-def one_line(text: Any) -> str:
+def one_line(text: Any, width: int | None = None) -> str:
     """``text`` as one printable line: control characters (NUL, newlines, escapes)
-    become spaces and runs of whitespace one space.  For process titles and
-    terminal tables, which a NUL byte or an escape sequence would break."""
-    return " ".join("".join(c if c.isprintable() else " " for c in str(text or "")).split())
+    become spaces and runs of whitespace one space; cut to ``width`` characters
+    with an ellipsis when given.  For process titles, logs and terminal tables,
+    which a NUL byte or an escape sequence would break."""
+    line = " ".join("".join(c if c.isprintable() else " " for c in str(text or "")).split())
+    return line if width is None or len(line) <= width else line[: width - 1] + "…"
 
 
 TOOLSETS = ("terminal", "file", "web", "delegation", "kanban")

@@ -127,12 +127,7 @@ class Runner:
                 self._start(job_id)
             except Exception as exc:  # noqa: BLE001 - a job that cannot start must not hold its slots
                 log.exception("starting %s failed", job_id)
-                self.tokens.pop(job_id, None)
-                row = self.jobs.get(job_id)
-                if row is not None and row["status"] not in jobs_mod.TERMINAL:
-                    self.jobs.transition(job_id, "failed", exit_reason="error",
-                                         error=f"could not start child: {exc.__class__.__name__}: {exc}")
-                self._finished(job_id)
+                self._fail_start(job_id, f"{exc.__class__.__name__}: {exc}")
 
     def _start(self, job_id: str) -> None:
         row = self.jobs.get(job_id)
@@ -150,14 +145,20 @@ class Runner:
                                           "HERMES_CHILD_TOKEN": token},
                                      title=[row["kind"], one_line(row.get("goal"))[:80]])
         except (OSError, ValueError) as exc:  # ValueError: what exec refuses, e.g. a NUL byte
-            self.tokens.pop(job_id, None)
-            self.jobs.transition(job_id, "failed", exit_reason="error", error=f"could not start child: {exc}")
-            self._finished(job_id)
+            self._fail_start(job_id, str(exc))
             return
         self.jobs.update(job_id, pid=child.pid, proc_start=self.procs.os.start_time(child.pid))
         timeout = (row.get("spec") or {}).get("timeout_seconds") or self.config.delegation.child_timeout_seconds
         # the child enforces its own wall clock; the daemon's timer is the backstop
         self._timeouts[job_id] = self.loop.call_later(float(timeout) + 5.0, self._on_timeout, job_id)
+
+    def _fail_start(self, job_id: str, error: str) -> None:
+        """A job whose child could not be started: ``failed``, its token and slots given back."""
+        self.tokens.pop(job_id, None)
+        row = self.jobs.get(job_id)
+        if row is not None and row["status"] not in jobs_mod.TERMINAL:
+            self.jobs.transition(job_id, "failed", exit_reason="error", error=f"could not start child: {error}")
+        self._finished(job_id)
 
     def _on_timeout(self, job_id: str) -> None:
         """The daemon's backstop for ``child_timeout_seconds`` (the child has its own clock)."""

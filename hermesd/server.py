@@ -69,27 +69,10 @@ class Daemon:
     # start-up ------------------------------------------------------------
 
     @staticmethod
-    def _flock(path: Path, what: str) -> int:
-        """Take the exclusive lock file ``path`` (it gets our pid); returns its fd.
-        Raises :class:`AlreadyRunning` naming the holder's pid and ``what`` it holds."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise AlreadyRunning(f"hermesd is already running (pid {pid}) with {what}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        return fd
-
-    def _lock_state_dir(self, state_dir: Path) -> None:
-        """One daemon per state directory too: a second one (with another runtime directory)
-        would sweep the first one's children as leftovers and share its database.  The lock
-        is on the directory itself, so a read-only directory still gets the clear error of
-        the database; the holder's pid goes to ``hermesd.pid`` where it can be written."""
-        fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        pid_file = state_dir / "hermesd.pid"
+    def _hold(fd: int, pid_file: Path, what: str) -> int:
+        """Take an exclusive ``flock`` on ``fd`` and write our pid to ``pid_file`` (where it
+        can be written); returns ``fd``.  Raises :class:`AlreadyRunning` naming the holder's
+        pid (read from ``pid_file``) and ``what`` it holds."""
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -98,16 +81,25 @@ class Daemon:
                 pid = pid_file.read_text().strip() or "?"
             except OSError:
                 pid = "?"
-            raise AlreadyRunning(f"hermesd is already running (pid {pid}) with state directory {state_dir}") from None
-        self._state_lock_fd = fd
+            raise AlreadyRunning(f"hermesd is already running (pid {pid}) with {what}") from None
         try:
             pid_file.write_text(f"{os.getpid()}\n")
         except OSError:
-            pass  # read-only: opening the database says what is wrong
+            pass  # a read-only state directory: opening the database says what is wrong
+        return fd
+
+    def _lock_state_dir(self, state_dir: Path) -> None:
+        """One daemon per state directory too: a second one (with another runtime directory)
+        would sweep the first one's children as leftovers and share its database.  The lock
+        is on the directory itself, so a read-only directory still gets the clear error of
+        the database; the holder's pid goes to ``hermesd.pid``."""
+        fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._state_lock_fd = self._hold(fd, state_dir / "hermesd.pid", f"state directory {state_dir}")
 
     def _lock(self) -> None:
         paths.ensure_private_dir(self.sockets.dir)
-        self._lock_fd = self._flock(self.sockets.lock, f"runtime directory {self.sockets.dir}")
+        fd = os.open(self.sockets.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._lock_fd = self._hold(fd, self.sockets.lock, f"runtime directory {self.sockets.dir}")
         # The lock is free, so no live daemon owns these sockets; still probe, as SPEC §2 asks.
         if self.sockets.control.exists() and _probe(self.sockets.control):
             raise AlreadyRunning(f"a live hermesd answers on {self.sockets.control}")
