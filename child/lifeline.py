@@ -14,13 +14,13 @@ PDEATHSIG alone does not reach them.  Three layers:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import threading
 import time
 
-PR_SET_PDEATHSIG = 1
+from hermesd.prctl import set_death_signal
+
 DEATH_SIGNAL = signal.SIGUSR2
 
 
@@ -35,11 +35,7 @@ def arm(expected_parent: int | None) -> None:
     """Arm all three layers.  Exits at once (status 137, group killed) if the
     parent is already not ``expected_parent``."""
     signal.signal(DEATH_SIGNAL, _die_with_group)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the watchdog still works
-        pass
+    set_death_signal(DEATH_SIGNAL)  # not Linux: the watchdog still works
     if expected_parent is None:
         expected_parent = os.getppid()
     if os.getppid() != expected_parent:

@@ -25,7 +25,6 @@ both sides of every race deterministically.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import signal
@@ -37,7 +36,6 @@ from typing import Any, Callable
 
 import psutil
 
-PR_SET_CHILD_SUBREAPER = 36
 SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 SUPERVISOR_ENV = "HERMES_SUPERVISOR"
 CHILD_ARGV = (sys.executable, "-m", "child")
@@ -153,15 +151,6 @@ def make_os(start_method: str, supervisor_id: str = "") -> OS:
     """The OS seam for ``supervisor.start_method``: ``spawn`` (a new interpreter per
     child, the default) or ``forkserver`` (:class:`ForkServerOS`)."""
     return ForkServerOS(supervisor_id) if start_method == "forkserver" else OS()
-
-
-def become_subreaper() -> bool:
-    """Make this process a child subreaper (Linux); False where unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def child_env(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:

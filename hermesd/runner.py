@@ -134,7 +134,6 @@ class Runner:
         if row is None or row["status"] != "queued":
             self.scheduler.release(job_id)
             return
-        self.jobs.transition(job_id, "starting")
         token = secrets.token_hex(16)
         self.tokens[job_id] = token
         try:
@@ -147,7 +146,14 @@ class Runner:
         except (OSError, ValueError) as exc:  # ValueError: what exec refuses, e.g. a NUL byte
             self._fail_start(job_id, str(exc))
             return
-        self.jobs.update(job_id, pid=child.pid, proc_start=self.procs.os.start_time(child.pid))
+        # ``starting`` is committed after the fork, with the pid, in one transaction: the loop
+        # cannot see the child's hello or exit before it.  A daemon that dies in between leaves
+        # a ``queued`` job (run again after the restart) and a child that dies with it.
+        try:
+            self.jobs.transition(job_id, "starting", pid=child.pid, proc_start=self.procs.os.start_time(child.pid))
+        except BaseException:  # e.g. the disk is full: no child may run that its row does not show
+            self.procs.kill_now(job_id, "cancel")
+            raise
         timeout = (row.get("spec") or {}).get("timeout_seconds") or self.config.delegation.child_timeout_seconds
         # the child enforces its own wall clock; the daemon's timer is the backstop
         self._timeouts[job_id] = self.loop.call_later(float(timeout) + 5.0, self._on_timeout, job_id)

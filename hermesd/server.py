@@ -31,7 +31,8 @@ from hermesd.delivery import Delivery
 from hermesd.events import EventLog
 from hermesd.handlers import CHILD_HANDLERS, HANDLERS, WORK_OPS
 from hermesd.jobs import ACTIVE, JobTable
-from hermesd.procs import ProcessManager, become_subreaper, make_os, sweep_leftovers
+from hermesd.prctl import become_subreaper
+from hermesd.procs import ProcessManager, make_os, sweep_leftovers
 from hermesd.protocol import ProtocolError
 from hermesd.runner import Runner
 from hermesd.scheduler import Scheduler
