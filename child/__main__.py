@@ -52,6 +52,18 @@ def _title(job: str, spec: dict | None = None) -> None:
     setproctitle.setproctitle(f"hermes-child {job} {spec.get('kind', '')} {goal}".rstrip())
 
 
+def prepare() -> None:
+    """Warm start: what a spare does before it has a job (see :mod:`hermesd.zygote`).
+
+    Connects to the daemon's ``HERMES_CHILD_SOCKET`` ahead of time, so the
+    job's ``child.hello`` leaves at once.  Raises ``zmq.ZMQError`` or
+    ``KeyError`` (no socket named); the spare then goes on without it.
+    """
+    from child.channel import preconnect
+
+    preconnect(os.environ["HERMES_CHILD_SOCKET"])
+
+
 def main() -> int:
     """Run the job named by ``HERMES_JOB_ID``; returns the process exit status."""
     job = os.environ.get("HERMES_JOB_ID", "")

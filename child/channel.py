@@ -13,6 +13,31 @@ import zmq
 from hermesd import protocol
 
 
+_preconnected: dict[str, tuple[zmq.Context, zmq.Socket]] = {}
+
+
+def _connect(path: str) -> tuple[zmq.Context, zmq.Socket]:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 2000)
+    sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+    sock.connect(f"ipc://{path}")
+    return ctx, sock
+
+
+def preconnect(path: str) -> None:
+    """Open the connection to ``children.sock`` at ``path`` before there is a job.
+
+    A warm-start spare (:mod:`hermesd.zygote`) calls this while it waits, so the
+    context's I/O thread and the ZMTP handshake with the daemon are done before
+    the job's first message; the next :class:`Channel` to the same path takes
+    this connection over.  The connection carries nothing until then (the
+    daemon knows a job by its id and token, not by its connection).
+    """
+    if path not in _preconnected:
+        _preconnected[path] = _connect(path)
+
+
 class ChannelError(Exception):
     """The daemon did not answer in time, or answered with an error."""
 
@@ -27,11 +52,7 @@ class Channel:
     def __init__(self, path: str, job: str, token: str):
         self.job = job
         self.token = token
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 2000)
-        self._sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
-        self._sock.connect(f"ipc://{path}")
+        self._ctx, self._sock = _preconnected.pop(path, None) or _connect(path)
 
     def _args(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"job": self.job, "token": self.token, **args}

@@ -128,11 +128,13 @@ class ForkServerOS(OS):
     it is not a job's process (it dies with the daemon by ``PDEATHSIG``).
     """
 
-    def __init__(self, supervisor_id: str):
+    def __init__(self, supervisor_id: str, children_socket: Path | None = None):
         from hermesd.zygote import ZygoteClient
 
-        self.zygote = ZygoteClient(child_env(os.environ, {"HERMES_ZYGOTE_OF": supervisor_id,
-                                                          "HERMES_DAEMON_PID": str(os.getpid())}))
+        extra = {"HERMES_ZYGOTE_OF": supervisor_id, "HERMES_DAEMON_PID": str(os.getpid())}
+        if children_socket is not None:  # spares connect to it before they have a job
+            extra["HERMES_CHILD_SOCKET"] = str(children_socket)
+        self.zygote = ZygoteClient(child_env(os.environ, extra))
 
     def warm(self) -> None:
         """Start the zygote (it warms up in the background)."""
@@ -141,16 +143,21 @@ class ForkServerOS(OS):
     def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
         """Fork ``argv`` (the child runtime) from the zygote, or start it cold; see the class doc."""
         if tuple(argv[:3]) == CHILD_ARGV:  # the title words after it need no room: the zygote has it
+            # what a cold start would refuse, refused here too: the zygote does not wait for the child
+            os.close(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666))
+            if not os.path.isdir(cwd):
+                raise FileNotFoundError(errno.ENOENT, "No such directory", cwd)
             handle = self.zygote.spawn(cwd=cwd, env=env, log_path=str(log_path))
             if handle is not None:
                 return handle
         return super().spawn(argv, cwd=cwd, env=env, log_path=log_path)
 
 
-def make_os(start_method: str, supervisor_id: str = "") -> OS:
+def make_os(start_method: str, supervisor_id: str = "", children_socket: Path | None = None) -> OS:
     """The OS seam for ``supervisor.start_method``: ``spawn`` (a new interpreter per
-    child, the default) or ``forkserver`` (:class:`ForkServerOS`)."""
-    return ForkServerOS(supervisor_id) if start_method == "forkserver" else OS()
+    child, the default) or ``forkserver`` (:class:`ForkServerOS`; ``children_socket``
+    is the daemon's ``children.sock``, which its spares connect to ahead of time)."""
+    return ForkServerOS(supervisor_id, children_socket) if start_method == "forkserver" else OS()
 
 
 def child_env(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:

@@ -127,7 +127,7 @@ class Daemon:
         self.loop = asyncio.get_running_loop()
         self.procs = ProcessManager(self.loop, self._on_child_exit, grace=sup.interrupt_grace_seconds,
                                     supervisor_id=self.supervisor_id,
-                                    os_seam=make_os(sup.start_method, self.supervisor_id))
+                                    os_seam=make_os(sup.start_method, self.supervisor_id, self.sockets.children))
         self.runner = Runner(self.config, self.jobs, self.scheduler, self.procs, self.sockets.children, self.loop)
         from hermesd.handlers import setup_hooks
 

@@ -23,11 +23,14 @@ learns its exit status, ``killpg(pid)`` reaches its process group, and
 
 Forks cost milliseconds (two page-table copies of a ~100 MB process), so the
 zygote keeps :data:`SPARES` children forked ahead of time: each has left the
-zygote's session, belongs to the daemon, has armed ``PDEATHSIG`` (SIGKILL)
-and redone its process state, and waits on a pipe for its job.  A request
-hands the job to a spare (it sets up its directory, log and environment and
-reports its pid) and the zygote forks a new spare when no request is waiting.
-A spare whose zygote goes away reads end of file and exits.
+zygote's session, belongs to the daemon, has armed ``PDEATHSIG`` (SIGKILL),
+redone its process state and connected to the daemon's ``children.sock``
+(:data:`PREPARE`), and waits on a pipe for its job.  A request writes the job
+to a spare's pipe and is answered with the spare's pid at once; the spare sets
+up its directory, log and environment while the daemon records the start.  A
+used spare is replaced after :data:`REPLENISH_DELAY` without requests (at once
+when none is left), so that the fork does not compete with the child just
+started.  A spare whose zygote goes away reads end of file and exits.
 
 What a forked child must not share with the zygote, and where it is redone:
 
@@ -86,6 +89,8 @@ log = logging.getLogger("hermesd")
 
 ENTRY = "child.__main__:main"
 """What a forked child runs (``module:function`` returning an exit status)."""
+PREPARE = "child.__main__:prepare"
+"""What a spare runs while it waits for a job (connects to the daemon ahead of time)."""
 
 PRELOAD = ("zmq", "msgpack", "psutil", "setproctitle", "child.__main__", "child.channel", "child.agent",
            "child.messages", "child.trajectory", "child.tools.registry", "child.tools.terminal", "child.tools.files",
@@ -104,6 +109,9 @@ READY_TIMEOUT = 120.0
 REPLY_TIMEOUT = 15.0
 SPARES = 2
 """Children forked ahead of time, so that a request costs no fork."""
+REPLENISH_DELAY = 0.02
+"""Seconds without a request before a used spare is replaced, while another is left:
+the fork then does not compete for the CPU with the child just handed out."""
 RESTART_AFTER = 10.0
 """Seconds between two starts of a zygote that keeps dying."""
 
@@ -226,10 +234,10 @@ class ZygoteClient:
     def spawn(self, *, cwd: str, env: dict[str, str], log_path: str, entry: str = ENTRY) -> ForkedChild | None:
         """Fork a child from the zygote; ``None`` when it is not ready (start the child cold).
 
-        Raises ``OSError`` when the child could not be set up (a missing
-        ``cwd``, an unwritable log) or the zygote failed in the middle of the
-        request (it is restarted later; the job fails rather than risk two
-        processes for it).
+        Raises ``OSError`` when the zygote could not fork or failed in the
+        middle of the request (it is restarted later; the job fails rather than
+        risk two processes for it).  The child sets itself up after the reply:
+        the caller checks ``cwd`` and the log first (:class:`hermesd.procs.ForkServerOS`).
         """
         if not is_subreaper() or not self.ready():
             return None
@@ -314,6 +322,8 @@ def serve(fd: int, preload: tuple[str, ...]) -> int:
     print(f"hermes-zygote[{os.getpid()}]: {READY_LINE} in {seconds:.2f}s (not imported: {', '.join(failed) or 'none'})",
           file=sys.stderr, flush=True)
     while True:
+        if len(spares) < SPARES and (not spares or not select.select([sock], [], [], REPLENISH_DELAY)[0]):
+            _replenish(spares, sock)
         request = recv_msg(sock)
         if request is None:
             return 0
@@ -328,7 +338,6 @@ def serve(fd: int, preload: tuple[str, ...]) -> int:
         except OSError as exc:
             reply = {"errno": exc.errno or 0, "error": f"fork failed: {exc}"}
         send_msg(sock, reply)
-        _replenish(spares, sock)
 
 
 def _candidates(spares: list[Spare], sock: socket.socket):
@@ -351,34 +360,53 @@ def _replenish(spares: list[Spare], sock: socket.socket) -> None:
 @dataclass
 class Spare:
     """A child forked ahead of time, waiting for its job: ``cmd`` (write end of its
-    request pipe) and ``status`` (read end of its report pipe)."""
+    request pipe) and ``pid``."""
 
     cmd: int
-    status: int
+    pid: int
 
     @classmethod
     def fork(cls, sock: socket.socket) -> Spare:
-        """Double-fork a spare; it is re-parented to the daemon and waits on its pipe."""
+        """Double-fork a spare; it is re-parented to the daemon and waits on its pipe.
+
+        The intermediate reports the spare's pid on a pipe before it exits.
+        Raises ``OSError`` when a fork failed.
+        """
         cmd_r, cmd_w = os.pipe()
-        status_r, status_w = os.pipe()
+        pid_r, pid_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
         middle = os.fork()
         if middle == 0:  # the intermediate: fork the spare, then leave it to the subreaper
             code, me = 0, os.getpid()
             try:
-                if os.fork() == 0:
-                    _spare_main(cmd_r, status_w, sock, me)
-            except BaseException:  # noqa: BLE001 - no spare: its request finds an empty pipe
+                spare = os.fork()
+                if spare == 0:
+                    _spare_main(cmd_r, sock, me)
+                os.write(pid_w, str(spare).encode())
+            except BaseException:  # noqa: BLE001 - no spare: the zygote reads no pid
                 code = 1
             os._exit(code)
         os.close(cmd_r)
-        os.close(status_w)
-        os.waitpid(middle, 0)
-        return cls(cmd_w, status_r)
+        os.close(pid_w)
+        try:
+            os.waitpid(middle, 0)
+            pid = os.read(pid_r, 32)
+        finally:
+            os.close(pid_r)
+        if not pid:
+            os.close(cmd_w)
+            raise OSError(0, "the intermediate process could not fork a spare")
+        return cls(cmd_w, int(pid))
 
     def assign(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """Hand ``request`` over; ``{"pid"}``, ``{"errno", "error"}``, or None when the spare is dead."""
+        """Hand ``request`` over; ``{"pid"}``, or None when the spare is dead.
+
+        The zygote does not wait for the spare to set itself up (the daemon has
+        checked the directory and the log beforehand): the reply goes out while
+        the spare wakes.  A spare that then fails prints why on the job's log
+        (or the zygote's stderr) and exits 127, as an ``exec`` that failed would.
+        """
         try:
             data = msgpack.packb(request, use_bin_type=True)
             os.write(self.cmd, _HEADER.pack(len(data)))
@@ -389,29 +417,7 @@ class Spare:
             return None
         finally:
             os.close(self.cmd)
-        try:
-            status = _read_status(self.status, REPLY_TIMEOUT)
-        finally:
-            os.close(self.status)
-        kind, _, rest = status.partition(" ")
-        if kind == "ok":
-            return {"pid": int(rest)}
-        if kind != "err":
-            return None  # it died before reading the request
-        code, _, message = rest.partition(" ")
-        return {"errno": int(code) if code.isdigit() else 0, "error": message}
-
-
-def _read_status(fd: int, timeout: float) -> str:
-    data, deadline = b"", time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return "err 0 the child did not report its start in time"
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            return data.decode(errors="replace")
-        data += chunk
+        return {"pid": self.pid}
 
 
 def _read_request(fd: int) -> dict[str, Any] | None:
@@ -425,28 +431,27 @@ def _read_request(fd: int) -> dict[str, Any] | None:
     return msgpack.unpackb(data[_HEADER.size:], raw=False)
 
 
-def _spare_main(cmd_fd: int, status_fd: int, sock: socket.socket, middle: int) -> None:
+def _spare_main(cmd_fd: int, sock: socket.socket, middle: int) -> None:
     """In a spare: leave the zygote's session, belong to the daemon, wait for a job, become its child."""
     code = 1
     try:
         os.setsid()
         os.close(sock.detach())
-        _close_all_but(cmd_fd, status_fd)
+        _close_all_but(cmd_fd)
         _await_new_parent(middle)
         _arm_lifeline(signal.SIGKILL)  # until the child's own lifeline takes over
         _title("hermes-zygote (spare)")
         _fresh_process()  # before the request: it costs the job nothing
+        _prepare()
         request = _read_request(cmd_fd)
         if request is None:
             os._exit(0)
+        os.close(cmd_fd)
         try:
             _redirect(request["cwd"], request["log_path"])
         except OSError as exc:
-            os.write(status_fd, f"err {exc.errno or 0} {exc}".encode())
+            print(f"hermes-child: could not start: {exc}", file=sys.stderr, flush=True)
             os._exit(127)
-        os.write(status_fd, f"ok {os.getpid()}".encode())
-        os.close(status_fd)
-        os.close(cmd_fd)
         entry = request.get("entry") or ENTRY
         _fresh_environment(request["env"], entry, request["zygote"])
         module, _, func = entry.partition(":")
@@ -462,6 +467,15 @@ def _spare_main(cmd_fd: int, status_fd: int, sock: socket.socket, middle: int) -
         os._exit(code if isinstance(code, int) else 1)
 
 
+def _prepare() -> None:
+    """Run :data:`PREPARE` in a spare; a failure is printed (on the zygote's stderr) and ignored."""
+    module, _, func = PREPARE.partition(":")
+    try:
+        getattr(importlib.import_module(module), func)()
+    except Exception as exc:  # noqa: BLE001 - the child then does it itself, a little later
+        print(f"hermes-zygote spare[{os.getpid()}]: {PREPARE} failed: {exc!r}", file=sys.stderr, flush=True)
+
+
 def _close_all_but(*keep: int) -> None:
     """Close every descriptor above 2 except ``keep`` (as ``close_fds`` would)."""
     low = 3
@@ -472,7 +486,8 @@ def _close_all_but(*keep: int) -> None:
 
 
 def _redirect(cwd: str, log_path: str) -> None:
-    os.chdir(cwd)
+    """stdin from ``/dev/null``, stdout and stderr to the log, then into ``cwd`` (so
+    that a missing directory is reported on the job's log)."""
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
     null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     os.dup2(null_fd, 0)
@@ -480,6 +495,7 @@ def _redirect(cwd: str, log_path: str) -> None:
     os.dup2(log_fd, 2)
     os.close(null_fd)
     os.close(log_fd)
+    os.chdir(cwd)
 
 
 def _max_fd() -> int:
