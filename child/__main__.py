@@ -55,12 +55,15 @@ def _title(job: str, spec: dict | None = None) -> None:
 def prepare() -> None:
     """Warm start: what a spare does before it has a job (see :mod:`hermesd.zygote`).
 
-    Connects to the daemon's ``HERMES_CHILD_SOCKET`` ahead of time, so the
-    job's ``child.hello`` leaves at once.  Raises ``zmq.ZMQError`` or
-    ``KeyError`` (no socket named); the spare then goes on without it.
+    Arms the lifeline against ``HERMES_DAEMON_PID`` (its watchdog thread is
+    started here, not on the job's path) and connects to the daemon's
+    ``HERMES_CHILD_SOCKET``, so the job's ``child.hello`` leaves at once.
+    Raises ``zmq.ZMQError``, ``KeyError`` or ``ValueError`` (a variable missing
+    or wrong); the spare then goes on without, and :func:`main` does it.
     """
     from child.channel import preconnect
 
+    lifeline.arm(int(os.environ["HERMES_DAEMON_PID"]))
     preconnect(os.environ["HERMES_CHILD_SOCKET"])
 
 

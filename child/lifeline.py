@@ -22,6 +22,7 @@ import time
 from hermesd.prctl import set_death_signal
 
 DEATH_SIGNAL = signal.SIGUSR2
+_armed_for: int | None = None  # the parent pid the layers are armed against
 
 
 def _die_with_group(*_: object) -> None:
@@ -33,7 +34,11 @@ def _die_with_group(*_: object) -> None:
 
 def arm(expected_parent: int | None) -> None:
     """Arm all three layers.  Exits at once (status 137, group killed) if the
-    parent is already not ``expected_parent``."""
+    parent is already not ``expected_parent``.  Arming again against the same
+    parent does nothing (a warm-start spare arms before it has a job)."""
+    global _armed_for
+    if expected_parent is not None and expected_parent == _armed_for:
+        return
     signal.signal(DEATH_SIGNAL, _die_with_group)
     set_death_signal(DEATH_SIGNAL)  # not Linux: the watchdog still works
     if expected_parent is None:
@@ -48,3 +53,4 @@ def arm(expected_parent: int | None) -> None:
                 _die_with_group()
 
     threading.Thread(target=watch, name="lifeline", daemon=True).start()
+    _armed_for = expected_parent
