@@ -129,7 +129,7 @@ class ForkServerOS(OS):
     """
 
     def __init__(self, supervisor_id: str, children_socket: Path | None = None):
-        from hermesd.zygote import ZygoteClient
+        from hermesd.warmstart import ZygoteClient
 
         extra = {"HERMES_ZYGOTE_OF": supervisor_id, "HERMES_DAEMON_PID": str(os.getpid())}
         if children_socket is not None:  # spares connect to it before they have a job

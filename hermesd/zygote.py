@@ -55,12 +55,15 @@ is no job's process, and it dies with the daemon (``PDEATHSIG``).  ``SPT_NOENV=1
 area for the title (the title fits in the zygote's long command line).  A warm
 child's environment also has ``HERMES_ZYGOTE=<zygote pid>``.
 
-Wire format between daemon and zygote (a private ``socketpair``): 4-byte
-big-endian length, then a msgpack map.  The zygote first sends
-``{"ready": true, "pid", "seconds"}``; then each request
-``{"cwd", "env", "log_path", "entry"}`` is answered ``{"pid"}`` or
-``{"errno", "error"}``.  The daemon never waits for the zygote to warm up: until
-it is ready (or after it died), children start cold.
+Wire format between daemon and zygote (a private ``SOCK_SEQPACKET`` socketpair):
+one msgpack map per packet.  The zygote first sends ``{"ready": true, "pid",
+"seconds"}``, then ``{"spare": pid}`` with the write end of that spare's request
+pipe as ``SCM_RIGHTS`` for each spare it forks, or ``{"errno", "error"}`` when a
+fork failed; the daemon asks for more with ``{"fork": n, "held": n}``.  The
+daemon writes a job (``{"cwd", "env", "log_path", "entry", "zygote"}``,
+length-prefixed msgpack) straight to a spare's pipe (:mod:`hermesd.warmstart`).
+The daemon never waits for the zygote to warm up: until it is ready (or after
+it died), children start cold.
 """
 
 from __future__ import annotations
@@ -68,13 +71,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib
-import logging
 import os
 import select
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 import traceback
@@ -83,9 +84,7 @@ from typing import Any
 
 import msgpack
 
-from hermesd.prctl import is_subreaper, set_death_signal
-
-log = logging.getLogger("hermesd")
+from hermesd.prctl import set_death_signal
 
 ENTRY = "child.__main__:main"
 """What a forked child runs (``module:function`` returning an exit status)."""
@@ -107,6 +106,8 @@ READY_LINE = "warm and ready"
 """Printed by the zygote on the daemon's stderr once it is warm."""
 READY_TIMEOUT = 120.0
 REPLY_TIMEOUT = 15.0
+"""Seconds the daemon waits for a spare it asked for before it starts the child cold."""
+MAX_PACKET = 64 * 1024
 SPARES = 2
 """Children forked ahead of time, so that a request costs no fork."""
 REPLENISH_DELAY = 0.02
@@ -118,158 +119,48 @@ RESTART_AFTER = 10.0
 _HEADER = struct.Struct("!I")
 
 
-# framing ------------------------------------------------------------------
+# wire ---------------------------------------------------------------------
 
-def send_msg(sock: socket.socket, obj: Any) -> None:
-    """Send one length-prefixed msgpack message."""
+def send_msg(sock: socket.socket, obj: Any, fds: tuple[int, ...] = ()) -> None:
+    """Send one msgpack message as one packet, with ``fds`` as ``SCM_RIGHTS``."""
     data = msgpack.packb(obj, use_bin_type=True)
-    sock.sendall(_HEADER.pack(len(data)) + data)
+    if fds:
+        socket.send_fds(sock, [data], list(fds))
+    else:
+        sock.sendall(data)
 
 
-def recv_msg(sock: socket.socket) -> Any:
-    """Receive one message; ``None`` at end of stream."""
-    head = _recv_exact(sock, _HEADER.size)
-    if head is None:
-        return None
-    body = _recv_exact(sock, _HEADER.unpack(head)[0])
-    return None if body is None else msgpack.unpackb(body, raw=False)
+def recv_msg(sock: socket.socket) -> tuple[Any, list[int]] | None:
+    """Receive one packet: ``(message, fds)``; ``None`` at end of stream.
 
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(left)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-# the daemon's side --------------------------------------------------------
-
-@dataclass
-class ForkedChild:
-    """Handle of a warm child: its ``pid`` (``returncode`` is set by the reaper)."""
-
-    pid: int
-    returncode: int | None = None
-
-
-class ZygoteClient:
-    """The daemon's handle on its zygote.
-
-    ``env``: the zygote's environment (see the module doc); ``preload``:
-    modules it imports.  Nothing here blocks on the zygote warming up.
+    Raises ``ValueError`` for a packet or descriptor list that was cut short,
+    ``OSError`` (``BlockingIOError`` once ``SO_RCVTIMEO`` has run out).
     """
+    data, fds, flags, _ = socket.recv_fds(sock, MAX_PACKET, 4)
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or not data:
+        for fd in fds:
+            os.close(fd)
+        if data:
+            raise ValueError("a zygote message was cut short")
+        return None
+    return msgpack.unpackb(data, raw=False), fds
 
-    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = PRELOAD):
-        # SPT_NOENV: setproctitle must leave the environment area alone (see the module doc)
-        self.env = {**env, "SPT_NOENV": "1", ROOM_ENV: "." * ENV_ROOM_BYTES}
-        self.preload = preload
-        self.proc: subprocess.Popen | None = None
-        self.sock: socket.socket | None = None
-        self.info: dict[str, Any] | None = None
-        self._started = 0.0
 
-    def start(self) -> None:
-        """Start the zygote process (returns at once; it warms up on its own)."""
-        self.close()
-        ours, theirs = socket.socketpair()
-        self._started = time.monotonic()
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hermesd.zygote", str(theirs.fileno()), ",".join(self.preload)],
-                env=self.env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),), start_new_session=True)
-        except OSError as exc:
-            ours.close()
-            log.warning("warm start unavailable: cannot start the zygote: %s", exc)
-            return
-        finally:
-            theirs.close()
-        # A kernel timeout on a blocking socket, not Python's settimeout(): that one waits in
-        # poll() and then reads, and the poll wake-up came 2-3 ms after the reply (measured:
-        # 0.6 ms against 2.5-3 ms per spawn; the zygote forks its next spare right after
-        # replying).  A read that times out raises BlockingIOError, an OSError.
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(REPLY_TIMEOUT), 0))
-        self.sock, self.info = ours, None
+def hand_over(cmd: int, request: dict[str, Any]) -> bool:
+    """Write ``request`` (length-prefixed msgpack) to a spare's pipe ``cmd`` and close it.
 
-    def ready(self) -> bool:
-        """True once the zygote has said ready and is still there (never blocks)."""
-        if self.sock is None:
-            self._restart()
-            return False
-        try:
-            readable = select.select([self.sock], [], [], 0)[0]
-            if readable:  # the ready message, or end of stream (the zygote died)
-                msg = recv_msg(self.sock)
-                if not isinstance(msg, dict) or not msg.get("ready") or self.info is not None:
-                    raise ConnectionError("zygote went away")
-                self.info = msg
-                log.info("warm start ready: zygote pid %s, warmed up in %.2fs", msg.get("pid"), msg.get("seconds"))
-        except (OSError, ValueError, msgpack.UnpackException) as exc:
-            self._lost(exc)
-            return False
-        if self.info is None and time.monotonic() - self._started > READY_TIMEOUT:
-            log.warning("warm start: zygote not ready after %.0fs; giving up on it", READY_TIMEOUT)
-            self.close()
-        return self.info is not None
-
-    def _restart(self) -> None:
-        """Start a new zygote, unless the last one started less than :data:`RESTART_AFTER` ago."""
-        if time.monotonic() - self._started >= RESTART_AFTER:
-            self.start()
-
-    def _lost(self, why: object) -> None:
-        """The zygote died or broke: replace it (at once if it had been warm, else not in a loop)."""
-        log.warning("warm start: zygote lost (%s); children start cold until it is back", why)
-        was_ready = self.info is not None
-        self.close()
-        if was_ready:
-            self.start()
-        else:
-            self._restart()
-
-    def spawn(self, *, cwd: str, env: dict[str, str], log_path: str, entry: str = ENTRY) -> ForkedChild | None:
-        """Fork a child from the zygote; ``None`` when it is not ready (start the child cold).
-
-        Raises ``OSError`` when the zygote could not fork or failed in the
-        middle of the request (it is restarted later; the job fails rather than
-        risk two processes for it).  The child sets itself up after the reply:
-        the caller checks ``cwd`` and the log first (:class:`hermesd.procs.ForkServerOS`).
-        """
-        if not is_subreaper() or not self.ready():
-            return None
-        try:
-            send_msg(self.sock, {"cwd": cwd, "env": env, "log_path": log_path, "entry": entry})
-        except OSError as exc:
-            self._lost(exc)
-            return None  # nothing was forked
-        try:
-            reply = recv_msg(self.sock)  # blocking, up to REPLY_TIMEOUT (SO_RCVTIMEO, set in start)
-        except (OSError, ValueError, msgpack.UnpackException) as exc:
-            reply = {"errno": 0, "error": f"no answer from the zygote: {exc}"}
-        if not isinstance(reply, dict) or not (reply.get("pid") or reply.get("error")):
-            reply = {"errno": 0, "error": "the zygote went away during the request"}
-        if reply.get("pid"):
-            return ForkedChild(int(reply["pid"]))
-        if reply.get("errno") == 0:
-            self._lost(reply["error"])
-        raise OSError(int(reply.get("errno") or 0), f"warm start: {reply['error']}")
-
-    def close(self) -> None:
-        """Stop the zygote (its end of the socket closes; SIGKILL to be sure)."""
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-        if self.proc is not None:
-            try:
-                self.proc.kill()
-            except OSError:
-                pass
-            self.proc = None
-        self.info = None
+    False when the spare is gone (its end of the pipe is closed).
+    """
+    try:
+        data = msgpack.packb(request, use_bin_type=True)
+        view = memoryview(_HEADER.pack(len(data)) + data)
+        while view:
+            view = view[os.write(cmd, view):]
+        return True
+    except OSError:  # BrokenPipeError: a dead spare
+        return False
+    finally:
+        os.close(cmd)
 
 
 # the zygote's side --------------------------------------------------------
@@ -308,53 +199,45 @@ def warm_up(preload: tuple[str, ...]) -> list[str]:
 
 
 def serve(fd: int, preload: tuple[str, ...]) -> int:
-    """The zygote's loop: warm up, keep spares, say ready, hand a child out per request."""
+    """The zygote's loop: warm up, fork spares, say ready, send each spare to the daemon,
+    and fork one more per ``{"fork": n}`` the daemon sends (after :data:`REPLENISH_DELAY`
+    without messages while the daemon still ``held`` spares, at once otherwise)."""
     started = time.monotonic()
     _arm_lifeline(signal.SIGKILL)
     _title("hermes-zygote (warming up)")
     sock = socket.socket(fileno=fd)
     failed = warm_up(preload)
     _title("hermes-zygote")
-    spares: list[Spare] = []
-    _replenish(spares, sock)
+    first = []
+    for _ in range(SPARES):
+        with contextlib.suppress(OSError):  # no spare now: the daemon asks again
+            first.append(Spare.fork(sock))
     seconds = time.monotonic() - started
     send_msg(sock, {"ready": True, "pid": os.getpid(), "seconds": seconds, "failed": failed})
     print(f"hermes-zygote[{os.getpid()}]: {READY_LINE} in {seconds:.2f}s (not imported: {', '.join(failed) or 'none'})",
           file=sys.stderr, flush=True)
+    for spare in first:
+        spare.send(sock)
+    wanted, urgent = SPARES - len(first), True
     while True:
-        if len(spares) < SPARES and (not spares or not select.select([sock], [], [], REPLENISH_DELAY)[0]):
-            _replenish(spares, sock)
-        request = recv_msg(sock)
-        if request is None:
+        if wanted and (urgent or not select.select([sock], [], [], REPLENISH_DELAY)[0]):
+            wanted -= 1
+            try:
+                spare = Spare.fork(sock)
+            except OSError as exc:
+                send_msg(sock, {"errno": exc.errno or 0, "error": f"fork failed: {exc}"})
+                continue
+            spare.send(sock)
+            continue
+        got = recv_msg(sock)
+        if got is None:
             return 0
-        request = {**request, "zygote": os.getpid()}
-        reply = {"errno": 0, "error": "no child could be forked"}
-        try:
-            for spare in _candidates(spares, sock):
-                answer = spare.assign(request)
-                if answer is not None:  # None: a spare that died meanwhile
-                    reply = answer
-                    break
-        except OSError as exc:
-            reply = {"errno": exc.errno or 0, "error": f"fork failed: {exc}"}
-        send_msg(sock, reply)
-
-
-def _candidates(spares: list[Spare], sock: socket.socket):
-    """The spares, then two fresh children."""
-    while spares:
-        yield spares.pop(0)
-    for _ in range(2):
-        yield Spare.fork(sock)
-
-
-def _replenish(spares: list[Spare], sock: socket.socket) -> None:
-    """Fork spares up to :data:`SPARES`, unless a request is waiting (it goes first)."""
-    while len(spares) < SPARES and not select.select([sock], [], [], 0)[0]:
-        try:
-            spares.append(Spare.fork(sock))
-        except OSError:
-            return  # no spare now: the next request forks its own
+        msg, fds = got
+        for extra in fds:
+            os.close(extra)
+        if isinstance(msg, dict):
+            wanted += int(msg.get("fork") or 0)
+            urgent = not msg.get("held")
 
 
 @dataclass
@@ -399,25 +282,12 @@ class Spare:
             raise OSError(0, "the intermediate process could not fork a spare")
         return cls(cmd_w, int(pid))
 
-    def assign(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """Hand ``request`` over; ``{"pid"}``, or None when the spare is dead.
-
-        The zygote does not wait for the spare to set itself up (the daemon has
-        checked the directory and the log beforehand): the reply goes out while
-        the spare wakes.  A spare that then fails prints why on the job's log
-        (or the zygote's stderr) and exits 127, as an ``exec`` that failed would.
-        """
+    def send(self, sock: socket.socket) -> None:
+        """Send ``{"spare": pid}`` and the pipe's write end to the daemon; ours is closed."""
         try:
-            data = msgpack.packb(request, use_bin_type=True)
-            os.write(self.cmd, _HEADER.pack(len(data)))
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self.cmd, view):]
-        except BrokenPipeError:
-            return None
+            send_msg(sock, {"spare": self.pid}, (self.cmd,))
         finally:
             os.close(self.cmd)
-        return {"pid": self.pid}
 
 
 def _read_request(fd: int) -> dict[str, Any] | None:
