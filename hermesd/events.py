@@ -100,8 +100,13 @@ class EventLog:
             for row in pending:
                 row["seq"] = self.store.insert("events", {k: row[k] for k in ("type", "time", "job", "session", "data")})
                 events.append(_wire(row))
-        for event in events:
-            self.send(event)
+            self.send_after_commit(events)
+
+    def send_after_commit(self, events: list[dict[str, Any]]) -> None:
+        """:meth:`send` ``events`` once the current transaction has committed (see
+        :meth:`hermesd.store.Store.after_commit`); dropped if it rolls back."""
+        if events:
+            self.store.after_commit(lambda: [self.send(event) for event in events])
 
     def send(self, event: dict[str, Any]) -> None:
         """Publish an already-committed event and run the in-process listeners."""

@@ -127,9 +127,8 @@ class JobTable:
         with self.store.transaction():
             self.store.insert("jobs", row)
             row = self.require(row["id"])
-            event = self.events.record("job.queued", job=row["id"], session=row.get("session"),
-                                       data={"job": record(row)})
-        self.events.send(event)
+            self.events.send_after_commit([self.events.record("job.queued", job=row["id"], session=row.get("session"),
+                                                              data={"job": record(row)})])
         return row
 
     def update(self, job_id: str, **fields: Any) -> None:
@@ -168,13 +167,16 @@ class JobTable:
             if status in TERMINAL:
                 for hook in self.terminal_hooks:
                     extra += hook(row)
-        for ev in [event, *extra]:
-            self.events.send(ev)
-        if status in TERMINAL:
-            for fut in self._waiters.pop(job_id, []):
-                if not fut.done():
-                    fut.set_result(row)
+            self.events.send_after_commit([event, *extra])
+            if status in TERMINAL:
+                self.store.after_commit(lambda: self._wake(job_id, row))
         return row
+
+    def _wake(self, job_id: str, row: dict[str, Any]) -> None:
+        """Resolve the futures of :meth:`wait` for ``job_id`` with its terminal ``row``."""
+        for fut in self._waiters.pop(job_id, []):
+            if not fut.done():
+                fut.set_result(row)
 
     def wait(self, job_id: str) -> asyncio.Future:
         """A future resolved with the row once ``job_id`` is terminal (already-terminal: resolved now)."""

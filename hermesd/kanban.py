@@ -220,8 +220,7 @@ class Board:
         out: list[dict[str, Any]] = []
         with self.store.transaction():
             value = fn(out, *args, **kwargs)
-        for event in out:
-            self.events.send(event)
+            self.events.send_after_commit(out)
         if out:
             self.kick()
         return value

@@ -102,13 +102,21 @@ class Runner:
         if background:
             if not self.scheduler.admit_background(job_id, queue=queue):
                 needs = ("async", *needs)
+        before = set(self.procs.children)
         try:
-            self.jobs.create(kind, id=job_id, background=int(background), pools=list(pools), **fields)
+            # The row and, when the job fits at once, its start: one commit (one fsync) before
+            # the reply.  The child is forked inside the transaction; if the commit fails, the
+            # children started in it are killed (no row shows them) and the job was not admitted.
+            with self.jobs.store.transaction():
+                self.jobs.create(kind, id=job_id, background=int(background), pools=list(pools), **fields)
+                self.scheduler.enqueue(job_id, needs)
+                self.pump()
         except BaseException:
-            self.scheduler.release(job_id)
+            for started in set(self.procs.children) - before:
+                self.procs.kill_now(started, "cancel")  # its slots go back once it is reaped
+            if job_id not in self.procs.children:
+                self.scheduler.release(job_id)
             raise
-        self.scheduler.enqueue(job_id, needs)
-        self.pump()
         return self.jobs.require(job_id)
 
     def requeue(self, row: dict[str, Any]) -> None:
@@ -146,9 +154,10 @@ class Runner:
         except (OSError, ValueError) as exc:  # ValueError: what exec refuses, e.g. a NUL byte
             self._fail_start(job_id, str(exc))
             return
-        # ``starting`` is committed after the fork, with the pid, in one transaction: the loop
-        # cannot see the child's hello or exit before it.  A daemon that dies in between leaves
-        # a ``queued`` job (run again after the restart) and a child that dies with it.
+        # ``starting`` is committed after the fork, with the pid, in one transaction (that of
+        # ``submit`` when the job starts at once): the loop cannot see the child's hello or exit
+        # before it.  A daemon that dies in between leaves a ``queued`` job (run again after the
+        # restart) or none (never acknowledged), and a child that dies with it.
         try:
             self.jobs.transition(job_id, "starting", pid=child.pid, proc_start=self.procs.os.start_time(child.pid))
         except BaseException:  # e.g. the disk is full: no child may run that its row does not show

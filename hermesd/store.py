@@ -16,7 +16,7 @@ import json
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 JSON_COLUMNS = {"toolsets", "pools", "spec", "trace", "data", "content", "artifacts", "result_data"}
 
@@ -187,6 +187,7 @@ class Store:
         except OSError as exc:
             raise StoreError(f"cannot create state database {self.path}: {exc.strerror}") from None
         self._depth = 0
+        self._after: list[Callable[[], None]] = []
 
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -205,11 +206,37 @@ class Store:
                 self.db.execute("ROLLBACK")
                 raise
 
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the current transaction has committed (at once outside one).
+
+        Callbacks run in the order given, after the outermost ``COMMIT``; a
+        rollback drops them.  This is how work that must follow durability
+        (publishing an event, waking a waiter) stays correct when transactions
+        nest.
+        """
+        if self._depth:
+            self._after.append(callback)
+        else:
+            callback()
+
+    def _run_after_commit(self) -> None:
+        """Every pending callback, even when one raises (the first error is raised after)."""
+        pending, self._after = self._after, []
+        error: BaseException | None = None
+        for callback in pending:
+            try:
+                callback()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, once the rest has run
+                error = error or exc
+        if error is not None:
+            raise error
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``); nests by joining the outer one.
 
-        Raises :class:`StoreError` when the commit fails (disk full, read-only).
+        Raises :class:`StoreError` when the commit fails (disk full, read-only);
+        the callbacks given to :meth:`after_commit` inside it are then dropped.
         """
         if self._depth:
             self._depth += 1
@@ -226,7 +253,7 @@ class Store:
         try:
             yield self.db
         except BaseException:
-            self._depth = 0
+            self._depth, self._after = 0, []
             if self.db.in_transaction:  # SQLite may have rolled back itself (disk full, I/O error)
                 self.db.execute("ROLLBACK")
             raise
@@ -234,9 +261,11 @@ class Store:
         try:
             self.db.execute("COMMIT")
         except sqlite3.Error as exc:
+            self._after = []
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
             raise StoreError(f"state database {self.path}: commit failed: {exc}") from None
+        self._run_after_commit()
 
     # generic row helpers -------------------------------------------------
 

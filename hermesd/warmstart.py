@@ -164,11 +164,7 @@ class ZygoteClient:
                 pid, cmd = self.spares.pop(0)
                 handed = hand_over(cmd, request)
                 self._ask(1)
-                if handed:
-                    # Let the spare run now: woken on this CPU, it would otherwise wait until the
-                    # daemon blocks again, after the commit and the reply (measured on 2 cores:
-                    # hello 1.3 ms sooner, request -> running event 7.6 -> 6.3 ms).
-                    os.sched_yield()
+                if handed:  # the spare sets itself up while the daemon commits the start
                     return ForkedChild(pid)
             log.warning("warm start: %d spares in a row were dead; starting the child cold", SPARES + 2)
         except ForkError as exc:  # the zygote is fine; the machine is short of something

@@ -69,6 +69,39 @@ def test_terminal_hook_runs_in_same_transaction(table):
     assert table.require(row["id"])["status"] == "starting"  # rolled back together
 
 
+def test_events_of_a_nested_transaction_are_published_after_the_outer_commit(table):
+    with table.store.transaction():
+        row = table.create("background", goal="g")
+        table.transition(row["id"], "starting")
+        assert table.sent == []  # nothing is durable yet
+    assert len(table.sent) == 2
+    with pytest.raises(RuntimeError):
+        with table.store.transaction():
+            table.transition(row["id"], "running")
+            raise RuntimeError("rolled back")
+    assert len(table.sent) == 2 and table.require(row["id"])["status"] == "starting"
+    table.transition(row["id"], "running")
+    assert len(table.sent) == 3
+
+
+def test_after_commit_runs_every_callback_then_raises_the_first_error(tmp_path):
+    store = Store(tmp_path / "state.db")
+    ran = []
+
+    def boom():
+        ran.append("boom")
+        raise ValueError("listener failed")
+
+    with pytest.raises(ValueError, match="listener failed"):
+        with store.transaction():
+            store.after_commit(boom)
+            store.after_commit(lambda: ran.append("next"))
+    assert ran == ["boom", "next"]
+    store.after_commit(lambda: ran.append("now"))  # outside a transaction: at once
+    assert ran[-1] == "now"
+    store.close()
+
+
 def test_schema_version_and_newer_db_refused(tmp_path):
     store = Store(tmp_path / "s.db")
     assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -1,10 +1,20 @@
-"""Both sides of the stop races, through the OS seam of procs.py (no real processes)."""
+"""Both sides of the stop races, and a start whose commit fails, through the OS seam
+of procs.py (no real processes)."""
 
 from __future__ import annotations
 
 import signal
+import sqlite3
 
+import pytest
+
+from hermesd.config import Config, Supervisor
+from hermesd.events import EventLog
+from hermesd.jobs import JobTable
 from hermesd.procs import ProcessManager
+from hermesd.runner import Runner
+from hermesd.scheduler import Scheduler
+from hermesd.store import Store, StoreError
 
 
 class FakeHandle:
@@ -115,3 +125,58 @@ def test_unknown_pid_reaped_silently(tmp_path):
     fake.exited.append((4242, 0))  # an orphaned grandchild re-parented to the subreaper
     pm.reap()
     assert exits == []
+
+
+class RefusingCommit:
+    """A sqlite3 connection whose ``COMMIT`` fails while ``refuse`` is set (a full disk)."""
+
+    def __init__(self, db):
+        self.db, self.refuse = db, False
+
+    def execute(self, sql, *args):
+        if self.refuse and sql == "COMMIT":
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def _runner(tmp_path):
+    store = Store(tmp_path / "state.db")
+    sent = []
+    jobs = JobTable(store, EventLog(store, sent.append))
+    fake, loop = FakeOS(), FakeLoop()
+    exits = []
+    pm = ProcessManager(loop, exits.append, os_seam=fake, grace=1.0, supervisor_id="sup")
+    config = Config(supervisor=Supervisor(log_dir=str(tmp_path / "jobs")))
+    runner = Runner(config, jobs, Scheduler({"global": 2}), pm, tmp_path / "children.sock", loop)
+    pm.on_exit = runner.on_exit
+    store.db = RefusingCommit(store.db)
+    return runner, store, fake, sent
+
+
+def test_a_job_that_starts_at_once_is_committed_with_its_start(tmp_path):
+    runner, store, fake, sent = _runner(tmp_path)
+    row = runner.submit("background", goal="g", cwd=str(tmp_path))
+    assert row["status"] == "starting" and row["pid"] in fake.alive
+    types = [(e["type"], e["data"].get("status")) for e in runner.jobs.events.since(0)]
+    assert types == [("job.queued", None), ("job.state", "starting")]
+    assert len(sent) == 2  # both published, in order, after the one commit
+
+
+def test_a_start_whose_commit_fails_leaves_no_child_and_no_row(tmp_path):
+    runner, store, fake, sent = _runner(tmp_path)
+    store.db.refuse = True
+    with pytest.raises(StoreError, match="disk is full"):
+        runner.submit("background", goal="g", cwd=str(tmp_path))
+    (pid,) = fake.alive
+    assert ("killpg", pid, signal.SIGKILL) in fake.signals, "the child no row shows must be killed"
+    assert sent == [] and store.db.in_transaction is False
+    store.db.refuse = False
+    assert runner.jobs.list() == []
+    fake.alive.discard(pid)
+    fake.exited.append((pid, -9))
+    runner.procs.reap()  # the reaper finds no row: it gives the slot back, nothing else
+    assert runner.scheduler.usage()["global"]["used"] == 0 and runner.tokens == {}
+    assert runner.submit("background", goal="again", cwd=str(tmp_path))["status"] == "starting"

@@ -42,7 +42,7 @@ def test_warm_child_has_its_own_everything(warm):
     env = proc_env(pid)
     assert env.get("HERMES_ZYGOTE") == str(zygote), "not forked from the zygote"
     assert env["HERMES_JOB_ID"] == rec["id"] and env["HERMES_SUPERVISOR"] == warm.supervisor_id
-    assert "NOTIFY_SOCKET" not in env and "HERMES_ENV_ROOM" not in env
+    assert "NOTIFY_SOCKET" not in env and "HERMES_ENV_ROOM" not in env and "HERMES_ZYGOTE_OF" not in env
     assert child.ppid() == warm.proc.pid, "a warm child must be re-parented to the daemon"
     assert os.getpgid(pid) == pid and os.getsid(pid) == pid
     assert child.cwd() == str(cwd)
