@@ -4,9 +4,13 @@ For each start method a real hermesd runs jobs one after the other (scripted
 provider, no tools, so a job is over right after its hello); the time is taken
 in the client, from sending ``delegate`` to receiving the job's
 ``job.state running`` event (published when the child's ``child.hello``
-arrives).  The floors are measured in the same run: a new interpreter
-(``python -c pass``, and with ``-S``) and a bare ``fork()`` + ``_exit`` +
-``waitpid`` of this process.
+arrives).  Two series each: one start on a quiet daemon (``--pause`` seconds,
+0.1 by default, after each job, so the previous child has exited and been
+reaped and a used spare replaced), and jobs back to back (the next request
+sent as soon as the previous job is terminal: its child's exit, its reaping
+and the replacement fork overlap the next start).  The floors are measured in
+the same run: a new interpreter (``python -c pass``, and with ``-S``) and a
+bare ``fork()`` + ``_exit`` + ``waitpid`` of this process.
 
 A hello says little about readiness when the child imports its provider's SDK
 only once it needs it, so a second pair of series takes the time from sending
@@ -15,7 +19,7 @@ provider against the fake Messages API (``tests/fakes``): a cold child imports
 the SDK (about a second) first, a warm one was forked with it imported.
 Usage::
 
-    .venv/bin/python bench/bench_spawn.py [--runs 40] [--json]
+    .venv/bin/python bench/bench_spawn.py [--runs 40] [--pause 0.1] [--json]
 """
 
 from __future__ import annotations
@@ -58,8 +62,9 @@ def floor_fork(runs: int) -> list[float]:
     return times
 
 
-def hello_latency(d, runs: int) -> list[float]:
-    """Seconds from sending ``delegate`` to the job's ``running`` event, ``runs`` jobs in a row."""
+def hello_latency(d, runs: int, pause: float = 0.0) -> list[float]:
+    """Seconds from sending ``delegate`` to the job's ``running`` event, ``runs`` jobs in a
+    row, ``pause`` seconds between the end of one and the next request."""
     conn = d.conn(timeout=60)
     sub = conn.subscribe()
     time.sleep(0.3)  # the subscription reaches the daemon
@@ -74,6 +79,7 @@ def hello_latency(d, runs: int) -> list[float]:
                 break
         elapsed = time.monotonic() - t0
         conn.call("wait", id=job, timeout=60)
+        time.sleep(pause)
         if i >= 2:  # the first two warm up the daemon's own paths
             times.append(elapsed)
     sub.close()
@@ -105,14 +111,14 @@ def first_request_latency(warm: bool, runs: int) -> list[float]:
     return times
 
 
-def run(runs: int) -> dict[str, list[float]]:
+def run(runs: int, pause: float = 0.1) -> dict[str, list[float]]:
     """Every series of this benchmark, in seconds."""
     results = {"python -c pass": floor_interpreter(runs), "python -S -c pass": floor_interpreter(runs, "-S"),
                "bare fork()+exit+wait": floor_fork(runs * 5)}
-    with daemon() as d:
-        results["cold start (spawn)"] = hello_latency(d, runs)
-    with daemon(warm=True) as d:
-        results["warm start (forkserver)"] = hello_latency(d, runs)
+    for warm, name in ((False, "cold start (spawn)"), (True, "warm start (forkserver)")):
+        with daemon(warm=warm) as d:
+            results[name] = hello_latency(d, runs, pause)
+            results[name.split()[0] + ", back to back"] = hello_latency(d, runs)
     results["cold, first model request"] = first_request_latency(False, runs)
     results["warm, first model request"] = first_request_latency(True, runs)
     return results
@@ -124,8 +130,10 @@ def report(results: dict[str, list[float]]) -> str:
     for name, values in results.items():
         lines.append(f"  {name:<26} {summary(values, 50, 95)}")
     cold, warm = (pct(results[k], 50) for k in ("cold start (spawn)", "warm start (forkserver)"))
-    lines.append(f"  cold/warm p50 ratio, hello: {cold / warm:.1f}x; warm p50 / python -c pass p50: "
-                 f"{warm / pct(results['python -c pass'], 50):.2f}")
+    lines.append(f"  cold/warm p50 ratio, hello: {cold / warm:.1f}x on a quiet daemon; warm p50 / python -c pass "
+                 f"p50: {warm / pct(results['python -c pass'], 50):.2f}")
+    cold, warm = (pct(results[k], 50) for k in ("cold, back to back", "warm, back to back"))
+    lines.append(f"  cold/warm p50 ratio, hello: {cold / warm:.1f}x back to back")
     cold, warm = (pct(results[k], 50) for k in ("cold, first model request", "warm, first model request"))
     lines.append(f"  cold/warm p50 ratio, first model request (anthropic SDK): {cold / warm:.1f}x")
     return "\n".join(lines)
@@ -135,9 +143,10 @@ def main() -> None:
     """Command line: see the module doc."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--pause", type=float, default=0.1, help="seconds between jobs of the quiet series")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = run(args.runs)
+    results = run(args.runs, args.pause)
     print(json.dumps(results) if args.json else report(results))
 
 
