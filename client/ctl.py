@@ -52,6 +52,16 @@ def fail(code: str, message: str) -> None:
     sys.exit(EXIT_CODES.get(code, 1))
 
 
+def working_dir() -> str:
+    """The current directory (a request's default ``cwd``); exits cleanly (``bad_request``,
+    status 2) when the shell's directory was deleted under it."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        fail("bad_request", "the current directory no longer exists; cd elsewhere or pass --cwd")
+        raise  # not reached: fail() exits
+
+
 class Ctl(click.Group):
     """A click group that turns protocol and connection errors into clean exits."""
 
@@ -127,6 +137,7 @@ def status() -> None:
     for pool, use in st["caps"].items():
         click.echo(f"  cap {pool}: {use['used']}/{use['limit'] if use['limit'] is not None else '-'}")
     click.echo("  jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"))
+    click.echo(f"  start: {render.start_method(st.get('start') or {})}")
     click.echo(f"  state: {st['state_db']}  runtime: {st['runtime_dir']}")
 
 
@@ -197,7 +208,7 @@ def delegate(goal: str, background: bool, queue: bool, context: str | None, tool
     """Hand GOAL to a subagent.  Foreground: wait and print the result.
     --background: print the job record (id, status) at once."""
     args: dict[str, Any] = {"goal": goal, "background": background, "queue": queue,
-                            "cwd": os.path.abspath(cwd or os.getcwd())}
+                            "cwd": os.path.abspath(cwd or working_dir())}
     for key, value in (("context", context), ("toolsets", _split(toolsets)), ("model", model),
                        ("provider", provider), ("role", role), ("max_turns", max_turns)):
         if value is not None:

@@ -78,6 +78,15 @@ def slash_text(answer: dict[str, Any]) -> str:
     return "\n".join(f"{k}: {v}" for k, v in answer.items())
 
 
+def start_method(start: dict[str, Any]) -> str:
+    """``status``'s ``start`` as a phrase: ``spawn``, or ``forkserver (zygote 123, 2 spares)``."""
+    method = start.get("method") or "spawn"
+    if method != "forkserver":
+        return method
+    zygote = f"zygote {start['zygote']}" if start.get("zygote") else "zygote warming up"
+    return f"{method} ({zygote}, {start.get('spares', 0)} spare(s) held)"
+
+
 def job_text(rec: dict[str, Any]) -> str:
     """A job record as readable lines."""
     tokens = rec.get("tokens") or {}

@@ -6,7 +6,6 @@ the daemon), plus event following to show turns as they end.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from typing import Any
@@ -15,7 +14,7 @@ import click
 
 from client import render
 from client.connection import Connection
-from client.ctl import _exit_for, _wait, conn, is_json, json_option, show
+from client.ctl import _exit_for, _wait, conn, is_json, json_option, show, working_dir
 
 
 def _reply_text(record: dict[str, Any]) -> str:
@@ -26,7 +25,7 @@ def _reply_text(record: dict[str, Any]) -> str:
 
 
 def _send(session: str, text: str, toolsets: str | None = None) -> dict[str, Any]:
-    args: dict[str, Any] = {"session": session, "text": text, "cwd": os.getcwd()}
+    args: dict[str, Any] = {"session": session, "text": text, "cwd": working_dir()}
     if toolsets:
         args["toolsets"] = [t.strip() for t in toolsets.split(",") if t.strip()]
     return conn().call("session.send", **args)

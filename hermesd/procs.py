@@ -56,6 +56,10 @@ class OS:
     def warm(self) -> None:
         """Prepare fast starts (nothing to do for cold starts)."""
 
+    def describe(self) -> dict[str, Any]:
+        """How children start, for ``status``: ``{"method": "spawn"}``."""
+        return {"method": "spawn"}
+
     def kill(self, pid: int, sig: int) -> bool:
         """Send ``sig`` to ``pid``; False when it is already gone."""
         try:
@@ -139,6 +143,16 @@ class ForkServerOS(OS):
     def warm(self) -> None:
         """Start the zygote (it warms up in the background)."""
         self.zygote.start()
+
+    def describe(self) -> dict[str, Any]:
+        """``{"method": "forkserver", "zygote": pid or None (not ready), "spares": n held}``."""
+        return {"method": "forkserver", **self.zygote.describe()}
+
+    def reap(self) -> list[tuple[int, int]]:
+        """:meth:`OS.reap`; a zygote among the reaped is replaced at once (its spares are kept)."""
+        exits = super().reap()
+        self.zygote.reaped(exits)
+        return exits
 
     def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
         """Fork ``argv`` (the child runtime) from the zygote, or start it cold; see the class doc."""

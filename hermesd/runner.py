@@ -96,7 +96,8 @@ class Runner:
             raise ProtocolError("shutting_down", "hermesd is shutting down and accepts no new work")
         cwd = fields.get("cwd")
         if cwd is not None and not Path(cwd).is_dir():
-            raise ProtocolError("bad_request", f"cwd: working directory {cwd!r} does not exist", {"field": "cwd"})
+            why = "is not a directory" if Path(cwd).exists() else "does not exist"
+            raise ProtocolError("bad_request", f"cwd: working directory {cwd!r} {why}", {"field": "cwd"})
         job_id = fields.pop("id", None) or jobs_mod.new_id(kind)
         needs = ("global", *pools)
         if background:

@@ -8,9 +8,14 @@ spare wakes, sets itself up and says hello while the daemon records the
 start.  For each spare it uses the daemon sends ``{"fork": 1, "held": n}``
 (``n``: the spares it still holds), and the zygote forks a replacement.
 
-Until the zygote is ready, after it died, when it sends no spare within
+A spare does not need its zygote once the daemon holds it: when the zygote
+dies (the daemon learns it when it reaps it) the spares held are kept and
+used, and a new zygote is started.  When no spare is held and the zygote is
+not ready (warming up, dead), when it sends no spare within
 :data:`hermesd.zygote.REPLY_TIMEOUT`, or where hermesd is not a subreaper,
-:meth:`ZygoteClient.spawn` returns ``None`` and the child starts cold.
+:meth:`ZygoteClient.spawn` returns ``None`` and the child starts cold.  A
+job handed to a spare is never also started cold, whatever happens to the
+zygote afterwards.
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ class ZygoteClient:
 
     ``env``: the zygote's environment (see :mod:`hermesd.zygote`); ``preload``:
     modules it imports.  Nothing here blocks on the zygote warming up.
-    ``spares`` holds ``(pid, fd)``: a spare and the write end of its pipe.
+    ``spares`` holds ``(pid, fd, zygote)``: a spare, the write end of its pipe
+    and the pid of the zygote that forked it.
     """
 
     def __init__(self, env: dict[str, str], preload: tuple[str, ...] = PRELOAD):
@@ -62,13 +68,13 @@ class ZygoteClient:
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.info: dict[str, Any] | None = None
-        self.spares: list[tuple[int, int]] = []
+        self.spares: list[tuple[int, int, int]] = []
         self.asked = 0  # spares asked for and not yet received
         self._started = 0.0
 
     def start(self) -> None:
         """Start the zygote process (returns at once; it warms up on its own)."""
-        self.close()
+        self._stop_zygote()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._started = time.monotonic()
         try:
@@ -100,8 +106,14 @@ class ZygoteClient:
             return False
         if self.info is None and time.monotonic() - self._started > READY_TIMEOUT:
             log.warning("warm start: zygote not ready after %.0fs; giving up on it", READY_TIMEOUT)
-            self.close()
+            self._stop_zygote()
         return self.info is not None
+
+    def describe(self) -> dict[str, Any]:
+        """``{"zygote": pid once ready else None, "spares": spares held}`` (for ``status``;
+        takes what the zygote sent first, as :meth:`ready` does)."""
+        self.ready()
+        return {"zygote": (self.info or {}).get("pid"), "spares": len(self.spares)}
 
     def _receive(self, *, wait: bool) -> None:
         """Take what the zygote sent: its ready message, spares, fork errors.
@@ -132,7 +144,7 @@ class ZygoteClient:
                 log.info("warm start ready: zygote pid %s, warmed up in %.2fs", msg.get("pid"), msg.get("seconds"))
             elif msg.get("spare") and fds:
                 self.asked = max(0, self.asked - 1)
-                self.spares.append((int(msg["spare"]), fds[0]))
+                self.spares.append((int(msg["spare"]), fds[0], int((self.info or {}).get("pid") or 0)))
             elif msg.get("error"):
                 self.asked = max(0, self.asked - 1)
                 error = ForkError(int(msg.get("errno") or 0), f"warm start: {msg['error']}")
@@ -145,6 +157,17 @@ class ZygoteClient:
         send_msg(self.sock, {"fork": more, "held": len(self.spares)})
         self.asked += more
 
+    def _replenish(self) -> None:
+        """Ask for the spares missing to :data:`SPARES` held or coming; a zygote that
+        cannot be asked is replaced (never raises: the job is handed over already)."""
+        missing = SPARES - len(self.spares) - self.asked
+        if missing <= 0 or self.sock is None or self.info is None:
+            return
+        try:
+            self._ask(missing)
+        except OSError as exc:
+            self._lost(exc)
+
     def spawn(self, *, cwd: str, env: dict[str, str], log_path: str, entry: str = ENTRY) -> ForkedChild | None:
         """Start a warm child: hand the job to a spare; ``None`` to start it cold instead.
 
@@ -153,17 +176,20 @@ class ZygoteClient:
         itself up after the handoff: the caller checks ``cwd`` and the log first
         (:class:`hermesd.procs.ForkServerOS`).  Raises nothing.
         """
-        if not is_subreaper() or not self.ready():
+        if not is_subreaper():
             return None
-        request = {"cwd": cwd, "env": env, "log_path": log_path, "entry": entry, "zygote": self.info.get("pid")}
+        ready = self.ready()
         try:
             for _ in range(SPARES + 2):  # a spare that died meanwhile is replaced and skipped
                 if not self.spares:
+                    if not ready:
+                        return None
                     self._ask(0 if self.asked else 1)  # none held: the zygote forks at once
                     self._receive(wait=True)
-                pid, cmd = self.spares.pop(0)
-                handed = hand_over(cmd, request)
-                self._ask(1)
+                pid, cmd, zygote = self.spares.pop(0)
+                handed = hand_over(cmd, {"cwd": cwd, "env": env, "log_path": log_path, "entry": entry,
+                                         "zygote": zygote})
+                self._replenish()
                 if handed:  # the spare sets itself up while the daemon commits the start
                     return ForkedChild(pid)
             log.warning("warm start: %d spares in a row were dead; starting the child cold", SPARES + 2)
@@ -178,22 +204,39 @@ class ZygoteClient:
         if time.monotonic() - self._started >= RESTART_AFTER:
             self.start()
 
+    def reaped(self, exits: list[tuple[int, int]]) -> None:
+        """The daemon reaped ``exits`` (``(pid, returncode)``): a zygote among them is replaced now."""
+        for pid, code in exits:
+            if self.proc is not None and pid == self.proc.pid:
+                self.proc.returncode = code  # reaped: subprocess must not wait or signal again
+                try:  # what it sent before it died (its ready message, spares) is still ours
+                    self._receive(wait=False)
+                except (OSError, ValueError, msgpack.UnpackException):
+                    pass  # its end of file, or a message cut short
+                self._lost(f"pid {pid} exited with status {code}")
+
     def _lost(self, why: object) -> None:
-        """The zygote died or broke: replace it (at once if it had been warm, else not in a loop)."""
-        log.warning("warm start: zygote lost (%s); children start cold until it is back", why)
+        """The zygote died or broke: replace it (at once if it had been warm, else not in a
+        loop); the spares held are kept."""
+        log.warning("warm start: zygote lost (%s); %d spare(s) held, then children start cold until it "
+                    "is back", why, len(self.spares))
         was_ready = self.info is not None
-        self.close()
+        self._stop_zygote()
         if was_ready:
             self.start()
         else:
             self._restart()
 
     def close(self) -> None:
-        """Stop the zygote (its end of the socket closes; SIGKILL to be sure) and let the
-        spares go (each reads end of file and exits)."""
-        for _, cmd in self.spares:
+        """Stop the zygote and let the spares go (each reads end of file and exits)."""
+        for _, cmd, _ in self.spares:
             os.close(cmd)
-        self.spares, self.asked = [], 0
+        self.spares = []
+        self._stop_zygote()
+
+    def _stop_zygote(self) -> None:
+        """Stop the zygote (its end of the socket closes; SIGKILL to be sure); spares stay."""
+        self.asked = 0
         if self.sock is not None:
             self.sock.close()
             self.sock = None

@@ -30,7 +30,9 @@ to a spare's pipe and is answered with the spare's pid at once; the spare sets
 up its directory, log and environment while the daemon records the start.  A
 used spare is replaced :data:`REPLENISH_DELAY` after the daemon asked (at once
 when it holds none), so that the fork does not compete with the child just
-started; a steady stream of requests still gets its spares.  A spare whose zygote goes away reads end of file and exits.
+started; a steady stream of requests still gets its spares.  A spare sent to the
+daemon no longer needs the zygote: it outlives it, and exits when the daemon
+closes its pipe (end of file) or dies (lifeline).
 
 What a forked child must not share with the zygote, and where it is redone:
 
@@ -236,10 +238,13 @@ def serve(fd: int, preload: tuple[str, ...]) -> int:
         msg, fds = got
         for extra in fds:
             os.close(extra)
-        if isinstance(msg, dict) and msg.get("fork"):
-            if not wanted or not msg.get("held"):  # the first owed spare sets the time, or none held: now
-                due = time.monotonic() + (REPLENISH_DELAY if msg.get("held") else 0.0)
-            wanted += int(msg["fork"])
+        if isinstance(msg, dict):
+            more = int(msg.get("fork") or 0)
+            if not msg.get("held"):  # the daemon holds none: fork at once
+                due = time.monotonic()
+            elif more and not wanted:  # the first spare owed sets the time
+                due = time.monotonic() + REPLENISH_DELAY
+            wanted += more
 
 
 @dataclass

@@ -1,7 +1,15 @@
 """What hermesctl prints for people: ids that stay whole in a narrow terminal,
-slash-command answers as text, and out-of-range numbers refused as usage errors."""
+slash-command answers as text, out-of-range numbers refused as usage errors, and a
+deleted working directory refused without a traceback."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from hermesd.protocol import ProtocolError
 
 
 def test_ps_keeps_ids_whole_and_cuts_only_the_goal(daemon):
@@ -43,3 +51,16 @@ def test_logs_say_what_the_agent_did(daemon):
     assert lines[1].startswith("turn 1: terminal {'command': 'echo from-the-tool'} -> ok")
     assert "from-the-tool" in lines[1]
     assert lines[2].endswith("final answer") and lines[3] == "finished: completed (completed) after 2 model call(s)"
+
+
+def test_a_deleted_current_directory_is_a_clean_error(daemon, tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = f'cd "{gone}" && rmdir "{gone}" && exec "{sys.executable}" -m client delegate --background hi'
+    out = subprocess.run(["sh", "-c", script], env=daemon.env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "current directory no longer exists" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    afile = daemon.work / "a-file"
+    afile.write_text("")
+    with pytest.raises(ProtocolError, match="is not a directory"):
+        daemon.delegate("g", cwd=str(afile))
