@@ -72,7 +72,7 @@ class EventLog:
             self._schedule_flush()
             return None
         event = self.record(etype, job=job, session=session, data=data)
-        self.send(event)
+        self.send_after_commit([event])  # at once, unless the caller's transaction is still open
         return event
 
     def _schedule_flush(self) -> None:
