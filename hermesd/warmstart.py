@@ -171,18 +171,18 @@ class ZygoteClient:
     def spawn(self, *, cwd: str, env: dict[str, str], log_path: str, entry: str = ENTRY) -> ForkedChild | None:
         """Start a warm child: hand the job to a spare; ``None`` to start it cold instead.
 
-        ``None`` when the zygote is not ready, failed, or sent no spare in
-        time (nothing was started; it is restarted later).  The child sets
+        ``None`` when no spare is held and the zygote is not ready, failed, or
+        sent no spare in time (nothing was started; it is restarted later).  The child sets
         itself up after the handoff: the caller checks ``cwd`` and the log first
         (:class:`hermesd.procs.ForkServerOS`).  Raises nothing.
         """
         if not is_subreaper():
             return None
-        ready = self.ready()
+        self.ready()
         try:
             for _ in range(SPARES + 2):  # a spare that died meanwhile is replaced and skipped
                 if not self.spares:
-                    if not ready:
+                    if self.info is None:  # no zygote ready (also one lost in this loop): cold
                         return None
                     self._ask(0 if self.asked else 1)  # none held: the zygote forks at once
                     self._receive(wait=True)

@@ -65,7 +65,7 @@ fork failed; the daemon asks for more with ``{"fork": n, "held": n}``.  The
 daemon writes a job (``{"cwd", "env", "log_path", "entry", "zygote"}``,
 length-prefixed msgpack) straight to a spare's pipe (:mod:`hermesd.warmstart`).
 The daemon never waits for the zygote to warm up: until it is ready (or after
-it died), children start cold.
+it died, once the spares it still holds are used), children start cold.
 """
 
 from __future__ import annotations
