@@ -24,11 +24,12 @@ from typing import Any, Callable
 
 import click
 
-batch_group = click.Group("batch", help="Batch runs: trajectories over a JSONL dataset of prompts.")
-# defined before importing ctl: ctl adds this group to hermesctl and imports this module back
+from client import render
+from client.common import (COMPLETION_HELP, TERMINAL, Ctl, conn, exit_for, global_options, is_json, json_option,
+                           out, show, stopped_watching)
+from hermesd.config import REASONING_EFFORTS
 
-from client import ctl, render  # noqa: E402
-from hermesd.config import REASONING_EFFORTS  # noqa: E402
+batch_group = click.Group("batch", help="Batch runs: trajectories over a JSONL dataset of prompts.")
 
 PLAIN_INTERVAL = 2.0
 """Seconds between progress lines when stdout is not a terminal."""
@@ -55,7 +56,6 @@ RUN_OPTIONS = [
     _flag("max_samples", type=click.IntRange(min=1), default=None, help="Use only the first K prompts."),
     _flag("output_dir", default="data", show_default=True, help="Directory of the run directories."),
     _flag("detach", is_flag=True, help="Print the job id and return; the batch runs on."),
-    ctl.json_option,
 ]
 
 
@@ -66,21 +66,12 @@ def run_options(fn: Callable) -> Callable:
     return fn
 
 
-def eta_text(seconds: float | None) -> str:
-    """``1h02m``, ``3m20s``, ``45s``, or ``-`` when unknown."""
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else (f"{rest // 60}m{rest % 60:02d}s" if rest >= 60 else f"{rest}s")
-
-
 def progress_text(p: dict[str, Any], live: bool = True) -> str:
     """One line of counts: ``done 35 · failed 1 · discarded 4 · running 4 · pending 156 · 12.0/min · ETA 13m00s``
     (without rate and ETA when not ``live``)."""
     text = f"done {p['done']} · failed {p['failed']} · discarded {p['discarded']} · running {p['running']} · " \
            f"pending {p['pending']}"
-    return text + (f" · {p.get('rate_per_minute') or 0:.1f}/min · ETA {eta_text(p.get('eta_seconds'))}" if live else "")
+    return text + (f" · {p.get('rate_per_minute') or 0:.1f}/min · ETA {render.elapsed(p.get('eta_seconds'))}" if live else "")
 
 
 class ProgressView:
@@ -89,14 +80,14 @@ class ProgressView:
 
     def __init__(self, record: dict[str, Any]):
         self.job = record["id"]
-        self.mode = "json" if ctl.is_json() else ("tty" if sys.stdout.isatty() else "plain")
+        self.mode = "json" if is_json() else ("tty" if sys.stdout.isatty() else "plain")
         self.last_line = 0.0
         self.bar = None
         if self.mode == "tty":
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-            click.echo(f"{self.job}: {record['run_dir']}")
+            out(f"{self.job}: {record['run_dir']}")
             self.bar = Progress(BarColumn(bar_width=24), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
                                 console=Console(highlight=False))
             self.bar.start()
@@ -111,15 +102,15 @@ class ProgressView:
             render.emit_json({"job": self.job, "progress": p})
         elif self.bar is not None:
             counts = (f"done {p['done']} failed {p['failed']} discarded {p['discarded']} · "
-                      f"{p.get('rate_per_minute') or 0:.0f}/min · ETA {eta_text(p.get('eta_seconds'))}")
+                      f"{p.get('rate_per_minute') or 0:.0f}/min · ETA {render.elapsed(p.get('eta_seconds'))}")
             self.bar.update(self.task, total=max(1, p["total"]), completed=p["processed"], counts=counts)
         elif time.monotonic() - self.last_line >= PLAIN_INTERVAL or p["processed"] >= p["total"]:
             self.last_line = time.monotonic()
-            click.echo(f"{self.job}: {p['processed']}/{p['total']} · {progress_text(p)}")
+            out(f"{self.job}: {p['processed']}/{p['total']} · {progress_text(p)}")
 
     def note(self, text: str) -> None:
         """A remark between progress updates (stderr)."""
-        click.echo(f"{self.job}: {text}", err=True)
+        out(f"{self.job}: {text}", err=True)
 
     def close(self) -> None:
         """Stop the live display."""
@@ -130,11 +121,11 @@ class ProgressView:
 def follow(record: dict[str, Any]) -> dict[str, Any]:
     """Show the run's progress until its job is terminal; returns its final record."""
     job = record["id"]
-    if record["status"] in ctl.TERMINAL:
+    if record["status"] in TERMINAL:
         return record
     view = ProgressView(record)
     try:
-        for event in ctl.conn().follow(record["seq"]):
+        for event in conn().follow(record["seq"]):
             if event.get("job") != job:
                 continue
             data = event.get("data") or {}
@@ -142,15 +133,14 @@ def follow(record: dict[str, Any]) -> dict[str, Any]:
                 view.update(data)
             elif event["type"] == "batch.restarting":
                 view.note("hermesd restarted; the batch continues from its files")
-            elif event["type"] == "job.state" and data.get("status") in ctl.TERMINAL:
+            elif event["type"] == "job.state" and data.get("status") in TERMINAL:
                 break
     except KeyboardInterrupt:
         view.close()
-        click.echo(f"\nstopped watching; {job} goes on in hermesd (hermesctl batch status {record['run_name']})",
-                   err=True)
-        sys.exit(130)
+        stopped_watching(job, follow=f"hermesctl batch status {record['run_name']}",
+                         cancel=f"hermesctl batch cancel {record['run_name']}")
     view.close()
-    return ctl.conn().call("batch.status", id=job)
+    return conn().call("batch.status", id=job)
 
 
 def record_text(rec: dict[str, Any]) -> str:
@@ -171,15 +161,19 @@ def record_text(rec: dict[str, Any]) -> str:
 
 
 def _distributions() -> None:
-    answer = ctl.conn().call("batch.distributions")
-    if ctl.is_json():
+    """Print the toolset distributions; they are fixed data (``batch.distributions``), read
+    here without a daemon."""
+    from batch import distributions
+
+    answer = {"default": distributions.DEFAULT, "distributions": distributions.listing()}
+    if is_json():
         for name, dist in answer["distributions"].items():
             render.emit_json({"name": name, **dist})
         return
     for name, dist in answer["distributions"].items():
         odds = ", ".join(f"{t} {p:.0%}" for t, p in dist["toolsets"].items())
         mark = " (default)" if name == answer["default"] else ""
-        click.echo(f"{name}{mark}: {odds} — {dist['description']}")
+        out(f"{name}{mark}: {odds} — {dist['description']}")
 
 
 def _fill_from_checkpoint(flags: dict[str, Any]) -> None:
@@ -209,77 +203,74 @@ def run_batch(flags: dict[str, Any]) -> None:
     args = {k: v for k, v in flags.items() if v is not None and v is not False}
     for key in ("dataset_file", "output_dir"):
         args[key] = os.path.abspath(os.path.expanduser(args[key]))
-    record = ctl.conn().call("batch.run", **args)
+    record = conn().call("batch.run", **args)
     for message in record.get("errors") or []:
-        click.echo(message, err=True)
+        out(message, err=True)
     if (record.get("bad_lines") or 0) > len(record.get("errors") or []):
-        click.echo(f"… {record['bad_lines']} bad lines in all (skipped)", err=True)
+        out(f"… {record['bad_lines']} bad lines in all (skipped)", err=True)
     if detach:
-        return ctl.show(record, lambda r: r["id"])
+        return show(record, lambda r: r["id"])
     final = follow(record)
-    ctl.show(final, record_text)
-    ctl._exit_for(final)
+    show(final, record_text)
+    exit_for(final)
 
 
 @batch_group.command("run")
 @run_options
+@json_option
 def run_command(**flags: Any) -> None:
     """Run a batch (the batch_runner flags); shows progress until it ends."""
     run_batch(flags)
 
 
 @batch_group.command("status")
-@ctl.json_option
+@json_option
 @click.argument("run")
 def status_command(run: str) -> None:
     """Show batch RUN (run name or job id): settings, progress, result."""
-    ctl.show(ctl.conn().call("batch.status", id=run), record_text)
+    show(conn().call("batch.status", id=run), record_text)
 
 
 @batch_group.command("cancel")
-@ctl.json_option
+@json_option
 @click.argument("run")
 def cancel_command(run: str) -> None:
     """Cancel batch RUN: running prompts are interrupted, the files written for what is done."""
-    ctl.show(ctl.conn().call("batch.cancel", id=run), record_text)
+    show(conn().call("batch.cancel", id=run), record_text)
 
 
 @batch_group.command("list")
-@ctl.json_option
+@json_option
 def list_command() -> None:
     """List every batch run."""
-    records = ctl.conn().call("batch.list")["batches"]
-    if ctl.is_json():
+    records = conn().call("batch.list")["batches"]
+    if is_json():
         for rec in records:
             render.emit_json(rec)
         return
     if not records:
-        click.echo("no batch runs")
+        out("no batch runs")
     for rec in records:
         p = rec.get("progress") or {}
-        click.echo(f"{rec['id']:<30} {rec['status']:<10} {p.get('processed', '-')}/{p.get('total', '-')}  "
+        out(f"{rec['id']:<30} {rec['status']:<10} {p.get('processed', '-')}/{p.get('total', '-')}  "
                    f"{rec.get('run_dir')}")
 
 
-@click.group(cls=ctl.Ctl, name="hermes-batch", invoke_without_command=True, subcommand_metavar="",
-             context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Ctl, name="hermes-batch", invoke_without_command=True, subcommand_metavar="",
+             context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=COMPLETION_HELP.replace("HERMESCTL", "HERMES_BATCH").replace("hermesctl", "hermes-batch"))
 @run_options
-@click.option("--runtime-dir", envvar="HERMES_RUNTIME_DIR", type=click.Path(file_okay=False), default=None,
-              help="Runtime directory of the daemon's sockets.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
-              help="Seconds to wait for a reply.")
-@click.pass_context
-def hermes_batch(ctx: click.Context, runtime_dir: str | None, timeout: float, **flags: Any) -> None:
+@global_options
+def hermes_batch(**flags: Any) -> None:
     """hermes-batch: generate trajectories over a JSONL dataset with hermesd.
 
     Each prompt runs as its own subagent process under hermesd's caps; the
     files go to OUTPUT_DIR/RUN_NAME/ (batch_N.jsonl, checkpoint.json,
     trajectories.jsonl, statistics.json).
     """
-    ctx.ensure_object(dict).update(runtime_dir=runtime_dir, timeout=timeout)
     run_batch(flags)
 
 
 def main() -> None:
     """Console-script entry point of ``hermes-batch``."""
-    hermes_batch(obj={}, prog_name="hermes-batch")
+    hermes_batch.main(prog_name="hermes-batch")

@@ -2,20 +2,22 @@
 
 Thin: each command is one ``kanban.*`` / ``profile.*`` request (the daemon's op
 docstrings say what each does), except ``kanban watch``, which follows the
-``kanban.*`` events.  With ``--json``: one object per result, one per line for
+``kanban.*`` events (lines by :func:`client.render.event_text`).  With ``--json``: one object per result, one per line for
 lists and streams.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+import sys
+from typing import Any
 
 import click
 
 from client import render
-from client.ctl import _split, conn, is_json, json_option, show
-
+from client.common import conn, is_json, json_option, out, print_all, read_text, show, split, text_input
+from hermesd.config import PROVIDERS
+from hermesd.protocol import EXIT_CODES
 
 
 def _author() -> str:
@@ -53,28 +55,6 @@ def task_text(task: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def event_line(event: dict[str, Any]) -> str:
-    """A ``kanban.*`` event as one line."""
-    data = event.get("data") or {}
-    what = {"kanban.status": lambda: f"{data.get('previous')} -> {data.get('status')}"
-                                     + (f" ({render.short(data.get('reason'), 120)})" if data.get("reason") else ""),
-            "kanban.created": lambda: f"for {data.get('assignee')}" + (f" after {', '.join(data['parents'])}"
-                                                                       if data.get("parents") else ""),
-            "kanban.claimed": lambda: f"worker {data.get('worker')} (attempt {data.get('attempt')})",
-            "kanban.commented": lambda: f"{data.get('author')}: {render.short(data.get('text'), 120)}",
-            "kanban.linked": lambda: f"{data.get('parent')} -> {data.get('child')}",
-            }.get(event["type"], lambda: render.short(data.get("reason"), 160))()
-    return f"{event['seq']:>6} {event['time']} {event['type']:<17} {data.get('task', '-'):<7} {what}"
-
-
-def print_all(items: list[dict[str, Any]], text: Callable[[dict[str, Any]], str], empty: str) -> None:
-    """Print a list: one JSON object per line with ``--json``, else ``text(item)`` each (``empty`` for none)."""
-    for item in items:
-        render.emit_json(item) if is_json() else click.echo(text(item))
-    if not items and not is_json():
-        click.echo(empty)
-
-
 @click.group("kanban")
 def kanban_group() -> None:
     """The Kanban board: tasks for worker profiles, run by the daemon's dispatcher."""
@@ -84,16 +64,20 @@ def kanban_group() -> None:
 @json_option
 @click.argument("title")
 @click.option("--assignee", required=True, help="Profile that will run it (see `hermesctl profile list`).")
-@click.option("--body", default=None, help="What the worker must do, self-contained.")
+@click.option("--body", default=None, help="What the worker must do, self-contained ('-': standard input).")
+@click.option("--body-file", type=click.File("r", encoding="utf-8"), default=None,
+              help="Read the body from this file ('-': standard input).")
 @click.option("--parent", "parents", multiple=True, help="Task it waits for (repeatable).")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option("--board", default=None, help="Board name (default: default).")
 @click.option("--triage", is_flag=True, help="Park it in triage until `kanban unblock`.")
 @click.option("--cwd", default=None, type=click.Path(file_okay=False, exists=True),
               help="Working directory of its worker (default: the board's directory under HERMES_HOME).")
-def create(title: str, assignee: str, body: str | None, parents: tuple[str, ...], priority: int,
+def create(title: str, assignee: str, body: str | None, body_file: Any, parents: tuple[str, ...], priority: int,
            board: str | None, triage: bool, cwd: str | None) -> None:
     """Put task TITLE on the board for profile --assignee; prints its id and status."""
+    if body is not None or body_file is not None:
+        body = read_text(body, body_file, "body")
     args: dict[str, Any] = {"title": title, "assignee": assignee, "parents": list(parents), "priority": priority,
                             "triage": triage, "author": _author()}
     for key, value in (("body", body), ("board", board), ("cwd", cwd and os.path.abspath(cwd))):
@@ -134,9 +118,10 @@ def show_(task_id: str) -> None:
 @kanban_group.command("comment")
 @json_option
 @click.argument("task_id")
-@click.argument("text")
-def comment(task_id: str, text: str) -> None:
-    """Add TEXT to task TASK_ID's comments (its next worker reads them)."""
+@text_input("text", "comment")
+def comment(task_id: str, text: str | None, text_file: Any) -> None:
+    """Add TEXT to task TASK_ID's comments (its next worker reads them; '-' reads standard input)."""
+    text = read_text(text, text_file, "text")
     show(conn().call("kanban.comment", id=task_id, text=text, author=_author()),
          lambda c: f"{c['task']}: comment added")
 
@@ -149,6 +134,15 @@ def unblock(task_id: str, note: str | None) -> None:
     """Put blocked task TASK_ID back in the queue."""
     args = {"note": note} if note else {}
     show(conn().call("kanban.unblock", id=task_id, author=_author(), **args), task_line)
+
+
+@kanban_group.command("unlink")
+@json_option
+@click.argument("parent")
+@click.argument("child")
+def unlink(parent: str, child: str) -> None:
+    """Make task CHILD stop waiting for task PARENT (it becomes ready when its other parents are done)."""
+    show(conn().call("kanban.unlink", parent=parent, child=child, author=_author()), task_line)
 
 
 @kanban_group.command("archive")
@@ -194,11 +188,18 @@ def watch(board: str | None, since: int | None, until_settled: bool) -> None:
     """Follow the board: print kanban.* events as they happen."""
     if since is None:
         since = conn().call("events_since", since=0, limit=1)["last_seq"]
+    def mine(event: dict[str, Any]) -> bool:
+        return event["type"].startswith("kanban.") and (board is None or (event.get("data") or {}).get("board") == board)
+
+    for event in conn().follow(since, follow=False):  # what has happened: printed even when settled
+        if mine(event):
+            render.emit_json(event) if is_json() else out(render.event_text(event))
+        since = event["seq"]
     if until_settled and _settled(board):
         return
     for event in conn().follow(since, idle=0.5):
-        if event["type"].startswith("kanban.") and (board is None or (event.get("data") or {}).get("board") == board):
-            render.emit_json(event) if is_json() else click.echo(event_line(event))
+        if mine(event):
+            render.emit_json(event) if is_json() else out(render.event_text(event))
             if until_settled and event["type"] == "kanban.status" and _settled(board):
                 return
 
@@ -209,6 +210,8 @@ def profile_group() -> None:
 
 
 def _profile_text(p: dict[str, Any]) -> str:
+    if p.get("error"):
+        return f"{p['name']:<14} (broken: {p['error']})"
     extra = ", ".join(f"{k} {p[k]}" for k in ("model", "provider") if p.get(k))
     tools = ",".join(p["toolsets"]) if p.get("toolsets") is not None else "(config default)"
     return f"{p['name']:<14} {p['description']}\n{'':<14} toolsets: {tools}" + (f"; {extra}" if extra else "")
@@ -219,14 +222,14 @@ def _profile_text(p: dict[str, Any]) -> str:
 @click.argument("name")
 @click.option("--description", required=True, help="What this worker is good at (orchestrators route by it).")
 @click.option("--model", default=None, help="Model name (default: the daemon's).")
-@click.option("--provider", default=None, type=click.Choice(["anthropic", "openai-compat", "local", "scripted"]))
+@click.option("--provider", default=None, type=click.Choice(PROVIDERS))
 @click.option("--toolsets", default=None, help="Comma-separated toolsets (default: the config's).")
 @click.option("--replace", is_flag=True, help="Overwrite an existing profile.")
 def profile_create(name: str, description: str, model: str | None, provider: str | None, toolsets: str | None,
                    replace: bool) -> None:
     """Create worker profile NAME (HERMES_HOME/profiles/NAME/config.yaml)."""
     args: dict[str, Any] = {"name": name, "description": description, "replace": replace}
-    for key, value in (("model", model), ("provider", provider), ("toolsets", _split(toolsets))):
+    for key, value in (("model", model), ("provider", provider), ("toolsets", split(toolsets))):
         if value is not None:
             args[key] = value
     show(conn().call("profile.create", **args), lambda p: f"profile {p['name']} saved in {p['path']}")
@@ -235,23 +238,28 @@ def profile_create(name: str, description: str, model: str | None, provider: str
 @profile_group.command("list")
 @json_option
 def profile_list() -> None:
-    """List profiles and what each is good at."""
-    print_all(conn().call("profile.list")["profiles"], _profile_text, "no profiles")
+    """List profiles and what each is good at (a broken one with what is wrong, and exit 7)."""
+    found = conn().call("profile.list")["profiles"]
+    print_all(found, _profile_text, "no profiles")
+    if any(p.get("error") for p in found):
+        sys.exit(EXIT_CODES["invalid_config"])
 
 
 @profile_group.command("show")
 @json_option
 @click.argument("name")
 def profile_show(name: str) -> None:
-    """Show profile NAME."""
-    show(conn().call("profile.show", name=name))
+    """Show profile NAME (unset fields left out; a broken file is named with its line)."""
+    show(conn().call("profile.show", name=name),
+         lambda p: render.fields_text({**p, "toolsets": p["toolsets"] if p.get("toolsets") is not None
+                                       else "(config default)"}))
 
 
 @profile_group.command("delete")
 @json_option
 @click.argument("name")
 def profile_delete(name: str) -> None:
-    """Delete profile NAME."""
+    """Delete profile NAME (refused while unfinished tasks are assigned to it)."""
     show(conn().call("profile.delete", name=name), lambda p: f"profile {p['name']} deleted")
 
 

@@ -10,11 +10,69 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any, Iterable
 
 import click
 
 from hermesd.protocol import one_line
+
+
+def clean(text: Any) -> str:
+    """``text`` safe for a terminal: every control character but newline and tab
+    (BEL, CR, ESC, DEL, C1 codes…) is shown escaped (``\\x07``), so a goal, a
+    reply or a log cannot ring, rewrite or recolour the screen."""
+    text = str(text if text is not None else "")
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else
+                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in text)
+
+
+def value_text(value: Any) -> str:
+    """A field value for people: lists comma-separated, maps as ``k=v``, None as ``-``."""
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(value_text(v) for v in value) or "(none)"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={value_text(v)}" for k, v in value.items()) or "(none)"
+    return str(value)
+
+
+def fields_text(obj: dict[str, Any]) -> str:
+    """A map as ``key: value`` lines (unset values left out)."""
+    return "\n".join(f"{key}: {value_text(value)}" for key, value in obj.items() if value is not None)
+
+
+def elapsed(seconds: float | None) -> str:
+    """``42s``, ``3m20s``, ``1h02m`` (``-`` when unknown)."""
+    if seconds is None:
+        return "-"
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else (f"{rest // 60}m{rest % 60:02d}s" if rest >= 60 else f"{rest}s")
+
+
+def running_for(rec: dict[str, Any], now: float | None = None) -> float | None:
+    """A job's duration in seconds: its final one, or for a live job the time since it started."""
+    if isinstance(rec.get("duration_seconds"), (int, float)):
+        return float(rec["duration_seconds"])
+    begun = epoch(rec.get("started_at"))
+    if begun is None or rec.get("status") not in ("starting", "running"):
+        return None
+    return max(0.0, (now if now is not None else time.time()) - begun)
+
+
+def epoch(iso: Any) -> float | None:
+    """An ISO 8601 time (``2026-01-01T00:00:00.000Z``) as Unix seconds; None when unreadable."""
+    from datetime import datetime, timezone
+
+    try:
+        stamp = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def emit_json(obj: Any) -> None:
@@ -47,9 +105,9 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
     head = ("ID", "KIND", "STATUS", "DURATION", "CALLS")
     rows = []
     for rec in records:
-        dur = rec.get("duration_seconds")
+        dur = running_for(rec)
         rows.append(((rec["id"], rec.get("kind") or "", rec.get("status") or "",
-                      f"{dur:.1f}s" if isinstance(dur, (int, float)) else "-", str(rec.get("api_calls") or 0)),
+                      f"{dur:.1f}s" if dur is not None else "-", str(rec.get("api_calls") or 0)),
                      rec.get("goal")))
     widths = [max([len(col), *(len(cells[i]) for cells, _ in rows)]) for i, col in enumerate(head)]
     goal_width = max(20, shutil.get_terminal_size().columns - sum(widths) - 2 * len(widths) - 1)
@@ -75,7 +133,7 @@ def slash_text(answer: dict[str, Any]) -> str:
         return "\n".join(f"{t['id']}  {t.get('status')}  {short(t.get('goal'), 60)}" for t in tasks) or "no tasks"
     if command == "help":
         return "\n".join(str(c) for c in answer.get("commands") or [])
-    return "\n".join(f"{k}: {v}" for k, v in answer.items())
+    return fields_text(answer)
 
 
 def start_method(start: dict[str, Any]) -> str:
@@ -106,17 +164,75 @@ def job_text(rec: dict[str, Any]) -> str:
     if rec.get("summary"):
         lines.append("  result:")
         lines += [f"    {line}" for line in str(rec["summary"]).splitlines()]
+    if "trajectory" in rec:
+        lines += ["  trajectory:", trajectory_text(rec["trajectory"])]
     return "\n".join(lines)
 
 
-def event_text(event: dict[str, Any]) -> str:
-    """One event as one line (``async_delegation`` events with their block below)."""
+def trajectory_text(turns: Any) -> str:
+    """A ShareGPT trajectory (``[{from, value}]``) as readable blocks, one per turn."""
+    if not turns:
+        return "  (no trajectory recorded)"
+    if isinstance(turns, dict):
+        turns = turns.get("conversations") or []
+    lines = []
+    for turn in turns:
+        lines.append(f"  [{turn.get('from')}]")
+        lines += [f"    {line}" for line in str(turn.get("value") or "").splitlines()]
+    return "\n".join(lines)
+
+
+def _kanban_what(etype: str, data: dict[str, Any]) -> str:
+    reason = f" ({short(data.get('reason'), 120)})" if data.get("reason") else ""
+    if etype == "kanban.status":
+        return f"{data.get('previous')} -> {data.get('status')}{reason}"
+    if etype == "kanban.created":
+        return f"for {data.get('assignee')}" + (f" after {', '.join(data['parents'])}" if data.get("parents") else "")
+    if etype == "kanban.claimed":
+        return f"worker {data.get('worker')} (attempt {data.get('attempt')})"
+    if etype == "kanban.commented":
+        return f"{data.get('author')}: {short(data.get('text'), 120)}"
+    if etype in ("kanban.linked", "kanban.unlinked"):
+        return f"{data.get('parent')} -> {data.get('child')}"
+    return short(data.get("reason") or data.get("error"), 160)
+
+
+def event_subject(event: dict[str, Any]) -> str:
+    """What an event is about: its job, else its Kanban task, session or profile, else ``-``."""
     data = event.get("data") or {}
-    head = f"{event['seq']:>6} {event['time']} {event['type']:<18} {event.get('job') or '-'}"
-    if event["type"] == "job.state":
-        return f"{head} {data.get('previous')} -> {data.get('status')}"
-    if event["type"] == "job.progress":
-        return f"{head} turn {data.get('turn')} {data.get('tool') or ''}".rstrip()
+    if event["type"].startswith("kanban.") and data.get("task"):
+        return str(data["task"])
+    return str(event.get("job") or data.get("task") or event.get("session") or data.get("name") or "-")
+
+
+def event_what(event: dict[str, Any]) -> str:
+    """The one-line gist of an event's data (empty when it has none worth showing)."""
+    data, etype = event.get("data") or {}, event["type"]
+    if etype == "job.state":
+        return f"{data.get('previous')} -> {data.get('status')}"
+    if etype == "job.progress":
+        return f"turn {data.get('turn')} {data.get('tool') or ''}".rstrip()
+    if etype.startswith("kanban."):
+        return _kanban_what(etype, data)
+    if etype == "daemon.reloaded":
+        return f"from {data.get('source') or '(defaults)'}" + (
+            f"; restart needed for {', '.join(data['restart_needed'])}" if data.get("restart_needed") else "")
+    if etype in ("daemon.started", "daemon.stopped"):
+        return f"pid {data.get('pid')}" + (f" version {data['version']}" if data.get("version") else "")
+    if etype == "session.turn":
+        return f"{data.get('status')}: {short(data.get('reply'), 100)}"
+    if etype == "batch.progress":
+        return f"{data.get('processed')}/{data.get('total')} done {data.get('done')} failed {data.get('failed')}"
+    for key in ("error", "reason", "description", "status"):
+        if data.get(key):
+            return short(data[key], 160)
+    return ""
+
+
+def event_text(event: dict[str, Any]) -> str:
+    """One event as one line: seq, time, type, subject, gist (``async_delegation``
+    events with their block below)."""
+    head = f"{event['seq']:>6} {event['time']} {event['type']:<18} {event_subject(event):<8}"
     if event["type"] == "async_delegation":
-        return f"{head}\n{data.get('block', '')}"
-    return head
+        return f"{head}\n{(event.get('data') or {}).get('block', '')}"
+    return f"{head} {event_what(event)}".rstrip()

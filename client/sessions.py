@@ -2,19 +2,31 @@
 
 Thin: each command is one ``session.*`` request (slash commands are handled by
 the daemon), plus event following to show turns as they end.
+
+``chat`` on a terminal reads lines with prompt_toolkit (line editing, history
+in ``HERMES_HOME/chat_history``) while a turn runs, so ``/stop`` and Ctrl-C
+interrupt the turn at once; a reply is printed above the prompt when the
+turn's ``session.turn`` event arrives.  Without a terminal (a pipe, a script)
+it reads lines one by one and waits for each turn.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import click
 
 from client import render
-from client.connection import Connection
-from client.ctl import _exit_for, _wait, conn, is_json, json_option, show, working_dir
+from client.common import (INTERRUPTED, conn, exit_for, is_json, json_option, new_connection, out, print_all,
+                           read_text, show, split, text_input, wait_job, working_dir)
+from client.connection import ClientError
+from hermesd import paths
+from hermesd.protocol import ProtocolError
+
+CHAT_HELP = ("Ctrl-C interrupts the running turn (as /stop does); Ctrl-C twice at the prompt, Ctrl-D or /quit "
+             "leaves; Up/Down walk the history")
 
 
 def _reply_text(record: dict[str, Any]) -> str:
@@ -24,89 +36,245 @@ def _reply_text(record: dict[str, Any]) -> str:
     return text.strip()
 
 
-def _send(session: str, text: str, toolsets: str | None = None) -> dict[str, Any]:
+def _send(session: str, text: str, toolsets: list[str] | None = None) -> dict[str, Any]:
     args: dict[str, Any] = {"session": session, "text": text, "cwd": working_dir()}
     if toolsets:
-        args["toolsets"] = [t.strip() for t in toolsets.split(",") if t.strip()]
+        args["toolsets"] = toolsets
     return conn().call("session.send", **args)
 
 
 @click.command()
 @json_option
 @click.argument("session")
-@click.argument("text")
+@text_input("text", "message")
 @click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to end and print the reply.")
 @click.option("--toolsets", default=None,
               help="Comma-separated toolsets of a NEW session (default: the config's + delegation; "
-                   "add kanban for an orchestrator).")
-def send(session: str, text: str, wait_: bool, toolsets: str | None) -> None:
-    """Send TEXT to SESSION (created if new).  Slash commands: /background PROMPT, /stop, /tasks, /help."""
-    answer = _send(session, text, toolsets)
+                   "add kanban for an orchestrator).  Refused for an existing session: use "
+                   "`hermesctl sessions toolsets`.")
+def send(session: str, text: str | None, text_file: Any, wait_: bool, toolsets: str | None) -> None:
+    """Send TEXT to SESSION (created if new; '-' or --text-file reads it).
+    Slash commands: /background PROMPT, /stop, /tasks, /help."""
+    answer = _send(session, read_text(text, text_file, "text"), split(toolsets))
     if "turn" not in answer:
         return show(answer, render.slash_text)
     if not wait_:
         return show(answer, lambda a: f"{a['turn']['id']} {a['turn']['status']}")
-    record = _wait(answer["turn"]["id"], None)
+    record = wait_job(answer["turn"]["id"])
     show(record, _reply_text)
-    _exit_for(record)
+    exit_for(record)
 
 
-def _print_deliveries(runtime_dir: Any, session: str, since: int, stop: threading.Event) -> None:
-    """Worker thread of ``chat``: print turns that delivered a background completion."""
-    follower = Connection(runtime_dir)
-    for event in follower.follow(since, idle=0.5):
-        if stop.is_set():
-            return
-        data = event.get("data") or {}
-        if event["type"] == "session.turn" and event.get("session") == session and data.get("notification"):
-            click.echo(f"\n[background result {data['notification']} delivered]\nagent> {data.get('reply', '')}\n"
-                       "you> ", nl=False)
+# -- chat ------------------------------------------------------------------------------------------
+
+
+class Chat:
+    """One ``hermesctl chat``: sends lines, shows replies and delivered background results."""
+
+    def __init__(self, session: str):
+        self.session = session
+        self.running: set[str] = set()  # turns sent and not yet ended
+        self.lock = threading.Lock()
+        self.since = conn().call("events_since", since=0, limit=1)["last_seq"]
+        self.follower = new_connection()  # made here: the click context is not seen from another thread
+
+    def say(self, line: str) -> None:
+        """``line`` on stdout (for people: control characters escaped)."""
+        out(line)
+
+    def error(self, err: Exception) -> None:
+        """An error of one line of input: printed; the chat goes on."""
+        self.say(f"error: {getattr(err, 'message', err)}")
+
+    def handle(self, text: str, wait: Callable[[str], None] | None = None) -> None:
+        """Send one line; a turn is waited for with ``wait(turn_id)``, or left to the event follower."""
+        try:
+            answer = _send(self.session, text)
+        except (ProtocolError, ClientError) as err:
+            return self.error(err)
+        if "turn" not in answer:
+            help_text = f"\n{CHAT_HELP}" if answer.get("command") == "help" else ""
+            return show(answer, lambda a: render.slash_text(a) + help_text)
+        with self.lock:
+            self.running.add(answer["turn"]["id"])
+        if wait is not None:
+            wait(answer["turn"]["id"])
+
+    def stop(self) -> None:
+        """Interrupt the running turn and its children (``/stop``)."""
+        self.handle("/stop")
+
+    def follow(self, show_turns: bool, stop: threading.Event) -> None:
+        """Worker thread: print delivered background results (and, with ``show_turns``,
+        every reply of this session as its turn ends)."""
+        follower = self.follower
+        try:
+            for event in follower.follow(self.since, idle=0.5):
+                if stop.is_set():
+                    return
+                data = event.get("data") or {}
+                if event["type"] != "session.turn" or event.get("session") != self.session:
+                    continue
+                with self.lock:
+                    mine = event.get("job") in self.running
+                    self.running.discard(event.get("job"))
+                if data.get("notification"):
+                    self.say(f"[background result {data['notification']} delivered]\nagent> {data.get('reply', '')}")
+                elif mine and show_turns:
+                    text = data.get("reply") or ""
+                    if data.get("status") != "completed":
+                        rec = follower.call("job", id=event["job"])
+                        text = _reply_text(rec)
+                    self.say(f"agent> {text}")
+        except (ClientError, ProtocolError) as err:
+            self.say(f"[stopped following events: {err}]")
+        finally:
+            follower.close()
+
+    def run_terminal(self) -> None:
+        """The interactive loop on a terminal (prompt_toolkit)."""
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory
+        from prompt_toolkit.patch_stdout import patch_stdout
+
+        history = paths.hermes_home() / "chat_history"
+        try:
+            paths.ensure_private_dir(history.parent)
+            prompt: Any = PromptSession(history=FileHistory(str(history)))
+        except OSError:
+            prompt = PromptSession()
+        stop = threading.Event()
+        with patch_stdout(raw=True):
+            threading.Thread(target=self.follow, args=(True, stop), daemon=True).start()
+            armed = False  # a Ctrl-C at the prompt with nothing running: the next one leaves
+            while True:
+                try:
+                    text = prompt.prompt("you> ")
+                except KeyboardInterrupt:
+                    with self.lock:
+                        busy = bool(self.running)
+                    if busy:
+                        self.say("interrupting the turn… (Ctrl-C again to leave)")
+                        self.stop()
+                    elif armed:
+                        break
+                    else:
+                        self.say("(Ctrl-C again, Ctrl-D or /quit to leave)")
+                    armed = True
+                    continue
+                except EOFError:
+                    break
+                armed = False
+                if text.strip() in ("/quit", "/exit"):
+                    break
+                if text.strip():
+                    self.handle(text)
+        stop.set()
+
+    def run_lines(self) -> None:
+        """Without a terminal: read lines in turn, wait for each turn (Ctrl-C stops it)."""
+        stop = threading.Event()
+        threading.Thread(target=self.follow, args=(False, stop), daemon=True).start()
+        while True:
+            try:
+                text = input("you> ")
+            except EOFError:
+                click.echo()
+                break
+            if text.strip() in ("/quit", "/exit"):
+                break
+            if text.strip():
+                self.handle(text, self._wait)
+        stop.set()
+
+    def _wait(self, turn: str) -> None:
+        try:
+            record = wait_job(turn, quiet=True)
+        except KeyboardInterrupt:
+            self.stop()
+            record = wait_job(turn, quiet=True)
+        with self.lock:
+            self.running.discard(turn)
+        show(record, lambda r: f"agent> {_reply_text(r)}")
 
 
 @click.command()
 @json_option
 @click.argument("session", default="main")
 def chat(session: str) -> None:
-    """Talk to SESSION interactively (default: main).  Background results appear as they are delivered.
-    With --json each turn's job record is printed as one JSON line."""
-    obj = click.get_current_context().find_root().obj
-    since = conn().call("events_since", since=0, limit=1)["last_seq"]
-    stop = threading.Event()
-    threading.Thread(target=_print_deliveries, args=(obj.get("runtime_dir"), session, since, stop),
-                     daemon=True).start()
-    click.echo(f"session {session}: type a message, /help for commands, Ctrl-D to leave")
-    while True:
-        try:
-            text = input("you> ")
-        except EOFError:
-            click.echo()
-            break
-        if not text.strip():
-            continue
-        answer = _send(session, text)
-        if "turn" in answer:
-            record = _wait(answer["turn"]["id"], None)
-            show(record, lambda r: f"agent> {_reply_text(r)}")
+    """Talk to SESSION interactively (default: main): line editing and history, Ctrl-C or
+    /stop interrupts the running turn, Ctrl-C twice or Ctrl-D leaves, /help lists the
+    commands.  Background results appear as they are delivered.  With --json (or
+    without a terminal) each line is sent in turn and each turn's record printed."""
+    talk = Chat(session)
+    out(f"session {session}: type a message, /help for commands, Ctrl-D to leave")
+    try:
+        if sys.stdin.isatty() and sys.stdout.isatty() and not is_json():
+            talk.run_terminal()
         else:
-            show(answer, render.slash_text)
-    stop.set()
+            talk.run_lines()
+    except KeyboardInterrupt:
+        sys.exit(INTERRUPTED)
     sys.exit(0)
 
 
-@click.command()
+# -- sessions and their history ----------------------------------------------------------------------
+
+
+def _summary_line(row: dict[str, Any]) -> str:
+    return (f"{row['id']:<20} {row['messages']:>5} messages  {'busy' if row['busy'] else 'idle'}  "
+            f"{row['running_children']} children  {row['pending_notifications']} pending  "
+            f"toolsets {render.value_text(row.get('toolsets'))}")
+
+
+@click.group(invoke_without_command=True)
 @json_option
-def sessions() -> None:
-    """List sessions: messages, busy, pending notifications, running children."""
-    rows = conn().call("session.list")["sessions"]
-    if is_json():
-        for row in rows:
-            render.emit_json(row)
-        return
-    for row in rows:
-        click.echo(f"{row['id']:<20} {row['messages']:>5} messages  {'busy' if row['busy'] else 'idle'}  "
-                   f"{row['running_children']} children  {row['pending_notifications']} pending")
-    if not rows:
-        click.echo("no sessions")
+@click.pass_context
+def sessions(ctx: click.Context) -> None:
+    """Sessions of the persistent agent: list (the default), show, toolsets, reset, delete."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(sessions_list)
+
+
+@sessions.command("list")
+@json_option
+def sessions_list() -> None:
+    """List sessions: messages, busy, pending notifications, running children, toolsets."""
+    print_all(conn().call("session.list")["sessions"], _summary_line, "no sessions")
+
+
+@sessions.command("show")
+@json_option
+@click.argument("session")
+def sessions_show(session: str) -> None:
+    """Show SESSION: its counts, toolsets and working directory."""
+    show(conn().call("session.get", session=session), render.fields_text)
+
+
+@sessions.command("toolsets")
+@json_option
+@click.argument("session")
+@click.argument("toolsets")
+def sessions_toolsets(session: str, toolsets: str) -> None:
+    """Set SESSION's toolsets (comma-separated; delegation is always added) for its next turns."""
+    show(conn().call("session.configure", session=session, toolsets=split(toolsets) or []), _summary_line)
+
+
+@sessions.command("reset")
+@json_option
+@click.argument("session")
+def sessions_reset(session: str) -> None:
+    """Forget SESSION's messages (it starts a new conversation; refused while a turn runs)."""
+    show(conn().call("session.reset", session=session), lambda r: f"session {r['session']}: "
+         f"{r['messages_removed']} message(s) forgotten")
+
+
+@sessions.command("delete")
+@json_option
+@click.argument("session")
+def sessions_delete(session: str) -> None:
+    """Delete SESSION and its history (refused while a turn or a child of it runs)."""
+    show(conn().call("session.delete", session=session), lambda r: f"session {r['session']} deleted")
 
 
 @click.command()
@@ -119,7 +287,7 @@ def history(session: str) -> None:
             render.emit_json(msg)
         else:
             mark = f" (delivered {msg['notification']})" if msg["notification"] else ""
-            click.echo(f"[{msg['time']}] {msg['role']}{mark}: {msg['content']}")
+            out(f"[{msg['time']}] {msg['role']}{mark}: {msg['content']}")
 
 
 COMMANDS = (send, chat, sessions, history)

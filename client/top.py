@@ -1,235 +1,17 @@
-"""``hermesctl top``: what it shows, built from job records and events, and the command itself.
-
-:class:`Board` is the whole picture — jobs, the daemon's caps, batch progress,
-recent events — updated only from what the daemon sends (``status``, ``ps``,
-events), so the TUI (``client/tui.py``) and the one-shot snapshot (no
-terminal, or ``--json``) show the same thing.  The job tree follows the
-records' ``session`` and ``parent``: sessions → their jobs → the jobs those
-started.  This module imports no textual, so ``hermesctl`` stays fast; the
-TUI is imported only when it runs.
-"""
+"""``hermesctl top``: the command.  On a terminal it runs the textual app
+(:mod:`client.tui`, imported only then, so other commands never load textual);
+without one (cron, pipes), or with ``--once``/``--json``, it prints one snapshot
+of the :class:`client.board.Board`."""
 
 from __future__ import annotations
 
 import sys
-from collections import Counter, deque
-from dataclasses import dataclass, field
-from typing import Any, Iterable
 
 import click
 
 from client import render
-from client.connection import Connection
-from hermesd.protocol import ProtocolError
-
-TERMINAL = frozenset({"completed", "failed", "interrupted", "timed_out", "cancelled", "lost"})
-BACKLOG_EVENTS = 500
-"""How many past events a fresh board reads (recently finished jobs come from their ``job.state`` events)."""
-MAX_JOBS = 2000
-MAX_FINISHED_CHILDREN = 20
-PROGRESS_KEYS = ("done", "failed", "discarded", "total", "processed", "rate_per_minute", "eta_seconds")
-"""Fields of a batch's progress events (``batch.progress``) that the board keeps."""
-
-
-@dataclass
-class Node:
-    """One line of the job tree: ``key`` is unique; ``job`` is the job id (None for sessions, groups, summaries)."""
-
-    key: str
-    label: str
-    job: str | None = None
-    status: str | None = None
-    children: list["Node"] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain data for ``--json``."""
-        return {"key": self.key, "label": self.label, "job": self.job, "status": self.status,
-                "children": [c.to_json() for c in self.children]}
-
-
-def duration(rec: dict[str, Any]) -> str:
-    """A job's duration for display (``-`` while unknown)."""
-    dur = rec.get("duration_seconds")
-    return f"{dur:.1f}s" if isinstance(dur, (int, float)) else "-"
-
-
-def job_label(rec: dict[str, Any]) -> str:
-    """One job as one line: id, kind, status, duration, api calls, goal."""
-    return (f"{rec['id']}  {rec.get('kind') or '?'}  {rec.get('status') or '?'}  {duration(rec)}"
-            f"  {rec.get('api_calls') or 0} calls  {render.short(rec.get('goal'), 50)}")
-
-
-def bar(used: int, limit: int | None, width: int = 20) -> str:
-    """``█████░░░░░ 2/4`` (no bar when the pool is unlimited)."""
-    if not limit:
-        return f"{used}/-"
-    filled = min(width, round(width * used / limit))
-    return "█" * filled + "░" * (width - filled) + f" {used}/{limit}"
-
-
-class Board:
-    """Jobs, caps, batch progress and recent events of one daemon; fed by :meth:`apply` and friends."""
-
-    def __init__(self, recent: int = 200):
-        self.jobs: dict[str, dict[str, Any]] = {}
-        self.progress: dict[str, dict[str, Any]] = {}
-        self.events: deque[dict[str, Any]] = deque(maxlen=recent)
-        self.status: dict[str, Any] | None = None
-        self.last_seq = 0
-
-    def add_jobs(self, records: Iterable[dict[str, Any]]) -> None:
-        """Add or replace job records (from ``ps`` or ``job``)."""
-        for rec in records:
-            self.jobs[rec["id"]] = {**self.jobs.get(rec["id"], {}), **rec}
-        self._trim()
-
-    def apply(self, event: dict[str, Any]) -> None:
-        """Take one event: records in ``data.job`` update the job; other data is progress of ``event.job``."""
-        self.last_seq = max(self.last_seq, event.get("seq") or 0)
-        self.events.append(event)
-        data = event.get("data") or {}
-        if isinstance(data.get("job"), dict) and data["job"].get("id"):
-            self.add_jobs([data["job"]])
-        elif event.get("job") and (event["type"] == "job.progress" or any(k in data for k in PROGRESS_KEYS)):
-            self.progress[event["job"]] = {**self.progress.get(event["job"], {}), **data}
-
-    def _trim(self) -> None:
-        if len(self.jobs) <= MAX_JOBS:
-            return
-        finished = sorted((r.get("completed_at") or "", i) for i, r in self.jobs.items() if r.get("status") in TERMINAL)
-        for _, job_id in finished[: len(self.jobs) - MAX_JOBS]:
-            self.jobs.pop(job_id, None)
-            self.progress.pop(job_id, None)
-
-    def missing_parents(self) -> list[str]:
-        """Parent ids that look like jobs but whose records are not loaded."""
-        return sorted({r["parent"] for r in self.jobs.values()
-                       if r.get("parent") and r["parent"] not in self.jobs and not r["parent"].startswith("group_")})
-
-    # the tree ------------------------------------------------------------
-
-    def tree(self) -> list[Node]:
-        """Sessions → jobs → their children; jobs without session or parent at the top."""
-        nodes = {i: Node(i, job_label(r), i, r.get("status")) for i, r in self.jobs.items()}
-        roots: list[Node] = []
-        extra: dict[str, Node] = {}
-
-        def holder(key: str, label: str, under: list[Node]) -> Node:
-            if key not in extra:
-                extra[key] = Node(key, label)
-                under.append(extra[key])
-            return extra[key]
-
-        for rec in sorted(self.jobs.values(), key=lambda r: (r.get("dispatched_at") or "", r["id"])):
-            top = roots
-            if rec.get("session"):
-                top = holder(f"session:{rec['session']}", f"session {rec['session']}", roots).children
-            parent = rec.get("parent")
-            if parent in nodes and parent != rec["id"]:
-                nodes[parent].children.append(nodes[rec["id"]])
-            elif parent and parent != rec.get("session"):
-                holder(f"parent:{parent}", parent, top).children.append(nodes[rec["id"]])
-            else:
-                top.append(nodes[rec["id"]])
-        for node in [*nodes.values(), *extra.values()]:
-            node.children = self._fold(node)
-        return roots
-
-    def _fold(self, node: Node) -> list[Node]:
-        """Keep live children and the latest finished ones; fold older finished ones into one line."""
-        finished = [c for c in node.children if c.status in TERMINAL and not c.children]
-        if len(finished) <= MAX_FINISHED_CHILDREN:
-            return node.children
-        folded = {c.key for c in finished[:-MAX_FINISHED_CHILDREN]}
-        counts = Counter(c.status for c in finished if c.key in folded)
-        summary = Node(f"folded:{node.key}", f"… {len(folded)} more finished ("
-                       + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ")")
-        return [summary] + [c for c in node.children if c.key not in folded]
-
-    # caps and batches -----------------------------------------------------
-
-    def caps(self) -> list[str]:
-        """One line per cap: pool name, bar, used/limit."""
-        caps = (self.status or {}).get("caps") or {}
-        return [f"{render.short(pool, 16):<16} {bar(use.get('used') or 0, use.get('limit'), 14)}"
-                for pool, use in caps.items()]
-
-    def headline(self) -> str:
-        """Daemon version, pid, uptime, running/queued counts."""
-        st = self.status
-        if not st:
-            return "hermesd: connecting…"
-        return (f"hermesd {st.get('version')} pid {st.get('pid')} up {st.get('uptime_seconds', 0):.0f}s — "
-                f"{st.get('children', 0)} running, {st.get('queued', 0)} queued"
-                + (" (stopping)" if st.get("stopping") else ""))
-
-    def batches(self) -> list[str]:
-        """A line per batch job: status, processed/total, done/failed/discarded, rate and ETA
-        (and, once it ended, its summary on a second line).
-
-        Counts come from the batch's progress events, else from its items' records.
-        """
-        lines = []
-        for rec in self.jobs.values():
-            if rec.get("kind") != "batch":
-                continue
-            prog = self.progress.get(rec["id"], {})
-            items = Counter(r.get("status") for r in self.jobs.values() if r.get("parent") == rec["id"])
-            done = prog.get("done", items.get("completed", 0))
-            failed = prog.get("failed", sum(n for s, n in items.items() if s in TERMINAL - {"completed"}))
-            total = prog.get("total")
-            count = f"{bar(prog.get('processed', done + failed), total, 16)} " if total else ""
-            line = f"{rec['id']}  {rec.get('status')}  {count}{done} done, {failed} failed"
-            if prog.get("discarded") is not None:
-                line += f", {prog['discarded']} discarded"
-            if prog.get("rate_per_minute"):
-                line += f", {prog['rate_per_minute']:g}/min"
-            if prog.get("eta_seconds") is not None and rec.get("status") not in TERMINAL:
-                line += f", ETA {prog['eta_seconds']:.0f}s"
-            lines.append(line)
-            if rec.get("status") in TERMINAL and rec.get("summary"):
-                lines.append(f"  {render.short(rec['summary'], 60)}")
-        return lines
-
-
-def load(conn: Connection, board: Board, backlog: int = BACKLOG_EVENTS) -> Board:
-    """Fill ``board`` from the daemon: status, live jobs, the last ``backlog`` events, missing parents."""
-    board.status = conn.call("status")
-    board.add_jobs(conn.call("ps")["jobs"])
-    start = max(board.last_seq, (board.status.get("last_seq") or 0) - backlog)
-    for event in conn.follow(start, follow=False):
-        board.apply(event)
-    board.add_jobs(fetch_jobs(conn, board.missing_parents()[:50]))
-    return board
-
-
-def fetch_jobs(conn: Connection, ids: Iterable[str]) -> list[dict[str, Any]]:
-    """The records of the jobs ``ids`` that exist (best effort: unknown ids are skipped)."""
-    found = []
-    for job_id in ids:
-        try:
-            found.append(conn.call("job", id=job_id))
-        except ProtocolError:
-            continue
-    return found
-
-
-def snapshot_text(board: Board) -> str:
-    """The board as plain text: headline, caps, batches, the job tree."""
-    lines = [board.headline(), "", "caps:"] + [f"  {c}" for c in board.caps()]
-    if board.batches():
-        lines += ["", "batches:"] + [f"  {b}" for b in board.batches()]
-    lines += ["", "jobs:"]
-
-    def walk(nodes: list[Node], depth: int) -> None:
-        for node in nodes:
-            lines.append("  " * (depth + 1) + node.label)
-            walk(node.children, depth + 1)
-
-    walk(board.tree(), 0)
-    if not board.jobs:
-        lines.append("  (none)")
-    return "\n".join(lines)
+from client.board import Board, load, snapshot_text
+from client.common import DEFAULT_TIMEOUT, conn, is_json, out, root_obj
 
 
 @click.command("top")
@@ -237,24 +19,22 @@ def snapshot_text(board: Board) -> str:
 @click.option("--once", is_flag=True, help="Print one text snapshot and exit (the default without a terminal).")
 @click.option("--refresh", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="Seconds between status refreshes in the TUI.")
-@click.pass_context
-def top_command(ctx: click.Context, json_: bool, once: bool, refresh: float) -> None:
-    """Live view of hermesd: the job tree (sessions → delegations → children), caps, batch
-    progress and recent events.  Keys: c cancel the selected job, l show its log, q quit.
+def top_command(json_: bool, once: bool, refresh: float) -> None:
+    """Live view of hermesd: the job tree (sessions → delegations → children; running jobs
+    first, with model calls, elapsed time and last activity), caps, batch progress and
+    recent events.  Keys: c cancel the selected job (asks first), l show its log, q quit.
     Without a terminal (cron, pipes) it prints one snapshot instead."""
-    root = ctx.find_root().obj or {}
-    as_json = json_ or bool(root.get("json"))
-    conn = Connection(root.get("runtime_dir"), timeout=root.get("timeout", 10.0))
+    as_json = json_ or is_json()
     if as_json or once or not (sys.stdin.isatty() and sys.stdout.isatty()):
-        board = load(conn, Board())
-        conn.close()
+        board = load(conn(), Board())
         if as_json:
             return render.emit_json({"status": board.status, "caps": board.status.get("caps"),
                                      "batches": board.batches(), "tree": [n.to_json() for n in board.tree()],
                                      "last_seq": board.last_seq})
-        return click.echo(snapshot_text(board))
-    conn.call("hello")  # fail early and clearly (exit 3) when the daemon is not running
-    conn.close()
+        return out(snapshot_text(board))
+    conn().call("hello")  # fail early and clearly (exit 3) when the daemon is not running
+    conn().close()
     from client.tui import TopApp
 
-    TopApp(runtime_dir=root.get("runtime_dir"), timeout=root.get("timeout", 10.0), refresh=refresh).run()
+    obj = root_obj()
+    TopApp(runtime_dir=obj.get("runtime_dir"), timeout=obj.get("timeout") or DEFAULT_TIMEOUT, refresh=refresh).run()

@@ -8,6 +8,10 @@ tails the log panel's job with ``logs`` and carries out the keys' requests
 (``cancel``).  Neither touches the UI: both put messages on an inbox queue
 that the app drains on a timer, so a slow or absent daemon never freezes
 the screen.
+
+The layout fits 80×24: the job tree takes what the side panel (caps, batches)
+and a short event log leave, and running jobs come first in it.  ``c`` asks
+before it cancels (:class:`ConfirmCancel`).
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from typing import Any
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, RichLog, Static, Tree
 
 from client import render
 from client.connection import ClientError, Connection
-from client.top import TERMINAL, Board, Node, fetch_jobs, load
+from client.board import Board, Node, fetch_jobs, load
+from client.common import DEFAULT_TIMEOUT, TERMINAL
 from hermesd.protocol import ProtocolError
 
 STATUS_STYLE = {"queued": "yellow", "starting": "cyan", "running": "bold cyan", "completed": "green",
@@ -32,23 +38,47 @@ STATUS_STYLE = {"queued": "yellow", "starting": "cyan", "running": "bold cyan", 
 RETRY_SECONDS = 1.0
 
 
+class ConfirmCancel(ModalScreen[bool]):
+    """Asks before ``c`` cancels a job: ``y`` cancels it, ``n`` or Escape keeps it."""
+
+    DEFAULT_CSS = """
+    ConfirmCancel { align: center middle; }
+    #question { width: 64; max-width: 90%; height: auto; border: thick $error; padding: 1 2; background: $surface; }
+    """
+    BINDINGS = [("y", "answer(True)", "Cancel it"), ("n", "answer(False)", "Keep it"),
+                ("escape", "answer(False)", "Keep it")]
+
+    def __init__(self, job: str, goal: str):
+        super().__init__()
+        self.job, self.goal = job, goal
+
+    def compose(self) -> ComposeResult:
+        """The question, the job's goal and the keys."""
+        yield Static(Text(f"Cancel {self.job}?\n{render.short(self.goal, 120)}\n\n"
+                          "y: cancel it    n or Esc: keep it running"), id="question")
+
+    def action_answer(self, yes: bool) -> None:
+        """Close with the answer."""
+        self.dismiss(yes)
+
+
 class TopApp(App):
     """``hermesctl top``.  ``runtime_dir``/``timeout`` as for :class:`Connection`; ``refresh`` in seconds."""
 
     TITLE = "hermesctl top"
     CSS = """
     #main { height: 1fr; }
-    #jobs { width: 2fr; border: round $primary; }
-    #side { width: 1fr; }
-    #caps, #batches { height: auto; border: round $secondary; padding: 0 1; }
-    #events { height: 10; border: round $secondary; }
-    #log { height: 14; border: round $accent; display: none; }
+    #jobs { width: 1fr; border: round $primary; }
+    #side { width: 38; max-width: 45%; }
+    #caps, #batches { height: auto; max-height: 50%; border: round $secondary; padding: 0 1; }
+    #events { height: 25%; min-height: 4; max-height: 10; border: round $secondary; }
+    #log { height: 40%; border: round $accent; display: none; }
     #log.shown { display: block; }
     """
     BINDINGS = [("c", "cancel_job", "Cancel job"), ("l", "toggle_log", "Log"), ("escape", "close_log", "Close log"),
                 ("q", "quit", "Quit")]
 
-    def __init__(self, runtime_dir: Any = None, timeout: float = 10.0, refresh: float = 1.0):
+    def __init__(self, runtime_dir: Any = None, timeout: float = DEFAULT_TIMEOUT, refresh: float = 1.0):
         super().__init__()
         self.runtime_dir, self.timeout, self.refresh_seconds = runtime_dir, timeout, refresh
         self.board = Board()
@@ -215,7 +245,7 @@ class TopApp(App):
     def _show(self) -> None:
         if self.connected:
             self.sub_title = self.board.headline()
-        self.caps_panel.update(Text("\n".join(self.board.caps()) or "(no caps yet)"))
+        self.caps_panel.update(Text("\n".join(self.board.caps(bar_width=8)) or "(no caps yet)"))
         self.batch_panel.update(Text("\n".join(self.board.batches()) or "(no batch jobs)"))
         self._sync(self.jobs_tree.root, self.board.tree())
 
@@ -248,13 +278,20 @@ class TopApp(App):
     # keys ----------------------------------------------------------------------------
 
     def action_cancel_job(self) -> None:
-        """``c``: cancel the selected job (interrupted, ends cancelled with its partial output)."""
+        """``c``: after a ``y`` to :class:`ConfirmCancel`, cancel the selected job
+        (interrupted, it ends cancelled with its partial output)."""
         job = self.selected_job()
         if job is None:
             return self.notify("select a job first", severity="warning")
-        if self.board.jobs.get(job, {}).get("status") in TERMINAL:
+        rec = self.board.jobs.get(job, {})
+        if rec.get("status") in TERMINAL:
             return self.notify(f"{job} has already finished", severity="warning")
-        self._requests.put(("cancel", job))
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._requests.put(("cancel", job))
+
+        self.push_screen(ConfirmCancel(job, rec.get("goal") or ""), answered)
 
     def action_toggle_log(self) -> None:
         """``l``: show the selected job's log, following it; again to hide it."""

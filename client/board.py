@@ -1,0 +1,253 @@
+"""What ``hermesctl top`` shows, built from job records and events.
+
+:class:`Board` is the whole picture — jobs, the daemon's caps, batch progress,
+recent events — updated only from what the daemon sends (``status``, ``ps``,
+events), so the TUI (``client/tui.py``) and the one-shot snapshot (no
+terminal, or ``--json``) show the same thing.  The job tree follows the
+records' ``session`` and ``parent``: sessions → their jobs → the jobs those
+started; live jobs come before finished ones at every level, so running work
+stays in view on a small terminal.  This module imports no textual.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from client import render
+from client.common import TERMINAL
+from client.connection import Connection
+from hermesd.protocol import ProtocolError
+
+BACKLOG_EVENTS = 500
+"""How many past events a fresh board reads (recently finished jobs come from their ``job.state`` events)."""
+MAX_JOBS = 2000
+MAX_FINISHED_CHILDREN = 20
+PROGRESS_KEYS = ("done", "failed", "discarded", "total", "processed", "rate_per_minute", "eta_seconds")
+"""Fields of a batch's progress events (``batch.progress``) that the board keeps."""
+
+
+@dataclass
+class Node:
+    """One line of the job tree: ``key`` is unique; ``job`` is the job id (None for sessions, groups, summaries)."""
+
+    key: str
+    label: str
+    job: str | None = None
+    status: str | None = None
+    children: list["Node"] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``--json``."""
+        return {"key": self.key, "label": self.label, "job": self.job, "status": self.status,
+                "children": [c.to_json() for c in self.children]}
+
+
+def duration(rec: dict[str, Any], now: float | None = None) -> str:
+    """A job's duration for display: final, or elapsed so far while it runs (``-`` while unknown)."""
+    dur = render.running_for(rec, now)
+    return f"{dur:.1f}s" if dur is not None and rec.get("status") in TERMINAL else render.elapsed(dur)
+
+
+def job_label(rec: dict[str, Any], now: float | None = None) -> str:
+    """One job as one line: id, kind, status, duration (elapsed while running), model
+    calls, the last thing it did while live (``[turn 3 terminal 4s ago]``), goal."""
+    activity = rec.get("last_activity")
+    doing = ""
+    if activity and rec.get("status") not in TERMINAL:
+        ago = (now if now is not None else time.time()) - activity[0]
+        doing = f"  [{activity[1]} {render.elapsed(ago)} ago]"
+    return (f"{rec['id']}  {rec.get('kind') or '?'}  {rec.get('status') or '?'}  {duration(rec, now)}"
+            f"  {rec.get('api_calls') or 0} calls{doing}  {render.short(rec.get('goal'), 50)}")
+
+
+def is_live(node: "Node") -> bool:
+    """A job not yet finished, or a holder (session, group) with a live job under it."""
+    return node.status not in TERMINAL if node.job else any(is_live(c) for c in node.children)
+
+
+def bar(used: int, limit: int | None, width: int = 20) -> str:
+    """``█████░░░░░ 2/4`` (no bar when the pool is unlimited)."""
+    if not limit:
+        return f"{used}/-"
+    filled = min(width, round(width * used / limit))
+    return "█" * filled + "░" * (width - filled) + f" {used}/{limit}"
+
+
+class Board:
+    """Jobs, caps, batch progress and recent events of one daemon; fed by :meth:`apply` and friends."""
+
+    def __init__(self, recent: int = 200):
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.progress: dict[str, dict[str, Any]] = {}
+        self.events: deque[dict[str, Any]] = deque(maxlen=recent)
+        self.status: dict[str, Any] | None = None
+        self.last_seq = 0
+
+    def add_jobs(self, records: Iterable[dict[str, Any]]) -> None:
+        """Add or replace job records (from ``ps`` or ``job``)."""
+        for rec in records:
+            self.jobs[rec["id"]] = {**self.jobs.get(rec["id"], {}), **rec}
+        self._trim()
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """Take one event: records in ``data.job`` update the job; other data is progress of ``event.job``."""
+        self.last_seq = max(self.last_seq, event.get("seq") or 0)
+        self.events.append(event)
+        data = event.get("data") or {}
+        if isinstance(data.get("job"), dict) and data["job"].get("id"):
+            self.add_jobs([data["job"]])
+            return
+        if event["type"] == "job.progress" and event.get("job") in self.jobs:
+            rec = self.jobs[event["job"]]
+            if isinstance(data.get("api_calls"), int):
+                rec["api_calls"] = data["api_calls"]
+            what = data.get("tool") or "model"
+            when = render.epoch(event.get("time")) or time.time()
+            rec["last_activity"] = (when, f"turn {data['turn']} {what}" if data.get("turn") else what)
+        if event.get("job") and (event["type"] == "job.progress" or any(k in data for k in PROGRESS_KEYS)):
+            self.progress[event["job"]] = {**self.progress.get(event["job"], {}), **data}
+
+    def _trim(self) -> None:
+        if len(self.jobs) <= MAX_JOBS:
+            return
+        finished = sorted((r.get("completed_at") or "", i) for i, r in self.jobs.items() if r.get("status") in TERMINAL)
+        for _, job_id in finished[: len(self.jobs) - MAX_JOBS]:
+            self.jobs.pop(job_id, None)
+            self.progress.pop(job_id, None)
+
+    def missing_parents(self) -> list[str]:
+        """Parent ids that look like jobs but whose records are not loaded."""
+        return sorted({r["parent"] for r in self.jobs.values()
+                       if r.get("parent") and r["parent"] not in self.jobs and not r["parent"].startswith("group_")})
+
+    # the tree ------------------------------------------------------------
+
+    def tree(self) -> list[Node]:
+        """Sessions → jobs → their children; jobs without session or parent at the top."""
+        now = time.time()
+        nodes = {i: Node(i, job_label(r, now), i, r.get("status")) for i, r in self.jobs.items()}
+        roots: list[Node] = []
+        extra: dict[str, Node] = {}
+
+        def holder(key: str, label: str, under: list[Node]) -> Node:
+            if key not in extra:
+                extra[key] = Node(key, label)
+                under.append(extra[key])
+            return extra[key]
+
+        for rec in sorted(self.jobs.values(), key=lambda r: (r.get("dispatched_at") or "", r["id"])):
+            top = roots
+            if rec.get("session"):
+                top = holder(f"session:{rec['session']}", f"session {rec['session']}", roots).children
+            parent = rec.get("parent")
+            if parent in nodes and parent != rec["id"]:
+                nodes[parent].children.append(nodes[rec["id"]])
+            elif parent and parent != rec.get("session"):
+                holder(f"parent:{parent}", parent, top).children.append(nodes[rec["id"]])
+            else:
+                top.append(nodes[rec["id"]])
+        for node in [*nodes.values(), *extra.values()]:
+            node.children = self._fold(node)
+        for node in [*nodes.values(), *extra.values()]:
+            node.children.sort(key=lambda c: not is_live(c))  # stable: live first, each in dispatch order
+        roots.sort(key=lambda c: not is_live(c))
+        return roots
+
+    def _fold(self, node: Node) -> list[Node]:
+        """Keep live children and the latest finished ones; fold older finished ones into one line."""
+        finished = [c for c in node.children if c.status in TERMINAL and not c.children]
+        if len(finished) <= MAX_FINISHED_CHILDREN:
+            return node.children
+        folded = {c.key for c in finished[:-MAX_FINISHED_CHILDREN]}
+        counts = Counter(c.status for c in finished if c.key in folded)
+        summary = Node(f"folded:{node.key}", f"… {len(folded)} more finished ("
+                       + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ")")
+        return [summary] + [c for c in node.children if c.key not in folded]
+
+    # caps and batches -----------------------------------------------------
+
+    def caps(self, bar_width: int = 14) -> list[str]:
+        """One line per cap: pool name, bar of ``bar_width`` cells, used/limit."""
+        caps = (self.status or {}).get("caps") or {}
+        return [f"{render.short(pool, 16):<16} {bar(use.get('used') or 0, use.get('limit'), bar_width)}"
+                for pool, use in caps.items()]
+
+    def headline(self) -> str:
+        """Daemon version, pid, uptime, running/queued counts."""
+        st = self.status
+        if not st:
+            return "hermesd: connecting…"
+        return (f"hermesd {st.get('version')} pid {st.get('pid')} up {st.get('uptime_seconds', 0):.0f}s — "
+                f"{st.get('children', 0)} running, {st.get('queued', 0)} queued"
+                + (" (stopping)" if st.get("stopping") else ""))
+
+    def batches(self) -> list[str]:
+        """A line per batch job: status, processed/total, done/failed/discarded, rate and ETA
+        (and, once it ended, its summary on a second line).
+
+        Counts come from the batch's progress events, else from its items' records.
+        """
+        lines = []
+        for rec in self.jobs.values():
+            if rec.get("kind") != "batch":
+                continue
+            prog = self.progress.get(rec["id"], {})
+            items = Counter(r.get("status") for r in self.jobs.values() if r.get("parent") == rec["id"])
+            done = prog.get("done", items.get("completed", 0))
+            failed = prog.get("failed", sum(n for s, n in items.items() if s in TERMINAL - {"completed"}))
+            total = prog.get("total")
+            count = f"{bar(prog.get('processed', done + failed), total, 16)} " if total else ""
+            line = f"{rec['id']}  {rec.get('status')}  {count}{done} done, {failed} failed"
+            if prog.get("discarded") is not None:
+                line += f", {prog['discarded']} discarded"
+            if prog.get("rate_per_minute"):
+                line += f", {prog['rate_per_minute']:g}/min"
+            if prog.get("eta_seconds") is not None and rec.get("status") not in TERMINAL:
+                line += f", ETA {prog['eta_seconds']:.0f}s"
+            lines.append(line)
+            if rec.get("status") in TERMINAL and rec.get("summary"):
+                lines.append(f"  {render.short(rec['summary'], 60)}")
+        return lines
+
+
+def load(conn: Connection, board: Board, backlog: int = BACKLOG_EVENTS) -> Board:
+    """Fill ``board`` from the daemon: status, live jobs, the last ``backlog`` events, missing parents."""
+    board.status = conn.call("status")
+    board.add_jobs(conn.call("ps")["jobs"])
+    start = max(board.last_seq, (board.status.get("last_seq") or 0) - backlog)
+    for event in conn.follow(start, follow=False):
+        board.apply(event)
+    board.add_jobs(fetch_jobs(conn, board.missing_parents()[:50]))
+    return board
+
+
+def fetch_jobs(conn: Connection, ids: Iterable[str]) -> list[dict[str, Any]]:
+    """The records of the jobs ``ids`` that exist (best effort: unknown ids are skipped)."""
+    found = []
+    for job_id in ids:
+        try:
+            found.append(conn.call("job", id=job_id))
+        except ProtocolError:
+            continue
+    return found
+
+
+def snapshot_text(board: Board) -> str:
+    """The board as plain text: headline, caps, batches, the job tree."""
+    lines = [board.headline(), "", "caps:"] + [f"  {c}" for c in board.caps()]
+    if board.batches():
+        lines += ["", "batches:"] + [f"  {b}" for b in board.batches()]
+    lines += ["", "jobs:"]
+
+    def walk(nodes: list[Node], depth: int) -> None:
+        for node in nodes:
+            lines.append("  " * (depth + 1) + node.label)
+            walk(node.children, depth + 1)
+
+    walk(board.tree(), 0)
+    if not board.jobs:
+        lines.append("  (none)")
+    return "\n".join(lines)

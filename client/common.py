@@ -1,0 +1,262 @@
+"""What every front end shares, defined once: the global options, the connection
+of an invocation, output and errors, exit codes, waiting for a job, reading text.
+
+Clients import in one direction: ``client.ctl`` (the ``hermesctl`` group)
+imports the command families (``sessions``, ``batch``, ``kanban``, ``top``),
+and every one of them imports this module, ``client.render`` and
+``client.connection`` — never ``ctl``.  Nothing heavy is imported here (no
+rich, textual, prompt_toolkit or jsonschema): a command that needs one imports
+it inside its body, so ``hermesctl status`` starts fast.
+
+Exit codes (:data:`hermesd.protocol.EXIT_CODES`): 0 success, 1 internal error,
+2 usage or bad request, 3 daemon not running or shutting down, 4
+capacity_reached/depth_limit, 5 not found, 6 invalid state, 7 invalid config,
+8 version mismatch, 9 timeout, 10 the job ended but did not complete, 130
+interrupted by a person (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import click
+
+from client import render
+from client.connection import ClientError, Connection
+from hermesd.protocol import EXIT_CODES, ProtocolError
+
+TERMINAL = frozenset({"completed", "failed", "interrupted", "timed_out", "cancelled", "lost"})
+"""Job statuses that are final (the daemon's ``hermesd.jobs.TERMINAL``, as seen on the wire)."""
+DEFAULT_TIMEOUT = 30.0
+"""Seconds a client waits for one reply (``--timeout``), the same for every front end."""
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT, as shells report it)."""
+COMPLETION_HELP = ("Shell completion (commands, options, job ids): "
+                   'eval "$(_HERMESCTL_COMPLETE=bash_source hermesctl)" in ~/.bashrc, '
+                   'or zsh_source in ~/.zshrc, or fish_source in fish.')
+
+
+# -- options and the invocation's state ------------------------------------------------------------
+
+
+def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(dict)["json"] = True
+
+
+def json_option(fn: Callable) -> Callable:
+    """Add ``--json`` to a command (also accepted on the group, before the subcommand)."""
+    return click.option("--json", "json_", is_flag=True, expose_value=False, callback=_set_json,
+                        is_eager=True, help="Machine-readable output: one JSON object per line.")(fn)
+
+
+def _set_root(name: str) -> Callable:
+    def store(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        ctx.ensure_object(dict)[name] = value
+        return value
+    return store
+
+
+def global_options(fn: Callable) -> Callable:
+    """The options every front end takes before its command: ``--json``,
+    ``--runtime-dir`` (``HERMES_RUNTIME_DIR``) and ``--timeout`` (seconds per reply,
+    :data:`DEFAULT_TIMEOUT`).  They are stored on the root context's ``obj``."""
+    fn = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT,
+                      show_default=True, expose_value=False, callback=_set_root("timeout"),
+                      help="Seconds to wait for a reply from hermesd.")(fn)
+    fn = click.option("--runtime-dir", envvar="HERMES_RUNTIME_DIR", type=click.Path(file_okay=False), default=None,
+                      expose_value=False, callback=_set_root("runtime_dir"),
+                      help="Runtime directory of the daemon's sockets.")(fn)
+    return json_option(fn)
+
+
+def root_obj() -> dict[str, Any]:
+    """The root context's ``obj`` (global options, the connection)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.find_root().ensure_object(dict) if ctx else {}
+
+
+def is_json() -> bool:
+    """True when ``--json`` was given anywhere on the command line."""
+    return bool(root_obj().get("json"))
+
+
+def conn() -> Connection:
+    """The connection of the current invocation (made on first use)."""
+    obj = root_obj()
+    if "conn" not in obj:
+        obj["conn"] = new_connection()
+    return obj["conn"]
+
+
+def new_connection(timeout: float | None = None) -> Connection:
+    """A fresh connection with the invocation's runtime directory and ``timeout`` (default ``--timeout``);
+    for a second thread (ZeroMQ sockets are not thread-safe)."""
+    obj = root_obj()
+    return Connection(obj.get("runtime_dir"), timeout=timeout or obj.get("timeout") or DEFAULT_TIMEOUT)
+
+
+# -- output and errors -----------------------------------------------------------------------------
+
+
+def out(text: Any = "", *, nl: bool = True, err: bool = False) -> None:
+    """Print text for people, control characters escaped (:func:`render.clean`)."""
+    click.echo(render.clean(text), nl=nl, err=err)
+
+
+def program_name() -> str:
+    """``hermesctl`` or ``hermes-batch``: the name errors are prefixed with."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.find_root().info_name if ctx else os.path.basename(sys.argv[0] or "hermesctl")
+
+
+def fail(code: str, message: str) -> None:
+    """Report an error (stderr, and JSON on stdout with ``--json``) and exit with its code."""
+    if is_json():
+        render.emit_json({"error": {"code": code, "message": message}})
+    out(f"{program_name()}: {message}", err=True)
+    sys.exit(EXIT_CODES.get(code, 1))
+
+
+def show(obj: dict[str, Any], text: Callable[[dict[str, Any]], str] | None = None) -> None:
+    """Print one result: JSON with ``--json``, else ``text(obj)`` or readable key: value lines."""
+    if is_json():
+        render.emit_json(obj)
+    else:
+        out(text(obj) if text is not None else render.fields_text(obj))
+
+
+def print_all(items: list[dict[str, Any]], text: Callable[[dict[str, Any]], str], empty: str) -> None:
+    """Print a list: one JSON object per line with ``--json``, else ``text(item)`` each (``empty`` for none)."""
+    for item in items:
+        render.emit_json(item) if is_json() else out(text(item))
+    if not items and not is_json():
+        out(empty)
+
+
+class Ctl(click.Group):
+    """A click group that turns protocol and connection errors into clean exits,
+    and usage errors into JSON too when ``--json`` is on the command line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ProtocolError as err:
+            fail(err.code, err.message)
+        except ClientError as err:
+            fail(err.code, err.message)
+        except KeyboardInterrupt:
+            click.echo("", err=True)
+            sys.exit(INTERRUPTED)
+
+    def main(self, args: list[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:
+        """Run the command line; a usage error prints click's message (and with ``--json``
+        one ``{"error": {"code": "bad_request", …}}`` line on stdout) and exits 2."""
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            code = super().main(argv, prog_name, standalone_mode=False, **extra)
+        except click.ClickException as err:
+            if "--json" in argv:
+                render.emit_json({"error": {"code": "bad_request", "message": err.format_message()}})
+            err.show()
+            sys.exit(err.exit_code)
+        except click.Abort:
+            click.echo("", err=True)
+            sys.exit(INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+# -- requests that several commands make -----------------------------------------------------------
+
+
+def working_dir() -> str:
+    """The current directory (a request's default ``cwd``); exits cleanly (``bad_request``,
+    status 2) when the shell's directory was deleted under it."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        fail("bad_request", "the current directory no longer exists; cd elsewhere or pass --cwd")
+        raise  # not reached: fail() exits
+
+
+def split(value: str | None) -> list[str] | None:
+    """``"a, b,c"`` → ``["a", "b", "c"]``; None or empty → None."""
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def text_input(name: str, what: str) -> Callable:
+    """An optional argument ``NAME`` and an option ``--NAME-file FILE`` for a command's
+    long text: ``NAME`` ``-`` or ``--NAME-file -`` reads standard input (the shell
+    limits arguments to 128 KiB).  Resolve it with :func:`read_text`."""
+    def deco(fn: Callable) -> Callable:
+        fn = click.option(f"--{name}-file", f"{name}_file", type=click.File("r", encoding="utf-8"), default=None,
+                          help=f"Read the {what} from this file ('-': standard input).")(fn)
+        return click.argument(name, required=False)(fn)
+    return deco
+
+
+def read_text(value: str | None, file: Any, name: str) -> str:
+    """The text given as argument ``name`` (``-``: standard input) or by ``--NAME-file``;
+    raises :class:`click.UsageError` when neither or both are given."""
+    if (value is None) == (file is None):
+        raise click.UsageError(f"give {name.upper()} or --{name}-file (not both); '-' reads standard input")
+    if file is not None:
+        return file.read()
+    return sys.stdin.read() if value == "-" else value
+
+
+def exit_for(record: dict[str, Any]) -> None:
+    """Exit 10 (``job_failed``) unless the job completed."""
+    if record.get("status") != "completed":
+        sys.exit(EXIT_CODES["job_failed"])
+
+
+def stopped_watching(job_id: str, follow: str | None = None, cancel: str | None = None) -> None:
+    """After Ctrl-C on a foreground wait: say what goes on and how to reach it, exit 130."""
+    follow = follow or f"hermesctl wait {job_id}"
+    cancel = cancel or f"hermesctl cancel {job_id}"
+    click.echo(f"\nstopped watching; {job_id} goes on in hermesd (follow: {follow}; stop: {cancel})", err=True)
+    sys.exit(INTERRUPTED)
+
+
+def wait_job(job_id: str, timeout: float | None = None, *, quiet: bool = False) -> dict[str, Any]:
+    """Block until job ``job_id`` is terminal and return its record; ``timeout``
+    seconds (None: no limit) then exit 9.  On a terminal (stderr), unless
+    ``quiet`` or ``--json``, one line shows that it waits: status, elapsed time,
+    model calls.  Ctrl-C says what goes on (:func:`stopped_watching`).  A daemon
+    restart is waited out when there is no timeout."""
+    live = not quiet and not is_json() and sys.stderr.isatty()
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    shown = False
+    try:
+        while True:
+            chunk = 1.0 if live else 30.0
+            if deadline is not None:
+                chunk = max(0.0, min(chunk, deadline - time.monotonic()))
+            try:
+                answer = conn().call("wait", chunk + 10.0, id=job_id, timeout=chunk)
+            except ClientError as err:
+                if err.code != "timeout" and not (err.code == "daemon_not_running" and deadline is None):
+                    raise
+                time.sleep(0.5)  # the daemon is restarting: try again
+                continue
+            if answer["done"]:
+                return answer["job"]
+            if live:
+                rec = answer["job"]
+                click.echo(f"\r\033[Kwaiting for {job_id}: {rec['status']} · "
+                           f"{render.elapsed(time.monotonic() - start)} · {rec.get('api_calls') or 0} model call(s)"
+                           " · Ctrl-C stops watching", nl=False, err=True)
+                shown = True
+            if deadline is not None and time.monotonic() >= deadline:
+                fail("timeout", f"job {job_id} is still {answer['job']['status']} after {timeout:g}s")
+    except KeyboardInterrupt:
+        stopped_watching(job_id)
+        raise  # not reached
+    finally:
+        if shown:
+            click.echo("\r\033[K", nl=False, err=True)
