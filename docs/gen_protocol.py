@@ -49,6 +49,8 @@ EVENT_MEANINGS = {
     "daemon.reload_failed": "A reload was refused; the running config is kept. `data`: `error`, `file`, "
     "`line`, `key`, `reason`.",
     "session.created": "A session was created. `data.session`: its id.",
+    "session.reset": "A session's messages were forgotten. `data`: `session`, `messages_removed`.",
+    "session.deleted": "A session and its messages were deleted. `data`: `session`, `messages_removed`.",
     "session.turn": "A session turn ended and its messages were stored. `data`: `status`, `reply`, "
     "`notification` (the delivered job id, for a delivery turn).",
     "batch.progress": "Progress of a batch run: `total`, `done`, `discarded`, `failed`, `running`, `pending`, "
@@ -58,6 +60,7 @@ EVENT_MEANINGS = {
     "kanban.status": "A task changed status. `data`: `task`, `board`, `title`, `status`, `previous`, `reason`, "
     "`assignee`, `result` (when done); `job`: the worker concerned, if any.",
     "kanban.linked": "A task now waits for another. `data`: `task`, `parent`, `child`, `by`.",
+    "kanban.unlinked": "A task no longer waits for another. `data`: `task`, `parent`, `child`, `by`.",
     "kanban.commented": "A comment was added. `data`: `task`, `author`, `text`.",
     "kanban.claimed": "The dispatcher claimed a ready task for a new worker job. `data`: `task`, `worker`, "
     "`assignee`, `attempt`.",

@@ -6,7 +6,12 @@ must be an integer >= 1, not 'three'``).  Unknown keys are errors too, so a
 typo never silently falls back to a default.
 
 Each section is a frozen dataclass; a field's type and ``metadata`` (``min``,
-``choices``) are its validation rule, so the schema is written once.
+``choices``, ``names`` for lists, ``url``) are its validation rule, so the
+schema is written once.  Every name is checked where it is given: a toolset
+that does not exist, a provider that does not exist or a ``base_url`` that is
+not an ``http(s)://`` URL is an error of ``check-config`` and ``reload``.
+PyYAML is imported when a file is parsed (clients import this module for its
+names and stay fast).
 """
 
 from __future__ import annotations
@@ -16,11 +21,14 @@ import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from hermesd import paths
+from hermesd.protocol import TOOLSETS
+
+if TYPE_CHECKING:
+    import yaml
 
 PROVIDERS = ("anthropic", "openai-compat", "local", "scripted")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -53,6 +61,10 @@ def _min(n: float) -> dict[str, Any]:
 
 def _choices(*values: str) -> dict[str, Any]:
     return {"choices": values}
+
+
+TOOLSET_NAMES = {"names": (*TOOLSETS, "all", "*")}
+URL = {"url": True}
 
 
 @dataclass(frozen=True)
@@ -115,9 +127,9 @@ class Config:
 
     model: str | None = None
     provider: str | None = field(default=None, metadata=_choices(*PROVIDERS))
-    base_url: str | None = None
+    base_url: str | None = field(default=None, metadata=URL)
     reasoning_effort: str | None = field(default=None, metadata=_choices(*REASONING_EFFORTS))
-    toolsets: list[str] = field(default_factory=lambda: ["terminal", "file", "web"])
+    toolsets: list[str] = field(default_factory=lambda: ["terminal", "file", "web"], metadata=TOOLSET_NAMES)
     delegation: Delegation = field(default_factory=Delegation)
     supervisor: Supervisor = field(default_factory=Supervisor)
     limits: Limits = field(default_factory=Limits)
@@ -150,13 +162,15 @@ class _Lines:
     mapping (YAML would silently keep the last).
     """
 
-    def __init__(self, node: yaml.Node | None):
+    def __init__(self, node: "yaml.Node | None"):
         self.lines: dict[str, int] = {}
         self.duplicates: list[tuple[str, int, int]] = []
         if node is not None:
             self._walk(node, "")
 
-    def _walk(self, node: yaml.Node, prefix: str) -> None:
+    def _walk(self, node: "yaml.Node", prefix: str) -> None:
+        import yaml
+
         if isinstance(node, yaml.MappingNode):
             for key_node, value_node in node.value:
                 key = f"{prefix}{key_node.value}"
@@ -208,6 +222,13 @@ def _convert(value: Any, hint: Any, meta: dict[str, Any]) -> Any:
         ok = value in meta["choices"]
     if not ok:
         raise ValueError(f"must be {_describe(hint, meta)}, not {value!r}")
+    unknown = [v for v in value if v not in meta["names"]] if "names" in meta else []
+    if unknown:
+        raise ValueError(f"unknown name(s) {', '.join(map(repr, unknown))}; known: {', '.join(meta['names'])}")
+    if meta.get("url") and value is not None:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in value):
+            raise ValueError(f"must be an http:// or https:// URL such as http://localhost:8000, not {value!r}")
     return value
 
 
@@ -243,6 +264,8 @@ def _build(cls: type, data: Any, prefix: str, file: str | None, lines: _Lines, e
 
 def parse(text: str, file: str | None = None) -> Config:
     """Validate YAML ``text`` into a :class:`Config`.  Raises :class:`ConfigError`."""
+    import yaml
+
     try:
         loader = yaml.SafeLoader(text)
         try:

@@ -4,6 +4,7 @@ Task statuses and how a task moves between them::
 
     triage   --unblock-->                     todo | ready
     todo     --every parent done-->           ready
+    todo     --a parent archived unfinished-->  blocked   (unlinking that parent moves it on)
     ready    --claim (dispatcher)-->          running
     ready    --link to an unfinished task-->  todo
     ready    --N failed spawns-->             blocked
@@ -44,7 +45,7 @@ from hermesd.store import Store
 STATUSES = ("triage", "todo", "ready", "running", "blocked", "review", "done", "archived")
 TRANSITIONS: dict[str, frozenset[str]] = {
     "triage": frozenset({"todo", "ready", "archived"}),
-    "todo": frozenset({"ready", "archived"}),
+    "todo": frozenset({"ready", "blocked", "archived"}),
     "ready": frozenset({"running", "todo", "blocked", "archived"}),
     "running": frozenset({"done", "blocked", "ready", "todo", "archived"}),
     "blocked": frozenset({"todo", "ready", "archived"}),
@@ -290,6 +291,44 @@ class Board:
             child = self._set(out, child, "todo", reason=f"waits for {parent['id']}")
         return self.record(child)
 
+    def unlink(self, actor: Actor, parent: Any, child: Any) -> dict[str, Any]:
+        """Make task ``child`` stop waiting for task ``parent``; returns the child's record.
+
+        A ``todo`` child whose other parents are all done becomes ``ready``.
+        Raises ``not_found`` (either task, or no such link)."""
+        self._not_worker(actor, "unlink tasks")
+        child_row, parent_row = self.require(child), self.require(parent)
+        if parent_row["id"] not in {p["id"] for p in self.parents(child_row["id"])}:
+            raise ProtocolError("not_found", f"task {child_row['id']} does not wait for {parent_row['id']}",
+                                {"task": child_row["id"], "parent": parent_row["id"]})
+        return self.run(self._unlink, actor, parent_row, child_row)
+
+    def _unlink(self, out: list, actor: Actor, parent: dict, child: dict) -> dict[str, Any]:
+        self.store.db.execute("DELETE FROM kanban_links WHERE parent = ? AND child = ?", (parent["id"], child["id"]))
+        out.append(self.events.record("kanban.unlinked", data=self._data(child, parent=parent["id"], child=child["id"],
+                                                                         by=actor.name)))
+        if child["status"] == "todo" and self._waiting_status(child["id"]) == "ready":
+            child = self._set(out, child, "ready", reason=f"no longer waits for {parent['id']}")
+        elif (child["status"] == "blocked" and (child["block_reason"] or "").endswith(" archived unfinished")
+              and not self._archived_parents(child["id"])):  # blocked only by the archived parent: goes on
+            child = self._set(out, child, self._waiting_status(child["id"]),
+                              reason=f"no longer waits for {parent['id']}", block_reason=None)
+        return self.record(child)
+
+    def _archived_parents(self, task_id: str) -> list[str]:
+        """Parents of ``task_id`` archived before they were done: it would wait for them forever."""
+        return [p["id"] for p in self.parents(task_id) if p["status"] == "archived" and not p["completed_at"]]
+
+    def unassigned_check(self, profile: str) -> None:
+        """Raise ``invalid_state`` naming the unfinished tasks assigned to ``profile`` (before it is deleted)."""
+        rows = self.store.all("SELECT id FROM kanban_tasks WHERE assignee = ? AND status NOT IN ('done', 'archived') "
+                              "ORDER BY num", (profile,))
+        if rows:
+            ids = ", ".join(r["id"] for r in rows[:10]) + (" …" if len(rows) > 10 else "")
+            raise ProtocolError("invalid_state", f"profile {profile!r} has {len(rows)} unfinished task(s) ({ids}); "
+                                "archive them or let them finish first", {"profile": profile,
+                                                                           "tasks": [r["id"] for r in rows]})
+
     def comment(self, actor: Actor, task_id: Any, text: Any) -> dict[str, Any]:
         """Add ``text`` to the task's comments (a worker: only on its own task); returns the comment."""
         row = self.require(self._own(actor, task_id))
@@ -313,6 +352,11 @@ class Board:
         if row["status"] not in ("blocked", "triage"):
             raise ProtocolError("invalid_state", f"task {row['id']} is {row['status']}, not blocked",
                                 {"task": row["id"], "status": row["status"]})
+        gone = self._archived_parents(row["id"])
+        if gone:
+            raise ProtocolError("invalid_state", f"task {row['id']} waits for {', '.join(gone)}, archived unfinished; "
+                                f"unlink it first (hermesctl kanban unlink {gone[0]} {row['id']})",
+                                {"task": row["id"], "parents": gone})
         return self.run(self._unblock, actor, row, note)
 
     def _unblock(self, out: list, actor: Actor, row: dict, note: str) -> dict[str, Any]:
@@ -328,8 +372,19 @@ class Board:
         self._not_worker(actor, "archive tasks")
         row = self.require(task_id)
         worker = row["claimed_by"]
-        row = self.run(self._set, row, "archived", reason=f"archived by {actor.name}", claimed_by=None)
+        row = self.run(self._archive, actor, row)
         return self.record(row), worker
+
+    def _archive(self, out: list, actor: Actor, row: dict) -> dict[str, Any]:
+        """Archive ``row``; unfinished, its waiting children are blocked (they would wait forever)."""
+        row = self._set(out, row, "archived", reason=f"archived by {actor.name}", claimed_by=None)
+        if not row["completed_at"]:
+            for child in self.children(row["id"]):
+                if child["status"] == "todo":
+                    self._set(out, child, "blocked", reason=f"parent {row['id']} was archived unfinished; "
+                              f"unlink it (hermesctl kanban unlink {row['id']} {child['id']}) to go on, or archive this task",
+                              block_reason=f"parent {row['id']} archived unfinished")
+        return row
 
     # workers ---------------------------------------------------------------
 

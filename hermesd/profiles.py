@@ -28,7 +28,7 @@ import yaml
 
 from hermesd import config as config_mod
 from hermesd import paths
-from hermesd.protocol import ProtocolError, expand_toolsets
+from hermesd.protocol import ProtocolError, expand_toolsets, one_line
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """A profile name: a letter or digit, then up to 63 letters, digits, ``_``, ``.``, ``-`` (it names a directory)."""
@@ -114,8 +114,14 @@ def load(name: str) -> Profile:
         raise ProtocolError("not_found", f"no profile {name!r} (profiles: {known}); create it with "
                             f"`hermesctl profile create {name} --description TEXT`",
                             {"profile": name}) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ProtocolError("invalid_config", f"{where}: invalid YAML: {exc.problem or exc.context}",
+                            {"file": str(path), "line": mark.line + 1 if mark else None}) from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProtocolError("invalid_config", f"{path}: cannot read profile: {exc}", {"file": str(path)}) from None
+        raise ProtocolError("invalid_config", f"{path}: cannot read profile: {one_line(exc)}",
+                            {"file": str(path)}) from None
     if not isinstance(data, dict):
         raise ProtocolError("invalid_config", f"{path}: a profile must be a mapping of keys to values",
                             {"file": str(path)})
@@ -124,8 +130,17 @@ def load(name: str) -> Profile:
 
 
 def list_all() -> list[Profile]:
-    """Every readable profile, by name.  A broken file is left out (``load`` says why)."""
-    out = []
+    """Every readable profile, by name.  A broken file is left out (:func:`broken` names it)."""
+    return [p for p in _scan() if isinstance(p, Profile)]
+
+
+def broken() -> list[dict[str, Any]]:
+    """Every profile whose file cannot be used: ``[{name, path, error}]`` by name."""
+    return [p for p in _scan() if not isinstance(p, Profile)]
+
+
+def _scan() -> list[Profile | dict[str, Any]]:
+    out: list[Profile | dict[str, Any]] = []
     directory = root()
     if not directory.is_dir():
         return out
@@ -133,8 +148,8 @@ def list_all() -> list[Profile]:
         if NAME.match(entry.name) and (entry / "config.yaml").is_file():
             try:
                 out.append(load(entry.name))
-            except ProtocolError:
-                continue
+            except ProtocolError as err:
+                out.append({"name": entry.name, "path": str(entry / "config.yaml"), "error": err.message})
     return out
 
 

@@ -107,13 +107,54 @@ class Sessions:
         row = self.get(session)
         if row is not None:
             return row
-        base = list(toolsets if toolsets is not None else self.d.config.toolsets)
-        spec = {"toolsets": base + [t for t in MAIN_TOOLSETS_EXTRA if t not in base], "cwd": cwd}
+        spec = {"toolsets": self.toolsets_of(toolsets), "cwd": cwd}
         now = clock.now_iso()
         self.d.store.insert("sessions", {"id": session, "title": None, "origin": origin, "spec": spec,
                                          "created_at": now, "updated_at": now})
         self.d.events.emit("session.created", session=session, data={"session": session})
         return self.require(session)
+
+    def toolsets_of(self, toolsets: list[str] | None) -> list[str]:
+        """A session's stored toolsets: ``toolsets`` (default the config's) plus :data:`MAIN_TOOLSETS_EXTRA`."""
+        base = list(toolsets if toolsets is not None else self.d.config.toolsets)
+        return base + [t for t in MAIN_TOOLSETS_EXTRA if t not in base]
+
+    def set_toolsets(self, session: str, toolsets: list[str]) -> dict[str, Any]:
+        """Change the toolsets of ``session`` for its next turns; returns its row."""
+        row = self.require(session)
+        self.d.store.update("sessions", "id", session, {"spec": {**row["spec"], "toolsets": self.toolsets_of(toolsets)},
+                                                        "updated_at": clock.now_iso()})
+        return self.require(session)
+
+    def require_quiet(self, session: str, what: str) -> dict[str, Any]:
+        """The row of ``session`` when no turn of it is queued or running and (``delete``)
+        no child of it runs and no completion waits for it; raises ``invalid_state`` naming them."""
+        row = self.require(session)
+        turns = self.d.jobs.list(session=session, kinds=("session_turn",), statuses=("queued", "starting", "running"))
+        busy = [t["id"] for t in turns]
+        if what == "delete":
+            busy += [c["id"] for c in self.children(session)] + [n["job"] for n in self.d.delivery.pending(session)]
+        if busy:
+            raise ProtocolError("invalid_state", f"cannot {what} session {session!r} while {', '.join(busy)} "
+                                f"{'is' if len(busy) == 1 else 'are'} not finished (stop them with /stop, or wait)",
+                                {"session": session, "jobs": busy})
+        return row
+
+    def reset(self, session: str) -> int:
+        """Forget every message of a quiet ``session``; returns how many there were."""
+        self.require_quiet(session, "reset")
+        with self.d.store.transaction() as db:
+            removed = db.execute("DELETE FROM messages WHERE session = ?", (session,)).rowcount
+            self.d.store.update("sessions", "id", session, {"updated_at": clock.now_iso()})
+        return removed
+
+    def delete(self, session: str) -> int:
+        """Delete a quiet ``session`` and its messages; returns how many messages it had."""
+        self.require_quiet(session, "delete")
+        with self.d.store.transaction() as db:
+            removed = db.execute("DELETE FROM messages WHERE session = ?", (session,)).rowcount
+            db.execute("DELETE FROM sessions WHERE id = ?", (session,))
+        return removed
 
     def history(self, session: str, limit: int = 10000) -> list[dict[str, Any]]:
         """Stored messages of ``session`` in order: ``{id, role, content, time, job, notification}``."""
@@ -129,6 +170,7 @@ class Sessions:
         sid = row["id"]
         count = self.d.store.one("SELECT COUNT(*) AS n FROM messages WHERE session = ?", (sid,))["n"]
         return {"id": sid, "created_at": row["created_at"], "updated_at": row["updated_at"], "messages": count,
+                "cwd": row["spec"].get("cwd"),
                 "busy": self.busy_turn(sid) is not None, "toolsets": row["spec"].get("toolsets"),
                 "pending_notifications": len(self.d.delivery.pending(sid)),
                 "running_children": len(self.children(sid))}

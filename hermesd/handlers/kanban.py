@@ -186,6 +186,14 @@ async def kanban_link(d, args: dict[str, Any]) -> dict[str, Any]:
     return link(d, _person(args), args)
 
 
+@op("kanban.unlink")
+async def kanban_unlink(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Make task ``child`` stop waiting for task ``parent``; a todo child whose other
+    parents are done becomes ready.  Returns the child's record (``not_found`` when
+    there is no such link)."""
+    return _board(d).unlink(_person(args), args.get("parent"), args.get("child"))
+
+
 @op("kanban.list")
 async def kanban_list(d, args: dict[str, Any]) -> dict[str, Any]:
     """Tasks, highest priority first: optional ``board``, ``status``, ``assignee``,
@@ -219,7 +227,8 @@ async def kanban_unblock(d, args: dict[str, Any]) -> dict[str, Any]:
 @op("kanban.archive")
 async def kanban_archive(d, args: dict[str, Any]) -> dict[str, Any]:
     """Take task ``id`` off the board (``archived``); a worker still running it is
-    stopped.  Returns the record."""
+    stopped; tasks waiting for it unfinished become ``blocked`` (unlink them to go
+    on).  Returns the record."""
     record, worker = _board(d).archive(_person(args), args.get("id"))
     if worker:
         try:
@@ -247,8 +256,10 @@ async def profile_create(d, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("profile.list")
 async def profile_list(d, args: dict[str, Any]) -> dict[str, Any]:
-    """Every readable profile: ``{profiles: [{name, description, model, provider, toolsets, path}]}``."""
-    return {"profiles": [p.to_dict() for p in profiles.list_all()]}
+    """Every profile by name: ``{profiles: [{name, description, model, provider, toolsets, path}]}``;
+    a profile whose file cannot be used is ``{name, path, error}`` (the error names file and line)."""
+    found = [p.to_dict() for p in profiles.list_all()] + profiles.broken()
+    return {"profiles": sorted(found, key=lambda p: p["name"])}
 
 
 @op("profile.show")
@@ -260,8 +271,10 @@ async def profile_show(d, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("profile.delete")
 async def profile_delete(d, args: dict[str, Any]) -> dict[str, Any]:
-    """Delete profile ``name`` and its directory; returns what it was.  Tasks assigned
-    to it stay; their next spawn fails until the profile exists again."""
-    gone = profiles.delete(arg(args, "name", str))
+    """Delete profile ``name`` and its directory; returns what it was.  ``invalid_state``
+    while unfinished (not done or archived) tasks are assigned to it."""
+    name = arg(args, "name", str)
+    _board(d).unassigned_check(name)
+    gone = profiles.delete(name)
     d.events.emit("profile.deleted", data=gone)
     return gone

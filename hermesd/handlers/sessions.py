@@ -1,4 +1,5 @@
-"""Session ops: session.send (with slash commands), session.list, session.history, session.get."""
+"""Session ops: session.send (with slash commands), session.list, session.history, session.get,
+session.configure, session.reset, session.delete."""
 
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ async def session_send(d, args: dict[str, Any]) -> dict[str, Any]:
     """Send ``text`` to ``session`` (created when missing unless ``create=false``; ``cwd`` sets
     a new session's working directory, ``toolsets`` its toolsets: default the config's,
     ``kanban`` only by its literal name, which makes the session a Kanban orchestrator).
+    ``toolsets`` for a session that exists already is refused (``invalid_state``: it would be
+    ignored; ``session.configure`` changes them).
     A message starts a turn, which runs when the session is idle; returns ``{session, turn: job record}``.  Slash commands
     (``/background PROMPT``, ``/stop``, ``/tasks``, ``/help``) return
     ``{session, command, …}`` instead.  A new message never stops running children."""
@@ -76,10 +79,18 @@ async def session_send(d, args: dict[str, Any]) -> dict[str, Any]:
     if len(text.encode()) > MAX_TEXT_BYTES:
         raise ProtocolError("too_large", f"text exceeds {MAX_TEXT_BYTES} bytes", {"field": "text"})
     service: Sessions = d.services["sessions"]
+    toolsets = arg(args, "toolsets", list, None)
+    if toolsets is not None:
+        toolsets = expand_toolsets(toolsets)
+        existing = service.get(session)
+        if existing is not None and existing["spec"].get("toolsets") != service.toolsets_of(toolsets):
+            raise ProtocolError("invalid_state", f"session {session!r} exists with toolsets "
+                                f"{', '.join(existing['spec'].get('toolsets') or [])}; toolsets are set when a session "
+                                f"is created (change them with `hermesctl sessions toolsets {session} LIST`)",
+                                {"session": session, "field": "toolsets"})
     if arg(args, "create", bool, True):
-        toolsets = arg(args, "toolsets", list, None)
         service.ensure(session, cwd=arg(args, "cwd", str, None), origin=arg(args, "origin", str, None),
-                       toolsets=None if toolsets is None else expand_toolsets(toolsets))
+                       toolsets=toolsets)
     if text.startswith("/"):
         return {"session": session, **_slash(d, service, session, text)}
     turn = service.start_turn(session, text)
@@ -112,3 +123,35 @@ async def session_history(d, args: dict[str, Any]) -> dict[str, Any]:
     return {"messages": [{"role": m["role"], "content": display_text(m["content"]), "blocks": m["content"],
                           "time": m["time"], "job": m["job"], "notification": m["notification"]}
                          for m in service.history(session, arg(args, "limit", int, 10000))]}
+
+
+@op("session.configure")
+async def session_configure(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Change ``session``'s ``toolsets`` (a list of toolset names; ``delegation`` is
+    always added) for its next turns; returns its summary (``not_found``;
+    ``bad_request`` naming unknown toolsets)."""
+    service: Sessions = d.services["sessions"]
+    toolsets = expand_toolsets(arg(args, "toolsets", list))
+    return service.summary(service.set_toolsets(arg(args, "session", str), toolsets))
+
+
+@op("session.reset")
+async def session_reset(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Forget ``session``'s messages (its next turn starts a new conversation); returns
+    ``{session, messages_removed}``.  ``invalid_state`` while a turn of it is queued or running."""
+    service: Sessions = d.services["sessions"]
+    session = arg(args, "session", str)
+    removed = service.reset(session)
+    d.events.emit("session.reset", session=session, data={"session": session, "messages_removed": removed})
+    return {"session": session, "messages_removed": removed}
+
+
+@op("session.delete")
+async def session_delete(d, args: dict[str, Any]) -> dict[str, Any]:
+    """Delete ``session`` and its messages; returns ``{session, messages_removed}``.
+    ``invalid_state`` while a turn or a child of it runs or a completion waits to be delivered to it."""
+    service: Sessions = d.services["sessions"]
+    session = arg(args, "session", str)
+    removed = service.delete(session)
+    d.events.emit("session.deleted", session=session, data={"session": session, "messages_removed": removed})
+    return {"session": session, "messages_removed": removed}
