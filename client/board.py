@@ -52,15 +52,16 @@ def duration(rec: dict[str, Any], now: float | None = None) -> str:
 
 
 def job_label(rec: dict[str, Any], now: float | None = None) -> str:
-    """One job as one line: id, kind, status, duration (elapsed while running), model
-    calls, the last thing it did while live (``[turn 3 terminal 4s ago]``), goal."""
+    """One job as one line, what matters first (a narrow panel cuts the end): id, status,
+    duration (elapsed while running), model calls, the last thing it did while live
+    (``[turn 3 terminal 4s ago]``), kind, goal."""
     activity = rec.get("last_activity")
     doing = ""
     if activity and rec.get("status") not in TERMINAL:
         ago = (now if now is not None else time.time()) - activity[0]
         doing = f"  [{activity[1]} {render.elapsed(ago)} ago]"
-    return (f"{rec['id']}  {rec.get('kind') or '?'}  {rec.get('status') or '?'}  {duration(rec, now)}"
-            f"  {rec.get('api_calls') or 0} calls{doing}  {render.short(rec.get('goal'), 50)}")
+    return (f"{rec['id']}  {rec.get('status') or '?'}  {duration(rec, now)}  {rec.get('api_calls') or 0} calls"
+            f"{doing}  {rec.get('kind') or '?'}  {render.short(rec.get('goal'), 50)}")
 
 
 def is_live(node: "Node") -> bool:

@@ -18,6 +18,7 @@ interrupted by a person (Ctrl-C).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from typing import Any, Callable
@@ -248,9 +249,12 @@ def wait_job(job_id: str, timeout: float | None = None, *, quiet: bool = False) 
                 return answer["job"]
             if live:
                 rec = answer["job"]
-                click.echo(f"\r\033[Kwaiting for {job_id}: {rec['status']} · "
-                           f"{render.elapsed(time.monotonic() - start)} · {rec.get('api_calls') or 0} model call(s)"
-                           " · Ctrl-C stops watching", nl=False, err=True)
+                line = (f"waiting for {job_id}: {rec['status']} · {render.elapsed(time.monotonic() - start)} · "
+                        f"{rec.get('api_calls') or 0} model call(s)")
+                hint = " · Ctrl-C stops watching"
+                width = shutil.get_terminal_size().columns - 1
+                line = line + hint if len(line + hint) <= width else line[:width]
+                click.echo(f"\r\033[K{line}", nl=False, err=True)
                 shown = True
             if deadline is not None and time.monotonic() >= deadline:
                 fail("timeout", f"job {job_id} is still {answer['job']['status']} after {timeout:g}s")

@@ -36,6 +36,8 @@ STATUS_STYLE = {"queued": "yellow", "starting": "cyan", "running": "bold cyan", 
                 "failed": "bold red", "interrupted": "magenta", "timed_out": "red", "cancelled": "dim",
                 "lost": "bold red"}
 RETRY_SECONDS = 1.0
+STATUS_TIMEOUT = 5.0
+"""Seconds the TUI waits for ``status`` before it shows the daemon as disconnected."""
 
 
 class ConfirmCancel(ModalScreen[bool]):
@@ -69,7 +71,7 @@ class TopApp(App):
     CSS = """
     #main { height: 1fr; }
     #jobs { width: 1fr; border: round $primary; }
-    #side { width: 38; max-width: 45%; }
+    #side { width: 34; max-width: 45%; }
     #caps, #batches { height: auto; max-height: 50%; border: round $secondary; padding: 0 1; }
     #events { height: 25%; min-height: 4; max-height: 10; border: round $secondary; }
     #log { height: 40%; border: round $accent; display: none; }
@@ -154,7 +156,8 @@ class TopApp(App):
             conn.close()
 
     def _controller(self) -> None:
-        conn = Connection(self.runtime_dir, timeout=self.timeout)
+        # a live view notices a silent daemon within seconds, whatever --timeout says
+        conn = Connection(self.runtime_dir, timeout=min(self.timeout, STATUS_TIMEOUT))
         offsets: dict[str, int] = {}
         tried: set[str] = set()
         try:
@@ -248,6 +251,8 @@ class TopApp(App):
         self.caps_panel.update(Text("\n".join(self.board.caps(bar_width=8)) or "(no caps yet)"))
         self.batch_panel.update(Text("\n".join(self.board.batches()) or "(no batch jobs)"))
         self._sync(self.jobs_tree.root, self.board.tree())
+        if self.jobs_tree.cursor_line < 0 and self.jobs_tree.root.children:
+            self.jobs_tree.cursor_line = 0  # the first job (running ones come first) is selected from the start
 
     def _sync(self, parent: Any, wanted: list[Node]) -> None:
         """Make ``parent``'s children match ``wanted`` in place (keeps the cursor and expansion)."""

@@ -74,7 +74,17 @@ def test_worker_without_a_result_blocks_the_task_and_people_steer_it(d):
     assert d.wait_job(worker["id"], timeout=60)["status"] in ("interrupted", "failed", "completed")
     assert [t["id"] for t in _json_lines(d.ctl("kanban", "list", "--json"))] == [behind]
     every = _json_lines(d.ctl("kanban", "list", "--archived", "--json"))
-    assert [(t["id"], t["status"]) for t in every] == [(task, "archived"), (behind, "todo")]
+    # a task behind a parent archived unfinished would wait forever: it is blocked, and says how to go on
+    assert [(t["id"], t["status"]) for t in every] == [(task, "archived"), (behind, "blocked")]
+    assert _show(d, behind)["block_reason"] == f"parent {task} archived unfinished"
+    refused = d.ctl("kanban", "unblock", behind)
+    assert refused.returncode == 6 and f"unlink it first (hermesctl kanban unlink {task} {behind})" in refused.stderr
+    seq = d.call("events_since", since=0, limit=1)["last_seq"]
+    assert d.ctl("kanban", "unlink", task, behind).returncode == 0  # it goes on without the archived parent
+    moved = [(e["type"], e["data"].get("status")) for e in d.call("events_since", since=seq)["events"]
+             if e["data"].get("task") == behind][:2]
+    assert moved == [("kanban.unlinked", None), ("kanban.status", "ready")] and not _show(d, behind)["parents"]
+    assert d.ctl("kanban", "unlink", task, behind).returncode == 5  # no such link any more
 
 
 def test_spawn_failures_block_with_the_reason_and_refusals_have_exit_codes(d, tmp_path):
@@ -91,10 +101,12 @@ def test_spawn_failures_block_with_the_reason_and_refusals_have_exit_codes(d, tm
     kinds = [e["type"] for e in d.call("events_since", since=0)["events"]]
     assert kinds.count("kanban.spawn_failed") == 2
 
-    # a profile deleted after the task was made: the spawn fails with the reason
+    # a profile with a task assigned cannot be deleted; removed by hand, the spawn fails with the reason
     d.ctl("profile", "create", "temp", "--description", "short-lived", "--provider", "scripted")
     orphan = _json_lines(d.ctl("kanban", "create", "orphan", "--assignee", "temp", "--triage", "--json"))[0]["id"]
-    d.ctl("profile", "delete", "temp")
+    refused = d.ctl("profile", "delete", "temp")
+    assert refused.returncode == 6 and f"1 unfinished task(s) ({orphan})" in refused.stderr
+    shutil.rmtree(d.home / "profiles" / "temp")
     d.ctl("kanban", "unblock", orphan)
     wait_for(lambda: _show(d, orphan)["status"] == "blocked", timeout=60, what="orphan blocked")
     assert "no profile 'temp'" in _show(d, orphan)["block_reason"]

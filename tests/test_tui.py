@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import time
 
-from client.top import Board, snapshot_text
+from client.board import Board, snapshot_text
 from tests.harness import wait_for
 
 SLEEPY = [{"text": "started", "sleep": 30}]
@@ -34,15 +34,15 @@ def test_tree_sessions_delegations_children_and_groups():
                     rec("deleg_3", parent="group_9"), rec("deleg_4", parent="group_9"),
                     rec("bg_5", "completed", kind="background"),
                     rec("deleg_6", parent="turn_gone", session="s2")])
-    assert keys(board.tree()) == [
+    assert keys(board.tree()) == [  # live first, each in dispatch order
         ["session:s1", [["turn_1", [["bg_1", ["deleg_2"]]]]]],
         ["parent:group_9", ["deleg_3", "deleg_4"]],
-        "bg_5",
         ["session:s2", [["parent:turn_gone", ["deleg_6"]]]],
+        "bg_5",
     ]
     assert board.missing_parents() == ["turn_gone"]
     text = snapshot_text(board)
-    assert "session s1" in text and "      bg_1  background  running" in text
+    assert "session s1" in text and "      bg_1  running  " in text and "  background  goal of bg_1" in text
 
 
 def test_events_update_jobs_progress_and_unknown_types():
@@ -54,6 +54,21 @@ def test_events_update_jobs_progress_and_unknown_types():
     board.apply({"seq": 4, "type": "batch.progress", "job": "batch_n", "data": {"done": 3, "failed": 1, "total": 10}})
     assert board.jobs["bg_1"]["status"] == "completed" and board.last_seq == 4
     assert board.progress["batch_n"]["done"] == 3 and len(board.events) == 4
+
+
+def test_running_jobs_show_calls_elapsed_and_last_activity():
+    board = Board()
+    board.add_jobs([rec("bg_1", started_at="2026-01-01T00:00:00.000Z")])
+    board.apply({"seq": 1, "type": "job.progress", "job": "bg_1", "time": "2026-01-01T00:01:30.000Z",
+                 "data": {"turn": 3, "tool": "terminal", "api_calls": 3}})
+    now = 1767225700.0  # 2026-01-01T00:01:40Z
+    node = board.tree()[0]
+    from client.board import job_label
+
+    assert job_label(board.jobs["bg_1"], now) == "bg_1  running  1m40s  3 calls  [turn 3 terminal 10s ago]  delegation  goal of bg_1"
+    assert node.label.startswith("bg_1  running  ") and "3 calls  [turn 3 terminal" in node.label
+    board.add_jobs([{**board.jobs["bg_1"], "status": "completed", "duration_seconds": 101.5}])
+    assert job_label(board.jobs["bg_1"], now) == "bg_1  completed  101.5s  3 calls  delegation  goal of bg_1"
 
 
 def test_batch_progress_caps_and_folding():
@@ -69,7 +84,8 @@ def test_batch_progress_caps_and_folding():
     assert board.batches() == ["batch_n  running  ███████░░░░░░░░░ 43/100 40 done, 2 failed, 1 discarded, "
                                "12.5/min, ETA 274s"]
     children = board.tree()[0].children
-    assert children[0].label == "… 20 more finished (20 completed)" and len(children) == 1 + 20 + 5
+    assert [c.status for c in children[:5]] == ["running"] * 5  # running items before finished ones
+    assert children[5].label == "… 20 more finished (20 completed)" and len(children) == 5 + 1 + 20
     board.status = {"caps": {"async": {"used": 1, "limit": 4}, "global": {"used": 0, "limit": None}}}
     assert board.caps() == ["async            ████░░░░░░░░░░ 1/4", "global           0/-"]
 
@@ -123,7 +139,14 @@ def test_top_follows_a_job_and_cancels_from_the_keyboard(daemon):
             with open(daemon.home / "jobs" / long / "log", "a") as fh:
                 fh.write("a line the child logged\n")
             await until(pilot, lambda: "a line the child logged" in log_text(app), "the log panel to show it")
+            await pilot.press("c")  # asks first: n keeps it running
+            await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmCancel", "the question")
+            await pilot.press("n")
+            await pilot.pause(0.5)
+            assert daemon.call("job", id=long)["status"] == "running"
             await pilot.press("c")
+            await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmCancel", "the question again")
+            await pilot.press("y")
             await until(pilot, lambda: status_of(app, long) == "cancelled", "the job cancelled from the keyboard")
             assert daemon.call("job", id=long)["status"] == "cancelled"
             assert any(e["type"] == "async_delegation" and e["job"] == long for e in app.board.events)
@@ -158,7 +181,7 @@ def test_top_catches_up_after_a_daemon_restart(daemon):
 
 
 def test_board_of_a_real_batch_run(daemon):
-    from client.top import load
+    from client.board import load
 
     dataset = daemon.work / "prompts.jsonl"
     dataset.write_text("".join(f'{{"prompt": "say {i}"}}\n' for i in range(3)))
