@@ -198,10 +198,13 @@ def _kanban_what(etype: str, data: dict[str, Any]) -> str:
 
 
 def event_subject(event: dict[str, Any]) -> str:
-    """What an event is about: its job, else its Kanban task, session or profile, else ``-``."""
+    """What an event is about: its job, else its Kanban task, session or profile (``hermesd``
+    for the daemon's own events), else ``-``."""
     data = event.get("data") or {}
     if event["type"].startswith("kanban.") and data.get("task"):
         return str(data["task"])
+    if event["type"].startswith("daemon."):
+        return "hermesd"
     return str(event.get("job") or data.get("task") or event.get("session") or data.get("name") or "-")
 
 

@@ -107,6 +107,39 @@ def test_architecture_import_rules_hold():
     assert not broken, "architecture rules broken:\n" + "\n".join(broken)
 
 
+def _top_level_imports(path: Path) -> set[str]:
+    """Modules imported at module level (not inside functions or TYPE_CHECKING blocks)."""
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_clients_import_in_one_direction_and_load_nothing_heavy_at_start():
+    order = ["client/ctl.py", "client/sessions.py", "client/batch.py", "client/kanban.py", "client/top.py",
+             "client/tui.py", "client/board.py", "client/common.py", "client/render.py", "client/connection.py"]
+    assert set(order) | {"client/__init__.py", "client/__main__.py"} == {m for m in modules() if m.startswith("client/")}
+    broken = []
+    for rank, module in enumerate(order):
+        for name in _imports(ROOT / module):
+            target = f"{name.replace('.', '/')}.py"
+            if target in order and order.index(target) <= rank:
+                broken.append(f"{module} imports {name}")
+        heavy = {n for n in _top_level_imports(ROOT / module)
+                 if n.split(".")[0] in ("textual", "rich", "prompt_toolkit", "jsonschema")}
+        if module != "client/tui.py":  # the TUI itself is imported only when `top` runs on a terminal
+            broken += [f"{module} imports {n} at start" for n in sorted(heavy)]
+    assert not broken, "client imports must go one way (ctl → families → common → render, connection):\n" + \
+        "\n".join(broken)
+    out = subprocess.run([sys.executable, "-c", "import sys, client.ctl; print(sorted(m for m in sys.modules if "
+                          "m.split('.')[0] in ('textual', 'rich', 'prompt_toolkit', 'jsonschema', 'yaml')))"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 def test_operations_documents_every_exit_code_and_existing_units():
     text = (DOCS / "operations.md").read_text(encoding="utf-8")
     for code, status in EXIT_CODES.items():
