@@ -86,13 +86,22 @@ def create(title: str, assignee: str, body: str | None, body_file: Any, parents:
     show(conn().call("kanban.create", **args), lambda t: f"{t['id']} {t['status']}")
 
 
-@kanban_group.command("link")
-@json_option
-@click.argument("parent")
-@click.argument("child")
-def link(parent: str, child: str) -> None:
-    """Make task CHILD wait for task PARENT."""
-    show(conn().call("kanban.link", parent=parent, child=child, author=_author()), task_line)
+def _link_command(name: str, help_text: str) -> click.Command:
+    """``kanban link`` / ``kanban unlink``: op ``kanban.NAME`` on PARENT and CHILD, printing the child."""
+
+    @kanban_group.command(name, help=help_text)
+    @json_option
+    @click.argument("parent")
+    @click.argument("child")
+    def command(parent: str, child: str) -> None:
+        show(conn().call(f"kanban.{name}", parent=parent, child=child, author=_author()), task_line)
+
+    return command
+
+
+link = _link_command("link", "Make task CHILD wait for task PARENT.")
+unlink = _link_command("unlink", "Make task CHILD stop waiting for task PARENT (it becomes ready when its "
+                       "other parents are done).")
 
 
 @kanban_group.command("list")
@@ -134,15 +143,6 @@ def unblock(task_id: str, note: str | None) -> None:
     """Put blocked task TASK_ID back in the queue."""
     args = {"note": note} if note else {}
     show(conn().call("kanban.unblock", id=task_id, author=_author(), **args), task_line)
-
-
-@kanban_group.command("unlink")
-@json_option
-@click.argument("parent")
-@click.argument("child")
-def unlink(parent: str, child: str) -> None:
-    """Make task CHILD stop waiting for task PARENT (it becomes ready when its other parents are done)."""
-    show(conn().call("kanban.unlink", parent=parent, child=child, author=_author()), task_line)
 
 
 @kanban_group.command("archive")

@@ -41,7 +41,7 @@ def terminals(tmp_path):
         term.close()
 
 
-def _turns(daemon, session: str) -> list[dict]:
+def _turns(daemon) -> list[dict]:
     return daemon.call("ps", all=True, kind="session_turn")["jobs"]
 
 
@@ -52,14 +52,14 @@ def test_chat_interrupts_turns_keeps_going_and_edits_lines(make_daemon, api, ter
     term.wait("you>")
 
     term.type("talk slowly please")
-    first = wait_for(lambda: [t for t in _turns(daemon, "main") if t["status"] == "running"], 30, 0.1,
+    first = wait_for(lambda: [t for t in _turns(daemon) if t["status"] == "running"], 30, 0.1,
                      "the slow turn running")[0]["id"]
     term.keys("C-c")  # interrupts the turn at once; the chat stays
     started = time.monotonic()
     term.wait("interrupting the turn")
     wait_for(lambda: daemon.call("job", id=first)["status"] == "interrupted", 20, 0.1, "the turn interrupted")
     assert time.monotonic() - started < 15, "Ctrl-C must not wait for the 60 s turn"
-    term.wait(f"[turn interrupted")
+    term.wait("[turn interrupted")
 
     term.type("/nope")  # an error is printed and the prompt stays
     term.wait("error: unknown command '/nope'")
@@ -76,7 +76,7 @@ def test_chat_interrupts_turns_keeps_going_and_edits_lines(make_daemon, api, ter
     term.keys("C-u")
 
     term.type("talk slowly again")  # /stop typed while the turn runs is read at once
-    second = wait_for(lambda: [t for t in _turns(daemon, "main") if t["status"] == "running" and t["id"] != first],
+    second = wait_for(lambda: [t for t in _turns(daemon) if t["status"] == "running" and t["id"] != first],
                       30, 0.1, "the second slow turn")[0]["id"]
     term.type("/stop")
     term.wait(f"stopped {second}")
