@@ -68,6 +68,9 @@ def test_output_for_people_is_readable_and_safe(daemon):
     hello = daemon.ctl("hello")
     assert hello.returncode == 0 and "[" not in hello.stdout and "capabilities: delegate, background" in hello.stdout
 
+    quiet = daemon.ctl("delegate", "quiet in a pipe")  # a foreground wait shows itself only on a terminal
+    assert quiet.returncode == 0 and quiet.stderr == "" and "completed" in quiet.stdout
+
     hostile = "ring\x07 the bell\rand rewrite"
     job = daemon.wait_job(daemon.delegate(hostile, script=[{"text": "done\x1b[31m red"}])["id"])["id"]
     for args in (("result", job), ("ps", "--all"), ("events", "--since", "0")):
