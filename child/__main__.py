@@ -53,7 +53,7 @@ def _title(job: str, spec: dict | None = None) -> None:
 
 
 def prepare() -> None:
-    """Warm start: what a spare does before it has a job (see :mod:`hermesd.zygote`).
+    """Warm start: what a spare does before it has a job (see :mod:`child.spare`).
 
     Arms the lifeline against ``HERMES_DAEMON_PID`` (its watchdog thread is
     started here, not on the job's path) and connects to the daemon's

@@ -28,7 +28,7 @@ def _connect(path: str) -> tuple[zmq.Context, zmq.Socket]:
 def preconnect(path: str) -> None:
     """Open the connection to ``children.sock`` at ``path`` before there is a job.
 
-    A warm-start spare (:mod:`hermesd.zygote`) calls this while it waits, so the
+    A warm-start spare (:mod:`child.spare`) calls this while it waits, so the
     context's I/O thread and the ZMTP handshake with the daemon are done before
     the job's first message; the next :class:`Channel` to the same path takes
     this connection over.  The connection carries nothing until then (the

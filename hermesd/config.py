@@ -91,7 +91,7 @@ class Supervisor:
     interrupt_grace_seconds: float = field(default=3.0, metadata=_min(0.0))
     state_dir: str | None = None
     log_dir: str | None = None
-    start_method: str = field(default="spawn", metadata=_choices(*START_METHODS))
+    start_method: str = field(default="forkserver", metadata=_choices(*START_METHODS))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,10 @@ a child subreaper (``PR_SET_CHILD_SUBREAPER``), so those orphans are re-parented
 to it and reaped here: no zombies.
 
 Every OS call goes through :class:`OS`, the one seam tests replace to drive
-both sides of every race deterministically.
+both sides of every race deterministically.  *How* a child starts is a
+strategy the process manager owns (:class:`Spawner`): :class:`ColdSpawner`
+(``start_method: spawn``) or :class:`hermesd.warm.spawner.WarmSpawner`
+(``forkserver``, the default).
 """
 
 from __future__ import annotations
@@ -32,17 +35,16 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import psutil
 
 SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 SUPERVISOR_ENV = "HERMES_SUPERVISOR"
-CHILD_ARGV = (sys.executable, "-m", "child")
 
 
 class OS:
-    """The real operating system: spawn, signal, wait, clock."""
+    """The real operating system, plain syscalls: spawn (fork and exec), signal, wait, process lookups."""
 
     def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
         """Start ``argv`` in a new session; returns a handle with ``.pid``.
@@ -52,13 +54,6 @@ class OS:
         with open(log_path, "ab", buffering=0) as log:
             return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-
-    def warm(self) -> None:
-        """Prepare fast starts (nothing to do for cold starts)."""
-
-    def describe(self) -> dict[str, Any]:
-        """How children start, for ``status``: ``{"method": "spawn"}``."""
-        return {"method": "spawn"}
 
     def kill(self, pid: int, sig: int) -> bool:
         """Send ``sig`` to ``pid``; False when it is already gone."""
@@ -119,59 +114,53 @@ class OS:
             return None
 
 
-class ForkServerOS(OS):
-    """``supervisor.start_method: forkserver``: children forked from a warm template.
+class Spawner(Protocol):
+    """How the process manager starts a child: cold (:class:`ColdSpawner`) or warm
+    (:class:`hermesd.warm.spawner.WarmSpawner`).  A strategy, not a syscall: the OS
+    calls stay behind :class:`OS`."""
 
-    The template is :mod:`hermesd.zygote` (it has already imported the child
-    runtime and the provider SDKs); its children are re-parented to hermesd,
-    so reaping, signals and the lifeline work exactly as for a cold child.
-    Until the zygote is warm, after it died, for any other program than the
-    child runtime, or where hermesd is not a subreaper, :meth:`spawn` starts
-    the child cold (``OS.spawn``).  The zygote's environment names the
-    daemon's ``supervisor_id`` as ``HERMES_ZYGOTE_OF``, not ``HERMES_SUPERVISOR``:
-    it is not a job's process (it dies with the daemon by ``PDEATHSIG``).
-    """
+    method: str
 
-    def __init__(self, supervisor_id: str, children_socket: Path | None = None):
-        from hermesd.warmstart import ZygoteClient
-
-        extra = {"HERMES_ZYGOTE_OF": supervisor_id, "HERMES_DAEMON_PID": str(os.getpid())}
-        if children_socket is not None:  # spares connect to it before they have a job
-            extra["HERMES_CHILD_SOCKET"] = str(children_socket)
-        self.zygote = ZygoteClient(child_env(os.environ, extra))
-
-    def warm(self) -> None:
-        """Start the zygote (it warms up in the background)."""
-        self.zygote.start()
-
-    def describe(self) -> dict[str, Any]:
-        """``{"method": "forkserver", "zygote": pid or None (not ready), "spares": n held}``."""
-        return {"method": "forkserver", **self.zygote.describe()}
-
-    def reap(self) -> list[tuple[int, int]]:
-        """:meth:`OS.reap`; a zygote among the reaped is replaced at once (its spares are kept)."""
-        exits = super().reap()
-        self.zygote.reaped(exits)
-        return exits
+    def start(self) -> None:
+        """Prepare (at daemon start, after the leftover sweep); never blocks."""
 
     def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
-        """Fork ``argv`` (the child runtime) from the zygote, or start it cold; see the class doc."""
-        if tuple(argv[:3]) == CHILD_ARGV:  # the title words after it need no room: the zygote has it
-            # what a cold start would refuse, refused here too: the zygote does not wait for the child
-            os.close(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666))
-            if not os.path.isdir(cwd):
-                raise FileNotFoundError(errno.ENOENT, "No such directory", cwd)
-            handle = self.zygote.spawn(cwd=cwd, env=env, log_path=str(log_path))
-            if handle is not None:
-                return handle
-        return super().spawn(argv, cwd=cwd, env=env, log_path=log_path)
+        """Start the child runtime ``argv``; a handle with ``.pid``.  Raises ``OSError``."""
+
+    def reaped(self, exits: list[tuple[int, int]]) -> None:
+        """The daemon reaped ``exits`` (``(pid, returncode)``), its children's and others'."""
+
+    def describe(self) -> dict[str, Any]:
+        """For ``status``: ``{"method": …}`` and what the strategy can tell; only reads."""
+
+    def close(self) -> None:
+        """Stop what :meth:`start` started (at shutdown)."""
 
 
-def make_os(start_method: str, supervisor_id: str = "", children_socket: Path | None = None) -> OS:
-    """The OS seam for ``supervisor.start_method``: ``spawn`` (a new interpreter per
-    child, the default) or ``forkserver`` (:class:`ForkServerOS`; ``children_socket``
-    is the daemon's ``children.sock``, which its spares connect to ahead of time)."""
-    return ForkServerOS(supervisor_id, children_socket) if start_method == "forkserver" else OS()
+class ColdSpawner:
+    """``supervisor.start_method: spawn``: a new interpreter per child (``OS.spawn``)."""
+
+    method = "spawn"
+
+    def __init__(self, os_seam: OS):
+        self.os = os_seam
+
+    def start(self) -> None:
+        """Nothing to prepare."""
+
+    def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
+        """``OS.spawn``: the child runs ``argv`` in a new session, output to ``log_path``."""
+        return self.os.spawn(argv, cwd=cwd, env=env, log_path=log_path)
+
+    def reaped(self, exits: list[tuple[int, int]]) -> None:
+        """Nothing of its own to watch."""
+
+    def describe(self) -> dict[str, Any]:
+        """``{"method": "spawn"}``."""
+        return {"method": self.method}
+
+    def close(self) -> None:
+        """Nothing to stop."""
 
 
 def child_env(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
@@ -202,31 +191,33 @@ class ProcessManager:
     ``loop`` schedules the escalation timers (``call_later``); ``on_exit`` is
     called once per child after it is reaped and its group cleaned up.
     ``grace`` is the pause in seconds between the steps of a graceful stop.
+    ``os_seam``: the syscalls (default :class:`OS`); ``spawner``: how children
+    start (default :class:`ColdSpawner` on ``os_seam``).
     """
 
     def __init__(self, loop: Any, on_exit: ExitCallback, *, os_seam: OS | None = None,
-                 grace: float = 3.0, supervisor_id: str = ""):
+                 spawner: Spawner | None = None, grace: float = 3.0, supervisor_id: str = ""):
         self.loop = loop
         self.on_exit = on_exit
         self.os = os_seam or OS()
+        self.spawner = spawner or ColdSpawner(self.os)
         self.grace = grace
         self.supervisor_id = supervisor_id
         self.children: dict[str, Child] = {}
         self._by_pid: dict[int, Child] = {}
 
-    def start(self, job: str, *, cwd: str, log_path: Path, env: dict[str, str],
-              argv: list[str] | None = None, title: list[str] = ()) -> Child:
-        """Spawn the child of ``job``.  Raises ``OSError`` when it cannot start.
+    def start(self, job: str, *, cwd: str, log_path: Path, env: dict[str, str], title: list[str] = ()) -> Child:
+        """Start the child of ``job`` with the spawner.  Raises ``OSError`` when it cannot start.
 
         ``title`` words follow ``python -m child`` in argv: they show in ``ps``
         from the first instant and reserve the room setproctitle then rewrites
         (``SPT_NOENV=1`` keeps it from clobbering the environment, which must
         stay readable in ``/proc/PID/environ`` for the leftover sweep).
         """
-        argv = argv or [sys.executable, "-m", "child", job, *title]
+        argv = [sys.executable, "-m", "child", job, *title]
         extra = {"HERMES_JOB_ID": job, SUPERVISOR_ENV: self.supervisor_id, "HERMES_DAEMON_PID": str(os.getpid()),
                  "SPT_NOENV": "1"}
-        handle = self.os.spawn(argv, cwd=cwd, env=child_env(os.environ, {**env, **extra}), log_path=log_path)
+        handle = self.spawner.spawn(argv, cwd=cwd, env=child_env(os.environ, {**env, **extra}), log_path=log_path)
         child = Child(job, handle.pid, handle)
         self.children[job] = child
         self._by_pid[child.pid] = child
@@ -261,8 +252,11 @@ class ProcessManager:
             self.os.killpg(child.pid, sig)
 
     def reap(self) -> None:
-        """Reap every exited process; finish the bookkeeping of our children."""
-        for pid, code in self.os.reap():
+        """Reap every exited process; finish the bookkeeping of our children (the spawner
+        hears of every exit: a zygote or a spare may be among them)."""
+        exits = self.os.reap()
+        self.spawner.reaped(exits)
+        for pid, code in exits:
             child = self._by_pid.pop(pid, None)
             if child is None:
                 continue  # an orphaned grandchild re-parented to us: reaped, nothing else to do

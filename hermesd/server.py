@@ -32,12 +32,13 @@ from hermesd.events import EventLog
 from hermesd.handlers import CHILD_HANDLERS, HANDLERS, WORK_OPS
 from hermesd.jobs import ACTIVE, JobTable
 from hermesd.prctl import become_subreaper
-from hermesd.procs import ProcessManager, make_os, sweep_leftovers
+from hermesd.procs import ProcessManager, sweep_leftovers
 from hermesd.protocol import ProtocolError
 from hermesd.runner import Runner
 from hermesd.scheduler import Scheduler
 from hermesd.store import Store, StoreError
 from hermesd.systemd import Notifier
+from hermesd.warm.spawner import make_spawner
 
 log = logging.getLogger("hermesd")
 PUB_HWM = 100_000
@@ -127,7 +128,8 @@ class Daemon:
         self.loop = asyncio.get_running_loop()
         self.procs = ProcessManager(self.loop, self._on_child_exit, grace=sup.interrupt_grace_seconds,
                                     supervisor_id=self.supervisor_id,
-                                    os_seam=make_os(sup.start_method, self.supervisor_id, self.sockets.children))
+                                    spawner=make_spawner(sup.start_method, self.loop, self.supervisor_id,
+                                                         self.sockets.children))
         self.runner = Runner(self.config, self.jobs, self.scheduler, self.procs, self.sockets.children, self.loop)
         from hermesd.handlers import setup_hooks
 
@@ -187,7 +189,7 @@ class Daemon:
         self._open_state()
         become_subreaper()
         self._reconcile()
-        self.procs.os.warm()  # supervisor.start_method: forkserver starts its zygote (after the sweep)
+        self.procs.spawner.start()  # forkserver: the zygote starts warming up (after the sweep)
         self._bind()
         loop = self.loop
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -345,6 +347,7 @@ class Daemon:
             while self.procs.children and clock.monotonic() < end:
                 await asyncio.sleep(0.02)
                 self.procs.reap()
+        self.procs.spawner.close()  # the zygote and its spares
         sweep_leftovers(self.supervisor_id)
         self.procs.reap()
         from hermesd.handlers import shutdown_hooks

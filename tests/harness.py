@@ -33,6 +33,9 @@ def _shared_data() -> Path:
 
 
 DATA = _shared_data()
+START_METHOD = os.environ.get("HERMES_TEST_START_METHOD", "")
+"""``supervisor.start_method`` of every test daemon whose config names none
+(``HERMES_TEST_START_METHOD=spawn`` runs the suite cold; unset: the default, forkserver)."""
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02, what: str = "condition") -> Any:
@@ -77,6 +80,8 @@ class DaemonProc:
                 cfg[key] = {**cfg[key], **value}
             else:
                 cfg[key] = value
+        if START_METHOD and "start_method" not in cfg["supervisor"]:
+            cfg["supervisor"] = {**cfg["supervisor"], "start_method": START_METHOD}
         self.config = cfg
         (self.home / "config.yaml").write_text(yaml.safe_dump(cfg))
         self.env = {**os.environ, "HERMES_HOME": str(self.home), "HERMES_RUNTIME_DIR": str(self.runtime),

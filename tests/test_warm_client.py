@@ -1,41 +1,113 @@
-"""The daemon's side of warm start (hermesd.warmstart) against a zygote that is gone."""
+"""The daemon's side of warm start (hermesd.warm.client): a zygote that is gone, one that is
+slower than the requests, one that cannot start — on a real event loop, with real sockets."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import sys
 
-from hermesd import warmstart, zygote
-from hermesd.warmstart import ZygoteClient
+import pytest
+
+from hermesd.warm import client as warm_client
+from hermesd.warm.client import HeldSpare, ZygoteClient
+from hermesd.warm.wire import read_request, recv_msg, send_msg
 
 
-def _client(monkeypatch, spares):
-    monkeypatch.setattr(warmstart, "is_subreaper", lambda: True)
-    client = ZygoteClient({})
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def _client(monkeypatch, loop, spares):
+    monkeypatch.setattr(warm_client, "is_subreaper", lambda: True)
+    client = ZygoteClient({}, loop)
     monkeypatch.setattr(client, "start", lambda: setattr(client, "restarted", True))  # no real zygote
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    theirs.close()  # the zygote died: asking it for a spare fails
+    ours.setblocking(False)
     client.sock, client.info, client.spares = ours, {"pid": 4242}, spares
-    return client
+    return client, theirs
 
 
-def test_a_job_handed_to_a_spare_is_not_also_started_cold_when_the_zygote_is_gone(monkeypatch):
+def test_a_job_handed_to_a_spare_is_not_also_started_cold_when_the_zygote_is_gone(monkeypatch, loop):
     r, w = os.pipe()
-    client = _client(monkeypatch, [(5555, w, 4242)])
+    client, theirs = _client(monkeypatch, loop, [HeldSpare(5555, w, 4242)])
+    theirs.close()  # the zygote died: asking it for a spare fails
     child = client.spawn(cwd="/", env={"HERMES_JOB_ID": "j1"}, log_path=os.devnull)
     assert child is not None and child.pid == 5555, "the spare has the job: no cold start as well"
-    request = zygote._read_request(r)
+    request = read_request(r)
     assert request["env"] == {"HERMES_JOB_ID": "j1"} and request["zygote"] == 4242
     assert client.sock is None and client.restarted  # the broken zygote is replaced
     os.close(r)
 
 
-def test_held_spares_are_used_while_there_is_no_zygote(monkeypatch):
+def test_held_spares_are_used_while_there_is_no_zygote(monkeypatch, loop):
     r, w = os.pipe()
-    client = _client(monkeypatch, [(5555, w, 4242)])
+    client, theirs = _client(monkeypatch, loop, [HeldSpare(5555, w, 4242)])
+    theirs.close()
     client.sock.close()
     client.sock, client.info = None, None  # lost; the next one is still warming up
     assert client.spawn(cwd="/", env={}, log_path=os.devnull).pid == 5555
-    assert zygote._read_request(r)["zygote"] == 4242
+    assert read_request(r)["zygote"] == 4242
     assert client.spawn(cwd="/", env={}, log_path=os.devnull) is None  # none left: cold
     os.close(r)
+
+
+def test_with_no_spare_held_the_job_starts_cold_at_once_and_the_spare_catches_up(monkeypatch, loop):
+    client, theirs = _client(monkeypatch, loop, [])
+    client.loop.add_reader(client.sock.fileno(), client._on_readable)
+    # A zygote that answers every request for a spare at once: a client that waited for
+    # it (on the loop) would get this spare for the job instead of starting it cold.
+    assert client.spawn(cwd="/", env={}, log_path=os.devnull) is None
+    ask, _ = recv_msg(theirs)
+    assert ask == {"fork": 2, "held": 0}  # none held: the zygote forks at once
+    r, w = os.pipe()
+    send_msg(theirs, {"spare": 6666}, (w,))
+    os.close(w)
+    loop.run_until_complete(asyncio.sleep(0.05))  # the loop reads it; nobody asks
+    assert [s.pid for s in client.spares] == [6666] and client.asked == 1
+    assert client.describe() == {"zygote": 4242, "spares": 1}
+    assert client.spawn(cwd="/", env={}, log_path=os.devnull).pid == 6666
+    assert read_request(r)["zygote"] == 4242
+    client.close()
+    os.close(r)
+    theirs.close()
+
+
+def test_status_only_reads(monkeypatch, loop):
+    client, theirs = _client(monkeypatch, loop, [])
+    client.sock.close()
+    client.sock, client.info = None, None  # lost, restart not due yet
+    assert client.describe() == {"zygote": None, "spares": 0}
+    assert not getattr(client, "restarted", False), "describe() must not start a zygote"
+    theirs.close()
+
+
+@pytest.mark.parametrize("command, why", [
+    (("/nonexistent/python",), "cannot start the zygote"),
+    ((sys.executable, "-c", "raise SystemExit(3)"), "stopped before it was warm"),
+])
+def test_a_zygote_that_cannot_start_leaves_children_cold_and_says_why(monkeypatch, loop, command, why):
+    monkeypatch.setattr(warm_client, "is_subreaper", lambda: True)
+    client = ZygoteClient({"PATH": os.environ.get("PATH", "")}, loop, command=command)
+
+    async def until_cold():
+        client.start()
+        while client.cold_reason is None:
+            await asyncio.sleep(0.01)
+
+    loop.run_until_complete(asyncio.wait_for(until_cold(), 30))
+    start = client.describe()
+    assert start["zygote"] is None and why in start["cold_reason"] and "children start cold" in start["cold_reason"]
+    assert client.spawn(cwd="/", env={}, log_path=os.devnull) is None
+    client.close()
+
+
+def test_no_subreaper_no_zygote(monkeypatch, loop):
+    monkeypatch.setattr(warm_client, "is_subreaper", lambda: False)
+    client = ZygoteClient({}, loop)
+    client.start()
+    assert client.proc is None and "not a child subreaper" in client.describe()["cold_reason"]

@@ -1,30 +1,37 @@
 """The daemon's side of warm start: it owns the zygote and the spares it forks.
 
-The zygote (:mod:`hermesd.zygote`, whose doc tells the design) sends each
-spare it forks to the daemon as ``{"spare": pid}`` with the write end of the
-spare's request pipe (``SCM_RIGHTS``).  Starting a warm child is then one
-write to that pipe, by the daemon, with no round trip through the zygote: the
-spare wakes, sets itself up and says hello while the daemon records the
-start.  For each spare it uses the daemon sends ``{"fork": 1, "held": n}``
-(``n``: the spares it still holds), and the zygote forks a replacement.
+The zygote (:mod:`child.zygote`) sends each spare it forks to the daemon as
+``{"spare": pid}`` with the write end of the spare's request pipe
+(``SCM_RIGHTS``; the wire is :mod:`hermesd.warm.wire`).  Starting a warm child
+is then one write to that pipe, by the daemon, with no round trip through the
+zygote: the spare wakes, sets itself up and says hello while the daemon
+records the start.  For each spare it uses the daemon sends ``{"fork": n,
+"held": n}`` and the zygote forks replacements.
+
+Nothing here blocks the event loop.  The zygote's socket is non-blocking and
+read when the loop reports it readable (``loop.add_reader``): its ready
+message, the spares and fork errors arrive while the daemon serves other
+requests.  :meth:`ZygoteClient.spawn` hands the job to a held spare, or
+returns ``None`` at once (the job starts cold) and asks for spares, which
+catch up in the background.  Timers (not requests) restart a lost zygote and
+give up on one that does not get warm; :meth:`ZygoteClient.describe` only reads.
 
 A spare does not need its zygote once the daemon holds it: when the zygote
-dies (the daemon learns it when it reaps it) the spares held are kept and
-used, and a new zygote is started.  When no spare is held and the zygote is
-not ready (warming up, dead), when it sends no spare within
-:data:`hermesd.zygote.REPLY_TIMEOUT`, or where hermesd is not a subreaper,
-:meth:`ZygoteClient.spawn` returns ``None`` and the child starts cold.  A
-job handed to a spare is never also started cold, whatever happens to the
-zygote afterwards.
+dies (the daemon learns it from the socket's end of file or when it reaps
+it) the spares held are kept and used, and a new zygote is started.  A job
+handed to a spare is never also started cold, whatever happens to the zygote
+afterwards.  When the zygote cannot start (hermesd is no child subreaper, the
+program cannot run, it exits or stays cold), children start cold and
+``describe()`` says why (``cold_reason``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import select
+import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -34,14 +41,19 @@ from typing import Any
 import msgpack
 
 from hermesd.prctl import is_subreaper
-from hermesd.zygote import (ENTRY, ENV_ROOM_BYTES, PRELOAD, READY_TIMEOUT, REPLY_TIMEOUT, RESTART_AFTER, ROOM_ENV,
-                            SPARES, hand_over, recv_msg, send_msg)
+from hermesd.warm.wire import ENV_ROOM_BYTES, ROOM_ENV, SPARES, TITLE_ROOM, recv_msg, send_msg, write_request
 
 log = logging.getLogger("hermesd")
 
-
-class ForkError(OSError):
-    """The zygote could not fork a spare (``errno`` as ``fork(2)`` gave it)."""
+COMMAND = (sys.executable, "-m", "child.zygote")
+"""The zygote's program; its arguments are the socket's descriptor number, the modules to
+preload (comma-separated; ``-``: its own list) and room for a child's title."""
+READY_TIMEOUT = 120.0
+"""Seconds a zygote may take to get warm before it is given up (and tried again)."""
+RESTART_AFTER = 10.0
+"""Seconds between two starts of a zygote that does not get warm or keeps dying."""
+_BROKEN = (OSError, ValueError, msgpack.UnpackException)
+"""What reading or writing the zygote's socket raises when the zygote broke."""
 
 
 @dataclass
@@ -52,86 +64,153 @@ class ForkedChild:
     returncode: int | None = None
 
 
+@dataclass
+class HeldSpare:
+    """A spare the daemon holds: its ``pid``, ``fd`` (write end of its request pipe) and
+    the pid of the ``zygote`` that forked it."""
+
+    pid: int
+    fd: int
+    zygote: int
+
+
 class ZygoteClient:
     """The daemon's handle on its zygote and on the spares it holds.
 
-    ``env``: the zygote's environment (see :mod:`hermesd.zygote`); ``preload``:
-    modules it imports.  Nothing here blocks on the zygote warming up.
-    ``spares`` holds ``(pid, fd, zygote)``: a spare, the write end of its pipe
-    and the pid of the zygote that forked it.
+    ``env``: the zygote's environment; ``loop``: the daemon's event loop (the
+    socket is read from it, timers run on it); ``command`` and ``preload``:
+    the zygote's program (default :data:`COMMAND`) and the modules it imports
+    (default: its own list).  Nothing here waits for the zygote.
     """
 
-    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = PRELOAD):
-        # SPT_NOENV: setproctitle must leave the environment area alone (see hermesd.zygote)
+    def __init__(self, env: dict[str, str], loop: Any, *, command: tuple[str, ...] = COMMAND,
+                 preload: tuple[str, ...] | None = None):
+        # SPT_NOENV: setproctitle must leave the environment area alone (see child.zygote)
         self.env = {**env, "SPT_NOENV": "1", ROOM_ENV: "." * ENV_ROOM_BYTES}
-        self.preload = preload
+        self.loop = loop
+        self.argv = [*command, "{fd}", "-" if preload is None else ",".join(preload), "." * TITLE_ROOM]
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.info: dict[str, Any] | None = None
-        self.spares: list[tuple[int, int, int]] = []
+        self.spares: list[HeldSpare] = []
         self.asked = 0  # spares asked for and not yet received
-        self._started = 0.0
+        self.cold_reason: str | None = None
+        self.closed = False
+        self._started = -RESTART_AFTER
+        self._timer: Any = None  # the ready deadline, or the next start
+
+    # starting and stopping -------------------------------------------------
 
     def start(self) -> None:
-        """Start the zygote process (returns at once; it warms up on its own)."""
+        """Start the zygote process; returns at once (it warms up on its own).
+
+        When it cannot start, ``cold_reason`` says why and a new try is timed.
+        """
         self._stop_zygote()
+        if self.closed:
+            return
+        if not is_subreaper():
+            self.cold_reason = "hermesd is not a child subreaper here, so it could not reap warm children"
+            return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._started = time.monotonic()
+        argv = [a.replace("{fd}", str(theirs.fileno())) for a in self.argv]
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hermesd.zygote", str(theirs.fileno()), ",".join(self.preload)],
-                env=self.env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),), start_new_session=True)
-        except OSError as exc:
+            self.proc = subprocess.Popen(argv, env=self.env, cwd="/", stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                                         start_new_session=True)
+        except (OSError, ValueError) as exc:
             ours.close()
-            log.warning("warm start unavailable: cannot start the zygote: %s", exc)
+            self._cold(f"cannot start the zygote: {exc}")
             return
         finally:
             theirs.close()
-        # A kernel timeout on a blocking socket, not Python's settimeout(): that one waits in
-        # poll() and then reads, and the wake-up came 2-3 ms late on a busy 2-core machine.
-        # A read that times out raises BlockingIOError, an OSError.
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(REPLY_TIMEOUT), 0))
+        ours.setblocking(False)
         self.sock, self.info, self.asked = ours, None, SPARES  # the zygote sends SPARES after ready
+        self.loop.add_reader(ours.fileno(), self._on_readable)
+        self._timer = self.loop.call_later(READY_TIMEOUT, self._not_warm)
 
-    def ready(self) -> bool:
-        """True once the zygote has said ready and is still there (never blocks)."""
-        if self.sock is None:
-            self._restart()
-            return False
+    def close(self) -> None:
+        """Stop the zygote and the spares held (at shutdown); nothing is started again."""
+        self.closed = True
+        for spare in self.spares:
+            os.close(spare.fd)  # its end of file tells it to exit; SIGKILL to be sure
+            with contextlib.suppress(OSError):
+                os.kill(spare.pid, signal.SIGKILL)  # held, so not reaped yet: the pid is still its own
+        self.spares = []
+        self._stop_zygote()
+
+    def _stop_zygote(self) -> None:
+        """Stop the zygote (its socket closed, SIGKILL); the spares held stay."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.asked = 0
+        if self.sock is not None:
+            self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
+            self.sock = None
+        if self.proc is not None:
+            if self.proc.returncode is None:
+                with contextlib.suppress(OSError):
+                    self.proc.kill()
+                # the daemon's reaper collects it; subprocess must never wait for this pid
+                # (it could be a job's child by then)
+                self.proc.returncode = -signal.SIGKILL
+            self.proc = None
+        self.info = None
+
+    def _cold(self, why: str) -> None:
+        """The zygote could not start or get warm: children start cold; try again later."""
+        self.cold_reason = f"{why}; children start cold, next try in {RESTART_AFTER:.0f}s"
+        log.warning("warm start: %s", self.cold_reason)
+        self._stop_zygote()
+        if not self.closed:
+            self._timer = self.loop.call_later(RESTART_AFTER, self.start)
+
+    def _not_warm(self) -> None:
+        self._timer = None
+        self._cold(f"the zygote was not warm after {READY_TIMEOUT:.0f}s")
+
+    def _lost(self, why: object) -> None:
+        """The zygote died or broke: replace it (at once if it had been warm, else after
+        :data:`RESTART_AFTER`); the spares held are kept."""
+        if self.info is None:
+            self._cold(f"the zygote stopped before it was warm ({why})")
+            return
+        log.warning("warm start: zygote lost (%s); %d spare(s) held, then children start cold until it "
+                    "is back", why, len(self.spares))
+        self._stop_zygote()
+        if not self.closed:
+            self.start()
+
+    # what the zygote sends ----------------------------------------------------
+
+    def _on_readable(self) -> None:
+        """The loop saw the zygote's socket readable: take everything it sent."""
         try:
-            self._receive(wait=False)
-        except (OSError, ValueError, msgpack.UnpackException) as exc:
+            if not self._receive():
+                why = "it closed its socket"
+                if self.proc is not None and self.proc.poll() is not None:  # our own zygote's pid: safe
+                    why = f"pid {self.proc.pid} exited with status {self.proc.returncode}"
+                self._lost(why)
+        except _BROKEN as exc:
             self._lost(exc)
-            return False
-        if self.info is None and time.monotonic() - self._started > READY_TIMEOUT:
-            log.warning("warm start: zygote not ready after %.0fs; giving up on it", READY_TIMEOUT)
-            self._stop_zygote()
-        return self.info is not None
 
-    def describe(self) -> dict[str, Any]:
-        """``{"zygote": pid once ready else None, "spares": spares held}`` (for ``status``;
-        takes what the zygote sent first, as :meth:`ready` does)."""
-        self.ready()
-        return {"zygote": (self.info or {}).get("pid"), "spares": len(self.spares)}
+    def _receive(self) -> bool:
+        """Take every message waiting: the ready message, spares, fork errors.
 
-    def _receive(self, *, wait: bool) -> None:
-        """Take what the zygote sent: its ready message, spares, fork errors.
-
-        ``wait``: block (up to :data:`REPLY_TIMEOUT`) until a spare is held.
-        Raises ``ConnectionError`` when the zygote went away, ``ForkError``
-        when it could not fork while we wait, ``OSError`` (``BlockingIOError``
-        on timeout), ``ValueError``/``msgpack.UnpackException`` for a message
-        it cannot read.
+        Returns False at the zygote's end of file.  Raises ``OSError``,
+        ``ValueError`` or ``msgpack.UnpackException`` for a broken socket or a
+        message it cannot read.
         """
-        while True:
-            if wait and self.spares:
-                return
-            if not wait and not select.select([self.sock], [], [], 0)[0]:
-                return
-            got = recv_msg(self.sock)
+        while self.sock is not None:
+            try:
+                got = recv_msg(self.sock)
+            except BlockingIOError:
+                return True
             if got is None:
-                raise ConnectionError("the zygote went away")
+                return False
             msg, fds = got
             for extra in fds[1:]:
                 os.close(extra)
@@ -140,110 +219,74 @@ class ZygoteClient:
             if msg.get("ready"):
                 if self.info is not None:
                     raise ValueError("the zygote said ready twice")
-                self.info = msg
+                self.info, self.cold_reason = msg, None
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
                 log.info("warm start ready: zygote pid %s, warmed up in %.2fs", msg.get("pid"), msg.get("seconds"))
             elif msg.get("spare") and fds:
                 self.asked = max(0, self.asked - 1)
-                self.spares.append((int(msg["spare"]), fds[0], int((self.info or {}).get("pid") or 0)))
+                self.spares.append(HeldSpare(int(msg["spare"]), fds[0], int((self.info or {}).get("pid") or 0)))
             elif msg.get("error"):
                 self.asked = max(0, self.asked - 1)
-                error = ForkError(int(msg.get("errno") or 0), f"warm start: {msg['error']}")
-                if wait:
-                    raise error
-                log.warning("%s", error)
+                log.warning("warm start: %s (errno %s); asked again at the next start", msg["error"],
+                            msg.get("errno"))
+        return True
 
-    def _ask(self, more: int) -> None:
-        """Ask for ``more`` spares, telling how many are held (none held: fork at once)."""
-        send_msg(self.sock, {"fork": more, "held": len(self.spares)})
-        self.asked += more
+    def reaped(self, exits: list[tuple[int, int]]) -> None:
+        """The daemon reaped ``exits`` (``(pid, returncode)``): a zygote among them is
+        replaced (what it sent before it died is kept), a held spare among them dropped."""
+        for pid, code in exits:
+            if self.proc is not None and pid == self.proc.pid:
+                self.proc.returncode = code  # reaped: subprocess must not wait or signal again
+                with contextlib.suppress(*_BROKEN):
+                    self._receive()  # its ready message and spares are still ours
+                self._lost(f"pid {pid} exited with status {code}")
+                continue
+            for spare in [s for s in self.spares if s.pid == pid]:
+                os.close(spare.fd)
+                self.spares.remove(spare)
+                log.warning("warm start: a held spare (pid %d) exited with status %d", pid, code)
+
+    # handing out spares --------------------------------------------------------
+
+    def spawn(self, *, cwd: str, env: dict[str, str], log_path: str) -> ForkedChild | None:
+        """Hand a job to a held spare; ``None`` to start it cold instead (at once).
+
+        Never waits: with no spare held (the zygote warming, dead, or slower than
+        the requests) it returns ``None`` and asks the zygote for spares.  The
+        child sets itself up after the handoff: the caller checks ``cwd`` and the
+        log first (:class:`hermesd.warm.spawner.WarmSpawner`).  Raises nothing.
+        """
+        try:
+            while self.spares:  # a spare that died unseen is skipped (its pipe is closed)
+                spare = self.spares.pop(0)
+                if write_request(spare.fd, {"cwd": cwd, "env": env, "log_path": log_path,
+                                            "zygote": spare.zygote}):
+                    return ForkedChild(spare.pid)
+            return None
+        finally:
+            self._replenish()
 
     def _replenish(self) -> None:
-        """Ask for the spares missing to :data:`SPARES` held or coming; a zygote that
-        cannot be asked is replaced (never raises: the job is handed over already)."""
+        """Ask for the spares missing to :data:`SPARES` held or coming (none held: the
+        zygote forks at once); a zygote that cannot be asked is replaced."""
         missing = SPARES - len(self.spares) - self.asked
         if missing <= 0 or self.sock is None or self.info is None:
             return
         try:
-            self._ask(missing)
+            send_msg(self.sock, {"fork": missing, "held": len(self.spares)})
+        except BlockingIOError:
+            return  # its queue is full: asked again at the next start
         except OSError as exc:
             self._lost(exc)
+            return
+        self.asked += missing
 
-    def spawn(self, *, cwd: str, env: dict[str, str], log_path: str, entry: str = ENTRY) -> ForkedChild | None:
-        """Start a warm child: hand the job to a spare; ``None`` to start it cold instead.
-
-        ``None`` when no spare is held and the zygote is not ready, failed, or
-        sent no spare in time (nothing was started; it is restarted later).  The child sets
-        itself up after the handoff: the caller checks ``cwd`` and the log first
-        (:class:`hermesd.procs.ForkServerOS`).  Raises nothing.
-        """
-        if not is_subreaper():
-            return None
-        self.ready()
-        try:
-            for _ in range(SPARES + 2):  # a spare that died meanwhile is replaced and skipped
-                if not self.spares:
-                    if self.info is None:  # no zygote ready (also one lost in this loop): cold
-                        return None
-                    self._ask(0 if self.asked else 1)  # none held: the zygote forks at once
-                    self._receive(wait=True)
-                pid, cmd, zygote = self.spares.pop(0)
-                handed = hand_over(cmd, {"cwd": cwd, "env": env, "log_path": log_path, "entry": entry,
-                                         "zygote": zygote})
-                self._replenish()
-                if handed:  # the spare sets itself up while the daemon commits the start
-                    return ForkedChild(pid)
-            log.warning("warm start: %d spares in a row were dead; starting the child cold", SPARES + 2)
-        except ForkError as exc:  # the zygote is fine; the machine is short of something
-            log.warning("%s; starting the child cold", exc)
-        except (OSError, ValueError, msgpack.UnpackException) as exc:
-            self._lost(exc)
-        return None
-
-    def _restart(self) -> None:
-        """Start a new zygote, unless the last one started less than :data:`RESTART_AFTER` ago."""
-        if time.monotonic() - self._started >= RESTART_AFTER:
-            self.start()
-
-    def reaped(self, exits: list[tuple[int, int]]) -> None:
-        """The daemon reaped ``exits`` (``(pid, returncode)``): a zygote among them is replaced now."""
-        for pid, code in exits:
-            if self.proc is not None and pid == self.proc.pid:
-                self.proc.returncode = code  # reaped: subprocess must not wait or signal again
-                try:  # what it sent before it died (its ready message, spares) is still ours
-                    self._receive(wait=False)
-                except (OSError, ValueError, msgpack.UnpackException):
-                    pass  # its end of file, or a message cut short
-                self._lost(f"pid {pid} exited with status {code}")
-
-    def _lost(self, why: object) -> None:
-        """The zygote died or broke: replace it (at once if it had been warm, else not in a
-        loop); the spares held are kept."""
-        log.warning("warm start: zygote lost (%s); %d spare(s) held, then children start cold until it "
-                    "is back", why, len(self.spares))
-        was_ready = self.info is not None
-        self._stop_zygote()
-        if was_ready:
-            self.start()
-        else:
-            self._restart()
-
-    def close(self) -> None:
-        """Stop the zygote and let the spares go (each reads end of file and exits)."""
-        for _, cmd, _ in self.spares:
-            os.close(cmd)
-        self.spares = []
-        self._stop_zygote()
-
-    def _stop_zygote(self) -> None:
-        """Stop the zygote (its end of the socket closes; SIGKILL to be sure); spares stay."""
-        self.asked = 0
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-        if self.proc is not None:
-            try:
-                self.proc.kill()
-            except OSError:
-                pass
-            self.proc = None
-        self.info = None
+    def describe(self) -> dict[str, Any]:
+        """``{"zygote": pid once warm else None, "spares": held}``, and ``cold_reason`` when
+        the zygote could not start (for ``status``; only reads)."""
+        out: dict[str, Any] = {"zygote": (self.info or {}).get("pid"), "spares": len(self.spares)}
+        if self.cold_reason:
+            out["cold_reason"] = self.cold_reason
+        return out

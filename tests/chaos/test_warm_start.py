@@ -16,6 +16,7 @@ import signal
 import psutil
 import pytest
 
+from hermesd.config import Config
 from tests.chaos.helpers import (assert_no_leftovers, forkserver, live, proc_env, running_job, wait_warm,
                                  warm_on_start, zygote_pids)
 from tests.harness import wait_for
@@ -65,6 +66,8 @@ def test_warm_children_differ_from_each_other(warm):
     for i in range(3):
         cwd = warm.work / f"w{i}"
         cwd.mkdir()
+        # with no spare at hand a job starts cold at once (the spare catches up): wait for one
+        wait_for(lambda: warm.call("status")["start"]["spares"] > 0, what="a spare held")
         recs.append((cwd, warm.delegate(f"job {i}", cwd=str(cwd), script=script, toolsets=["terminal"])))
     for cwd, rec in recs:
         assert warm.wait_job(rec["id"])["status"] == "completed"
@@ -123,7 +126,12 @@ def test_graceful_shutdown_leaves_nothing(warm):
     assert_no_leftovers(warm, {r["id"] for r in recs}, pids | {zygote}, timeout=5)
 
 
-def test_cold_start_stays_the_default(daemon):
+def test_warm_start_is_the_default():
+    assert Config().supervisor.start_method == "forkserver"
+
+
+def test_spawn_stays_selectable_and_starts_cold(make_daemon):
+    daemon = make_daemon({"supervisor": {"start_method": "spawn"}})
     rec = daemon.delegate("cold", script=SLEEPY)
     pid = running_job(daemon, rec["id"])["pid"]
     assert "HERMES_ZYGOTE" not in proc_env(pid)

@@ -1,0 +1,77 @@
+"""The process manager's start strategy for ``supervisor.start_method``.
+
+:func:`make_spawner` gives :class:`hermesd.procs.ColdSpawner` for ``spawn`` and
+:class:`WarmSpawner` for ``forkserver`` (the default).  The warm one hands a
+job to a spare the zygote forked ahead of time (:mod:`hermesd.warm.client`);
+with none at hand it starts the child cold at once, through the same cold
+spawner, while the spares catch up.  Either way the child is the daemon's own
+(reaped, signalled and swept exactly alike).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+from hermesd.procs import OS, ColdSpawner, Spawner, child_env
+from hermesd.warm.client import ZygoteClient
+from hermesd.warm.wire import OWNER_ENV
+
+
+class WarmSpawner:
+    """``supervisor.start_method: forkserver``: a held spare, else a cold start.
+
+    ``cold``: the fallback; ``zygote``: the daemon's handle on the zygote.
+    """
+
+    method = "forkserver"
+
+    def __init__(self, cold: ColdSpawner, zygote: ZygoteClient):
+        self.cold = cold
+        self.zygote = zygote
+
+    def start(self) -> None:
+        """Start the zygote (it warms up in the background)."""
+        self.zygote.start()
+
+    def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
+        """Hand the job to a spare, or start ``argv`` cold at once; see the class doc.
+
+        What a cold start would refuse is refused first (the spare sets itself up
+        after the handoff, when no one could be told): raises ``OSError`` for a
+        log that cannot be opened or a missing ``cwd``.
+        """
+        os.close(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666))
+        if not os.path.isdir(cwd):
+            raise FileNotFoundError(errno.ENOENT, "No such directory", cwd)
+        handle = self.zygote.spawn(cwd=cwd, env=env, log_path=str(log_path))
+        return handle if handle is not None else self.cold.spawn(argv, cwd=cwd, env=env, log_path=log_path)
+
+    def reaped(self, exits: list[tuple[int, int]]) -> None:
+        """A zygote among ``exits`` is replaced, a held spare dropped."""
+        self.zygote.reaped(exits)
+
+    def describe(self) -> dict[str, Any]:
+        """``{"method": "forkserver", "zygote": pid or None (not warm), "spares": held}``, with
+        ``cold_reason`` when the zygote could not start."""
+        return {"method": self.method, **self.zygote.describe()}
+
+    def close(self) -> None:
+        """Stop the zygote and the spares held."""
+        self.zygote.close()
+
+
+def make_spawner(start_method: str, loop: Any, supervisor_id: str = "", children_socket: Path | None = None,
+                 os_seam: OS | None = None) -> Spawner:
+    """The spawner for ``supervisor.start_method``: ``forkserver`` (:class:`WarmSpawner`;
+    its spares connect to ``children_socket`` ahead of time) or ``spawn``
+    (:class:`~hermesd.procs.ColdSpawner`, a new interpreter per child)."""
+    cold = ColdSpawner(os_seam or OS())
+    if start_method != "forkserver":
+        return cold
+    extra = {OWNER_ENV: supervisor_id, "HERMES_DAEMON_PID": str(os.getpid())}
+    if children_socket is not None:
+        extra["HERMES_CHILD_SOCKET"] = str(children_socket)
+    return WarmSpawner(cold, ZygoteClient(child_env(os.environ, extra), loop))
