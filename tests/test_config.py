@@ -84,7 +84,8 @@ def test_reload_refuses_invalid_and_keeps_running_config(daemon):
 def test_reload_names_keys_that_need_a_restart(daemon):
     path = daemon.home / "config.yaml"
     data = yaml.safe_load(path.read_text()) or {}
-    data.setdefault("supervisor", {}).update(start_method="forkserver", max_children=7)
+    other = {"spawn": "forkserver", "forkserver": "spawn"}[daemon.call("status")["start"]["method"]]
+    data.setdefault("supervisor", {}).update(start_method=other, max_children=7)
     path.write_text(yaml.safe_dump(data))
     out = subprocess.run([sys.executable, "-m", "client", "reload"], env=daemon.env, capture_output=True,
                          text=True, timeout=30)

@@ -180,3 +180,48 @@ def test_a_start_whose_commit_fails_leaves_no_child_and_no_row(tmp_path):
     runner.procs.reap()  # the reaper finds no row: it gives the slot back, nothing else
     assert runner.scheduler.usage()["global"]["used"] == 0 and runner.tokens == {}
     assert runner.submit("background", goal="again", cwd=str(tmp_path))["status"] == "starting"
+
+
+class RecordingSpawner:
+    """A start strategy (as the warm one is): it starts children; signals stay with the OS seam."""
+
+    method = "test"
+
+    def __init__(self, fake):
+        self.fake, self.started, self.heard = fake, [], []
+
+    def start(self):
+        pass
+
+    def spawn(self, argv, *, cwd, env, log_path):
+        self.started.append(argv)
+        return self.fake.spawn(argv, cwd=cwd, env=env, log_path=log_path)
+
+    def reaped(self, exits):
+        self.heard.extend(exits)
+
+    def describe(self):
+        return {"method": self.method}
+
+    def close(self):
+        pass
+
+
+def test_the_spawner_starts_children_and_hears_every_exit_signals_go_through_the_seam(tmp_path):
+    fake, loop, exits = FakeOS(), FakeLoop(), []
+    spawner = RecordingSpawner(fake)
+    pm = ProcessManager(loop, exits.append, os_seam=fake, spawner=spawner, grace=1.0, supervisor_id="sup")
+    child = pm.start("j1", cwd=str(tmp_path), log_path=tmp_path / "log", env={}, title=["delegation", "goal"])
+    assert spawner.started[0][-4:] == ["child", "j1", "delegation", "goal"]
+    pm.stop("j1", "cancel")
+    assert fake.signals == [("kill", child.pid, signal.SIGINT)]
+    fake.exited += [(child.pid, 0), (4242, 0)]  # its child, and one of the spawner's (a zygote, a spare)
+    pm.reap()
+    assert spawner.heard == [(child.pid, 0), (4242, 0)] and [c.job for c in exits] == ["j1"]
+
+
+def test_without_a_spawner_children_start_cold_through_the_seam(tmp_path):
+    pm, fake, loop, exits = _manager()
+    assert pm.spawner.describe() == {"method": "spawn"}
+    child = pm.start("j1", cwd=str(tmp_path), log_path=tmp_path / "log", env={})
+    assert child.pid in fake.alive
