@@ -1,7 +1,10 @@
-"""``python -m bench``: every benchmark of issue 8 in one run, figures printed as they come.
+"""``python -m bench``: every benchmark of issues 8 and 15 in one run, figures printed as they come.
 
 ``--quick`` shrinks the batch benchmark (100 prompts instead of 1,000) for a
-look that takes minutes, not the better part of an hour.  Each benchmark can
+look that takes minutes, not the better part of an hour; ``--only-default``
+runs only the figures of issue 15 (:mod:`bench.bench_warm_start`: batch
+overhead with the default configuration, event-loop stalls while the zygote
+is killed).  Each benchmark can
 also be run on its own (``bench/bench_*.py --help``).
 """
 
@@ -14,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import (bench_batch, bench_batch_scheduling, bench_control, bench_events, bench_memory,  # noqa: E402
-                   bench_spawn)
+                   bench_spawn, bench_warm_start)
 from bench.common import machine  # noqa: E402
 
 
@@ -22,9 +25,14 @@ def main() -> None:
     """Run them all; see the module doc."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only-default", action="store_true")
     args = parser.parse_args()
     prompts = 100 if args.quick else 1000
     print(f"# hermesd benchmarks · {machine()}\n", flush=True)
+    print(bench_warm_start.report(bench_warm_start.run(min(prompts, 320), 1.0, 16, 100)) + "\n", flush=True)
+    if args.only_default:
+        print(f"# done · {machine()}")
+        return
     print(bench_spawn.report(bench_spawn.run(40)) + "\n", flush=True)
     print(bench_control.report(bench_control.run(2000, 5.0)) + "\n", flush=True)
     print(bench_events.report(bench_events.run(30, 50, 6, 120, 20.0), 50, 20.0) + "\n", flush=True)

@@ -26,7 +26,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from hermesd import __version__, clock, config as config_mod, paths, protocol
+from hermesd import __version__, clock, config as config_mod, looplag, paths, protocol
 from hermesd.delivery import Delivery
 from hermesd.events import EventLog
 from hermesd.handlers import CHILD_HANDLERS, HANDLERS, WORK_OPS
@@ -62,6 +62,7 @@ class Daemon:
         self.started_at = clock.now_iso()
         self.notifier = Notifier()
         self.stopping = False
+        self.loop_lag = looplag.from_env()  # HERMES_LOOP_LAG_MS: a benchmark's probe, reported by status
         self.services: dict[str, Any] = {}
         self.resumable_kinds: set[str] = set()  # job kinds with no process, continued by a restore hook
         self._lock_fd: int | None = None
@@ -203,6 +204,8 @@ class Daemon:
         self._spawn(self._serve(self.children, self._dispatch_child))
         if self.notifier.watchdog_seconds:
             self._spawn(self._watchdog(self.notifier.watchdog_seconds / 2))
+        if self.loop_lag is not None:
+            self._spawn(self.loop_lag.run())
         self.events.emit("daemon.started", data={"pid": os.getpid(), "version": __version__})
         self.notifier.notify(READY="1", STATUS=self.status_line(), MAINPID=str(os.getpid()))
         log.info("hermesd %s ready (pid %d, runtime %s)", __version__, os.getpid(), self.sockets.dir)

@@ -27,14 +27,18 @@ async def status(d, args: dict[str, Any]) -> dict[str, Any]:
     """Daemon state: pid, uptime, caps and how full they are, job counts by state, last event seq,
     and how children start (``start``: ``{method}``, with ``zygote`` and ``spares`` for
     ``forkserver``; ``zygote`` is null until it is warm; ``cold_reason`` says why children
-    start cold when the zygote could not start).  Only reads."""
+    start cold when the zygote could not start); ``loop_lag`` when the daemon runs with
+    ``HERMES_LOOP_LAG_MS`` (:mod:`hermesd.looplag`).  Only reads."""
     counts = {row["status"]: row["n"] for row in
               d.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")}
-    return {"version": __version__, "pid": os.getpid(), "uptime_seconds": d.uptime(), "started_at": d.started_at,
-            "stopping": d.stopping, "runtime_dir": str(d.sockets.dir), "state_db": str(d.store.path),
-            "config": d.config.source, "children": len(d.procs.children), "queued": len(d.scheduler.queue),
-            "caps": d.scheduler.usage(), "jobs": counts, "last_seq": d.events.last_seq(),
-            "pending_notifications": len(d.delivery.pending()), "start": d.procs.spawner.describe()}
+    out = {"version": __version__, "pid": os.getpid(), "uptime_seconds": d.uptime(), "started_at": d.started_at,
+           "stopping": d.stopping, "runtime_dir": str(d.sockets.dir), "state_db": str(d.store.path),
+           "config": d.config.source, "children": len(d.procs.children), "queued": len(d.scheduler.queue),
+           "caps": d.scheduler.usage(), "jobs": counts, "last_seq": d.events.last_seq(),
+           "pending_notifications": len(d.delivery.pending()), "start": d.procs.spawner.describe()}
+    if d.loop_lag is not None:
+        out["loop_lag"] = d.loop_lag.describe()
+    return out
 
 
 @op("events_since")
