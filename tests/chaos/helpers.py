@@ -54,6 +54,13 @@ def warm_on_start(daemon: DaemonProc) -> DaemonProc:
     return daemon
 
 
+def delegate_warm(daemon: DaemonProc, goal: str, **args: Any) -> dict[str, Any]:
+    """``delegate`` once the daemon holds a spare, so the child is forked warm (with no
+    spare at hand a job starts cold at once, and the spares catch up)."""
+    wait_for(lambda: daemon.call("status")["start"].get("spares"), 60, 0.01, "a spare held")
+    return daemon.delegate(goal, **args)
+
+
 def running_job(daemon: DaemonProc, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
     """Wait until job ``job_id`` is ``running``; returns its record (with ``pid``)."""
     wait_for(lambda: daemon.call("job", id=job_id)["status"] == "running", timeout, 0.02, f"{job_id} running")

@@ -17,7 +17,7 @@ from collections import Counter
 
 import pytest
 
-from tests.chaos.helpers import assert_no_leftovers, forkserver, warm_on_start
+from tests.chaos.helpers import assert_no_leftovers, delegate_warm, forkserver, warm_on_start
 from tests.fakes.anthropic_server import Error, FakeAnthropic, Message, StreamFailure, last_user_text, text_block
 
 TIMEOUT = 8.0
@@ -75,7 +75,7 @@ def test_model_server_errors_and_timeouts(make_daemon, api):
     config = {"provider": "anthropic", "base_url": api.url, "toolsets": [],
               "delegation": {"child_timeout_seconds": TIMEOUT}}
     d = warm_on_start(make_daemon(forkserver(config), {"ANTHROPIC_API_KEY": "test-key"}, start=False)).start()
-    recs = {goal: d.delegate(goal, toolsets=[]) for goal in SCENARIOS}
+    recs = {goal: delegate_warm(d, goal, toolsets=[]) for goal in SCENARIOS}
     final = {goal: d.wait_job(rec["id"], timeout=120) for goal, rec in recs.items()}
     attempts = api.default.attempts
     summary = {g: (f["status"], attempts[g], (f["error"] or "")[:120]) for g, f in final.items()}

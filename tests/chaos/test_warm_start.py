@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from hermesd.config import Config
-from tests.chaos.helpers import (assert_no_leftovers, forkserver, live, proc_env, running_job, wait_warm,
-                                 warm_on_start, zygote_pids)
+from tests.chaos.helpers import (assert_no_leftovers, delegate_warm, forkserver, live, proc_env, running_job,
+                                 wait_warm, warm_on_start, zygote_pids)
 from tests.harness import wait_for
 
 SLEEPY = [{"text": "resting", "sleep": 60}]
@@ -66,9 +66,7 @@ def test_warm_children_differ_from_each_other(warm):
     for i in range(3):
         cwd = warm.work / f"w{i}"
         cwd.mkdir()
-        # with no spare at hand a job starts cold at once (the spare catches up): wait for one
-        wait_for(lambda: warm.call("status")["start"]["spares"] > 0, what="a spare held")
-        recs.append((cwd, warm.delegate(f"job {i}", cwd=str(cwd), script=script, toolsets=["terminal"])))
+        recs.append((cwd, delegate_warm(warm, f"job {i}", cwd=str(cwd), script=script, toolsets=["terminal"])))
     for cwd, rec in recs:
         assert warm.wait_job(rec["id"])["status"] == "completed"
         job, zygote = (cwd / "who.txt").read_text().split()
