@@ -258,6 +258,8 @@ class ZygoteClient:
         child sets itself up after the handoff: the caller checks ``cwd`` and the
         log first (:class:`hermesd.warm.spawner.WarmSpawner`).  Raises nothing.
         """
+        if not self.spares and self.sock is not None:
+            self._on_readable()  # one that arrived since the loop last looked (never waits)
         try:
             while self.spares:  # a spare that died unseen is skipped (its pipe is closed)
                 spare = self.spares.pop(0)
