@@ -17,8 +17,11 @@ Two figures (issue 15), one run:
   moment the previous one is terminal; the zygote is SIGKILLed before job
   ``jobs/3`` and ``2·jobs/3`` (whichever zygote is alive then, warm or
   warming up).  The stall is the largest lag the probe saw between the first
-  request and the last answer; also printed: the three largest, and the
-  client's round trip of ``delegate``.
+  request and the last answer; also printed: the three largest, how many
+  exceeded 50 ms, the client's round trip of ``delegate``, and the same probe
+  over 5 s of the idle daemon before the run (with two spares held): on a
+  shared machine that is the share of the lag due to the machine (other
+  processes holding the cores), not to the daemon.
 
 Usage::
 
@@ -60,7 +63,7 @@ def batch_overhead(prompts: int, delay: float, workers: int) -> dict:
         data = dataset(d.base / "prompts.jsonl", prompts, 1, delay)
         result = one_run(d, data, workers, f"bench_default_{workers}")
         ideal = prompts * delay / workers
-        return {"method": method, "workers": workers, "prompts": prompts, "ideal": ideal, **result,
+        return {**result, "method": method, "workers": workers, "prompts": prompts, "ideal": ideal,
                 "overhead": result["wall"] / ideal - 1}
 
 
@@ -76,11 +79,21 @@ def _zygote_of(d) -> int | None:
     return None
 
 
-def loop_stalls(jobs: int) -> dict:
-    """``jobs`` delegations one after the other, the zygote killed twice; the probe's view."""
+def _window(probe: dict, t0: float, t1: float) -> list[float]:
+    """The probe's lags (ms) that ended between ``t0`` and ``t1``, largest first."""
+    return sorted((lag for t, lag in probe["stalls"] if t0 <= t <= t1), reverse=True)
+
+
+def loop_stalls(jobs: int, idle: float = 5.0) -> dict:
+    """``jobs`` delegations one after the other, the zygote killed twice; the probe's view,
+    and before that its view of the idle daemon for ``idle`` seconds (the machine's share)."""
     with daemon({"delegation": {"max_turns": 3}}, env={"HERMES_LOOP_LAG_MS": str(PROBE_MS)}) as d:
         method = d.call("status")["start"]["method"]
         _warm(d)
+        wait_for(lambda: d.call("status")["start"].get("spares") == 2, 60, 0.05, "two spares held")
+        i0 = time.monotonic()
+        time.sleep(idle)
+        baseline = _window(d.call("status")["loop_lag"], i0, time.monotonic())
         kills, rtts, killed = {jobs // 3, 2 * jobs // 3}, [], []
         conn = d.conn(timeout=60)
         t0 = time.monotonic()
@@ -96,10 +109,12 @@ def loop_stalls(jobs: int) -> dict:
         t1 = time.monotonic()
         probe = conn.call("status")["loop_lag"]
         conn.close()
-        stalls = sorted((lag for t, lag in probe["stalls"] if t0 <= t <= t1), reverse=True)
+        stalls = _window(probe, t0, t1)
         starts = (d.work / "starts.txt").read_text().split()
         return {"method": method, "jobs": jobs, "seconds": t1 - t0, "killed": killed, "probe_ms": PROBE_MS,
                 "samples": probe["samples"], "max_stall_ms": stalls[0] if stalls else 0.0, "top": stalls[:3],
+                "over_goal": sum(x > 50 for x in stalls), "idle_seconds": idle,
+                "idle_max_ms": baseline[0] if baseline else 0.0,
                 "warm": sum(s != "cold" for s in starts), "cold": starts.count("cold"),
                 "lost_logged": d.log().count("zygote lost"), "rtt": rtts}
 
@@ -121,6 +136,8 @@ def report(result: dict) -> str:
         f"(pids {', '.join(map(str, s['killed']))}): longest {s['max_stall_ms']:.1f} ms (goal <= 50 ms); "
         f"next {', '.join(f'{x:.1f}' for x in s['top'][1:]) or '-'} ms; probe every {s['probe_ms']:g} ms, "
         f"{s['samples']} samples",
+        f"    over 50 ms: {s['over_goal']}; the same probe on the idle daemon ({s['idle_seconds']:g}s before): "
+        f"longest {s['idle_max_ms']:.1f} ms (the machine's share, not the daemon's)",
         f"    starts: {s['warm']} warm, {s['cold']} cold; 'zygote lost' logged {s['lost_logged']}x; "
         f"{s['seconds']:.1f}s in all; delegate round trip p50 {ms(pct(s['rtt'], 50))}, "
         f"max {ms(max(s['rtt']))}",
