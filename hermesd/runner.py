@@ -9,7 +9,9 @@ the job table (state machine).  Its rules:
   state; if the process exits without a result the exit decides.
 * The final state honours why the daemon stopped it: ``cancel`` → ``cancelled``,
   ``timeout`` → ``timed_out``, ``shutdown``/``session_stop`` → ``interrupted``.
-* Slots are released only once the job is terminal *and* its process reaped.
+* The slots of a job's own caps are released when it turns terminal, before
+  that state is published; its ``global`` slot (a process) once it is reaped
+  (see :mod:`hermesd.scheduler`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from hermesd.config import Config
 from hermesd.jobs import JobTable
 from hermesd.procs import Child, ProcessManager
 from hermesd.protocol import ProtocolError, one_line
-from hermesd.scheduler import Scheduler
+from hermesd.scheduler import PROCESS_POOLS, Scheduler
 
 log = logging.getLogger("hermesd")
 
@@ -268,6 +270,9 @@ class Runner:
         if result.get("duration_seconds") is not None:
             fields["duration_seconds"] = float(result["duration_seconds"])
         self.jobs.transition(job_id, status, **fields)
+        # in the same loop step as the transition: no client hears of it before the slots are free
+        self.scheduler.release(job_id, keep=PROCESS_POOLS)
+        self.pump()
 
     def on_progress(self, job_id: str, args: dict[str, Any]) -> None:
         """``child.progress``: keep counters and publish a ``job.progress`` event, both

@@ -7,9 +7,15 @@ background delegations), and per-owner pools created on demand, such as
 parallel group) or ``batch:<id>`` (a batch's ``num_workers``).
 
 A job holds its slots from the moment it is started (or, for a background
-delegation, admitted) until the daemon calls :meth:`Scheduler.release` — after
-the job is terminal *and* its process has been reaped, so the number of live
-child processes never exceeds a cap, not even for an instant.
+delegation, admitted).  What a client is told is what holds: the slots of the
+job's own caps (``async``, ``group:…``, ``batch:…``, ``session:…``) are given
+back when the job turns terminal (:meth:`Scheduler.release` with
+``keep=PROCESS_POOLS``), before that state is published, so a client that
+saw a job end never meets ``capacity_reached`` on its account.  The
+``global`` slot (``supervisor.max_children``) counts *processes*: it is held
+until the job's process has been reaped, so the number of live child processes
+never exceeds it, not even for an instant (a job that needs it meanwhile waits
+in the queue; ``global`` never refuses).
 
 The queue is FIFO with skipping: a job whose own pool is full (its group, its
 batch) never holds back a job behind it that has room.
@@ -21,6 +27,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hermesd.protocol import ProtocolError
+
+PROCESS_POOLS = ("global",)
+"""Pools that count live processes: held until a job's process is reaped."""
 
 
 @dataclass
@@ -116,11 +125,14 @@ class Scheduler:
         """Ids waiting in the queue, in order."""
         return [w.job for w in self.queue]
 
-    def release(self, job: str) -> None:
-        """Drop ``job`` from the queue and give back every slot it holds."""
+    def release(self, job: str, keep: tuple[str, ...] = ()) -> None:
+        """Drop ``job`` from the queue and give back every slot it holds but those in ``keep``."""
         self.queue = [w for w in self.queue if w.job != job]
-        for pool in self.held.pop(job, set()):
+        held = self.held.pop(job, set())
+        for pool in held - set(keep):
             self.count[pool] -= 1
+        if held & set(keep):
+            self.held[job] = held & set(keep)
 
     def usage(self) -> dict[str, dict[str, int | None]]:
         """``{pool: {"used": n, "limit": m}}`` for status displays."""

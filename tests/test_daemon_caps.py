@@ -76,6 +76,19 @@ def test_queue_runs_all_five(daemon):
     assert sampler.peak <= 3
 
 
+def test_slot_is_free_once_wait_returned(daemon):
+    """What a client is told is what holds: the moment ``wait`` says the three background
+    jobs ended, a fourth is admitted, although their processes may still be exiting
+    (their ``global`` slots, which count processes, go back when they are reaped)."""
+    for round_ in range(3):
+        records = [daemon.delegate(f"r{round_} task {i}", background=True, script=[{"text": "quick"}])
+                   for i in range(3)]
+        for rec in records:
+            assert daemon.wait_job(rec["id"])["status"] == "completed"
+        fourth = daemon.delegate(f"r{round_} fourth", background=True, script=[{"text": "quick"}])
+        assert daemon.wait_job(fourth["id"])["status"] == "completed"
+
+
 def test_global_cap_queues_foreground(make_daemon):
     d = make_daemon({"supervisor": {"max_children": 2}})
     records = [d.delegate(f"fg {i}", script=[{"text": "ok", "sleep": 0.3}]) for i in range(4)]
