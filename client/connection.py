@@ -7,14 +7,21 @@ and clear errors.
 Losing nothing: :meth:`Connection.follow` subscribes first, then fetches the
 backlog with ``events_since``, then de-duplicates by ``seq``; a gap in ``seq``
 (a dropped packet, a daemon restart) is filled from the backlog again.
+
+A dead daemon is known at once: its socket file may outlive it (``kill -9``),
+so before the first request, and every :data:`LIVENESS_SECONDS` while a reply
+is awaited, :func:`daemon_gone` looks for proof that nobody serves it (no
+process listens on the socket, or the pid in ``hermesd.lock`` is gone) and the
+call fails with ``daemon_not_running`` instead of waiting out its timeout.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import zmq
 
@@ -22,19 +29,74 @@ from hermesd import paths, protocol
 from hermesd.protocol import ProtocolError
 
 
-class ClientError(Exception):
-    """A client-side failure with a protocol-style ``code`` (``daemon_not_running``, ``timeout``)."""
+LIVENESS_SECONDS = 0.5
+"""How often a call awaiting its reply checks that the daemon is still there."""
 
-    def __init__(self, code: str, message: str):
+RESTART_GRACE_SECONDS = 5.0
+"""How long :meth:`Connection.wait_job` gives a daemon that stopped under it to come back
+(systemd's unit restarts it after ``RestartSec=2s``), within the wait's own timeout."""
+
+
+class ClientError(Exception):
+    """A client-side failure with a protocol-style ``code`` (``daemon_not_running``, ``timeout``).
+
+    ``lost``: the daemon answered on this connection, or was reached, and then went away.
+    """
+
+    def __init__(self, code: str, message: str, lost: bool = False):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.lost = lost
+
+
+def _lock_pid(lock: Path) -> int | None:
+    """The pid written in ``hermesd.lock`` (``None`` when missing or unreadable)."""
+    try:
+        return int(lock.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def daemon_gone(sockets: paths.Sockets) -> str | None:
+    """Why no daemon serves ``sockets`` (a short reason), or ``None`` when one may.
+
+    Proof of absence, cheapest first: the control socket file is missing; connecting
+    to it is refused (no process listens: its daemon died and left the file); the pid
+    written in ``hermesd.lock`` by the daemon that took the lock no longer exists.
+    Never touches the lock itself (a probe could make a starting daemon fail).
+    """
+    control = sockets.control
+    if not control.exists():
+        return f"no socket at {control}"
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.2)
+        probe.connect(str(control))
+    except (ConnectionRefusedError, FileNotFoundError):
+        return f"stale socket {control}: nothing listens on it"
+    except OSError:
+        pass  # e.g. a path longer than the Unix limit: zmq says more
+    finally:
+        probe.close()
+    pid = _lock_pid(sockets.lock)
+    if pid is not None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return f"stale socket {control}: its daemon (pid {pid}) is gone"
+        except PermissionError:
+            pass  # alive, another user's
+    return None
+
+
+def _not_running(why: str) -> ClientError:
+    return ClientError("daemon_not_running", f"hermesd is not running ({why}); start it with `hermesd run`")
 
 
 def _check_socket(path: Path) -> None:
     if not path.exists():
-        raise ClientError("daemon_not_running",
-                          f"hermesd is not running (no socket at {path}); start it with `hermesd run`")
+        raise _not_running(f"no socket at {path}")
     st = path.stat()
     if st.st_uid != os.getuid() or not os.access(path, os.R_OK | os.W_OK):
         raise ClientError("daemon_not_running",
@@ -58,6 +120,9 @@ class Connection:
     def _socket(self) -> zmq.Socket:
         if self._req is None:
             _check_socket(self.sockets.control)
+            why = daemon_gone(self.sockets)
+            if why:
+                raise _not_running(why)
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(f"ipc://{self.sockets.control}")
@@ -69,7 +134,8 @@ class Connection:
 
         ``_timeout`` (seconds) overrides the connection's reply timeout.
         Raises :class:`ProtocolError` (the daemon's error) or :class:`ClientError`
-        (``daemon_not_running``, ``timeout``).
+        (``daemon_not_running`` at once, also when the daemon dies while the reply is
+        awaited, ``timeout``).
         """
         sock = self._socket()
         req_id, frame = protocol.encode_request(op, args)
@@ -78,10 +144,15 @@ class Connection:
         deadline = time.monotonic() + wait
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not sock.poll(int(left * 1000) + 1):
+            if left > 0 and not sock.poll(int(min(left, LIVENESS_SECONDS) * 1000) + 1):
+                why = daemon_gone(self.sockets)
+                if why is None:
+                    continue
+                self.close()
+                raise ClientError("daemon_not_running", f"hermesd stopped before it answered {op!r} ({why})",
+                                  lost=True)
+            if left <= 0:
                 self.close()  # a late reply must not be read as the answer to a later request
-                if not self.sockets.control.exists():
-                    raise ClientError("daemon_not_running", "hermesd stopped before it answered")
                 raise ClientError("timeout", f"hermesd did not answer {op!r} within {wait:g}s "
                                              f"(socket {self.sockets.control})")
             reply = protocol.decode_reply(sock.recv())
@@ -89,8 +160,13 @@ class Connection:
                 return protocol.raise_for_reply(reply)
 
     def subscribe(self) -> zmq.Socket:
-        """A SUB socket connected to ``events.sock``, subscribed to every event."""
+        """A SUB socket connected to ``events.sock``, subscribed to every event.
+
+        Raises :class:`ClientError` (``daemon_not_running``) when no daemon serves it."""
         _check_socket(self.sockets.events)
+        why = daemon_gone(self.sockets)
+        if why:
+            raise _not_running(why)
         sub = self._ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.RCVHWM, 100_000)
@@ -139,6 +215,51 @@ class Connection:
         finally:
             if sub is not None:
                 sub.close()
+
+    def wait_job(self, job_id: str, timeout: float | None = None, notice: Callable[[str], None] | None = None,
+                 *, chunk: float = 30.0, on_answer: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Block until job ``job_id`` is terminal; returns its record.
+
+        ``timeout``: seconds (``None``: no limit).  Asks the daemon in ``wait`` chunks
+        of at most ``chunk`` seconds, giving each answer of a job not yet done to ``on_answer``.  If the daemon stops while waiting, it is given
+        :data:`RESTART_GRACE_SECONDS` (within ``timeout``) to come back, ``notice`` being
+        told so; a daemon not running at the start fails at once.  Raises
+        :class:`ClientError` (``daemon_not_running``, or ``timeout`` naming the job's
+        status) or :class:`ProtocolError` (``not_found``…).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        lost_at: float | None = None
+        while True:
+            step = chunk if deadline is None else max(0.0, min(chunk, deadline - time.monotonic()))
+            try:
+                answer = self.call("wait", step + 10.0, id=job_id, timeout=step)
+            except ClientError as err:
+                if err.code == "timeout" and (deadline is None or time.monotonic() < deadline):
+                    continue  # a busy daemon: ask again
+                if err.code != "daemon_not_running" or not (err.lost or lost_at is not None):
+                    raise
+                now = time.monotonic()
+                if lost_at is None:
+                    lost_at = now
+                    if notice:
+                        notice(f"{err.message}; waiting up to {RESTART_GRACE_SECONDS:g}s for it to restart")
+                limit = lost_at + RESTART_GRACE_SECONDS
+                if deadline is not None:
+                    limit = min(limit, deadline)
+                if now >= limit:
+                    raise ClientError("daemon_not_running", f"hermesd stopped while waiting for job {job_id} "
+                                      f"and did not come back: {err.message}") from None
+                time.sleep(0.2)
+                continue
+            if lost_at is not None and notice:
+                notice(f"hermesd is back; still waiting for job {job_id}")
+            lost_at = None
+            if answer["done"]:
+                return answer["job"]
+            if on_answer:
+                on_answer(answer)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ClientError("timeout", f"job {job_id} is still {answer['job']['status']} after {timeout:g}s")
 
     def _backlog(self, since: int) -> Iterator[dict[str, Any]]:
         while True:

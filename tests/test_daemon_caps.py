@@ -23,17 +23,18 @@ def _is_child(proc) -> bool:
 
 
 class Sampler:
-    """Samples the number of live children of a daemon (psutil) in a thread."""
+    """Samples ``count(daemon)`` in a thread (default: its live children, by psutil)."""
 
-    def __init__(self, daemon):
+    def __init__(self, daemon, count=None):
         self.daemon = daemon
+        self.count = count or (lambda d: sum(1 for p in d.children() if _is_child(p)))
         self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, sum(1 for p in self.daemon.children() if _is_child(p)))
+            self.peak = max(self.peak, self.count(self.daemon))
             self._stop.wait(0.01)
 
     def __enter__(self):
@@ -67,13 +68,20 @@ def test_five_background_against_cap_three(daemon):
     assert all(rec["delegation_id"] == rec["id"] for rec in accepted)
 
 
-def test_queue_runs_all_five(daemon):
+def _running_jobs(daemon) -> int:
+    return sum(1 for j in daemon.call("ps")["jobs"] if j["status"] in ("starting", "running"))
+
+
+def test_queue_runs_all_five(make_daemon):
+    """At most 3 background delegations *run* at once (a fourth starts when one has ended,
+    while its process may still be exiting), and at most ``max_children`` processes live."""
+    daemon = make_daemon({"supervisor": {"max_children": 4}})
     script = [{"text": "quick", "sleep": 0.3}]
     records = [daemon.delegate(f"task {i}", background=True, queue=True, script=script) for i in range(5)]
-    with Sampler(daemon) as sampler:
+    with Sampler(daemon) as sampler, Sampler(daemon, _running_jobs) as running:
         finished = [daemon.wait_job(r["id"]) for r in records]
     assert [f["status"] for f in finished] == ["completed"] * 5
-    assert sampler.peak <= 3
+    assert running.peak <= 3 and sampler.peak <= 4
 
 
 def test_slot_is_free_once_wait_returned(daemon):
