@@ -67,8 +67,28 @@ def sockets(directory: Path | None = None) -> Sockets:
     return Sockets(Path(directory) if directory else runtime_dir())
 
 
+SOCKET_PATH_MAX = 107
+"""Longest Unix socket path in bytes: ``sizeof(sockaddr_un.sun_path)`` (108 on Linux, unix(7)) less the NUL."""
+
+
 class UnsafeDirectory(Exception):
     """The runtime directory exists but is not ours, or is open to others."""
+
+
+class SocketPathTooLong(Exception):
+    """A socket path in the runtime directory is longer than :data:`SOCKET_PATH_MAX` bytes."""
+
+
+def check_socket_paths(sockets: Sockets) -> None:
+    """Raise :class:`SocketPathTooLong` naming the longest socket path of ``sockets``, its
+    length and the limit, when it does not fit in ``sockaddr_un`` (checked before anything
+    is created, so the error says what to change)."""
+    longest = max((sockets.control, sockets.events, sockets.children), key=lambda p: len(os.fsencode(p)))
+    size = len(os.fsencode(longest))
+    if size > SOCKET_PATH_MAX:
+        raise SocketPathTooLong(
+            f"socket path {longest} is {size} bytes, longer than the Unix limit of {SOCKET_PATH_MAX} bytes; "
+            "set HERMES_RUNTIME_DIR (or XDG_RUNTIME_DIR / HERMES_HOME) to a shorter directory")
 
 
 def ensure_private_dir(path: Path) -> Path:

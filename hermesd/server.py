@@ -63,6 +63,7 @@ class Daemon:
         self.notifier = Notifier()
         self.stopping = False
         self.loop_lag = looplag.from_env()  # HERMES_LOOP_LAG_MS: a benchmark's probe, reported by status
+        self.started = False
         self.services: dict[str, Any] = {}
         self.resumable_kinds: set[str] = set()  # job kinds with no process, continued by a restore hook
         self._lock_fd: int | None = None
@@ -100,6 +101,7 @@ class Daemon:
         self._state_lock_fd = self._hold(fd, state_dir / "hermesd.pid", f"state directory {state_dir}")
 
     def _lock(self) -> None:
+        paths.check_socket_paths(self.sockets)
         paths.ensure_private_dir(self.sockets.dir)
         fd = os.open(self.sockets.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._lock_fd = self._hold(fd, self.sockets.lock, f"runtime directory {self.sockets.dir}")
@@ -192,6 +194,7 @@ class Daemon:
         self._reconcile()
         self.procs.spawner.start()  # forkserver: the zygote starts warming up (after the sweep)
         self._bind()
+        self.started = True  # from here on, an error is not a start-up failure
         loop = self.loop
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda s=sig: self.request_shutdown(f"signal {signal.Signals(s).name}"))
@@ -395,10 +398,29 @@ def _probe(path: Path, timeout_ms: int = 300) -> bool:
 
 
 def run(config: config_mod.Config, config_path: str | None = None) -> int:
-    """Run a daemon in the foreground until it is shut down; returns the exit status."""
+    """Run a daemon in the foreground until it is shut down; returns the exit status.
+
+    A failure to start (another daemon, a socket path over the Unix limit, a directory
+    that cannot be created or written, a full disk, a state database that cannot be
+    opened) is one line on stderr naming the path, and status 1, never a traceback.
+    """
     daemon = Daemon(config, config_path=config_path)
     try:
         return asyncio.run(daemon.run())
-    except (AlreadyRunning, StoreError) as exc:  # StoreError: e.g. a read-only or full state directory
-        print(f"hermesd: {exc}", file=sys.stderr)
+    except (AlreadyRunning, StoreError, paths.UnsafeDirectory, paths.SocketPathTooLong) as exc:
+        print(f"hermesd: {exc}", file=sys.stderr)  # StoreError: e.g. a read-only or full state directory
         return 1
+    except (OSError, zmq.ZMQError) as exc:
+        if daemon.started:
+            raise
+        print(f"hermesd: cannot start: {_describe(exc, daemon)}", file=sys.stderr)
+        return 1
+
+
+def _describe(exc: OSError | zmq.ZMQError, daemon: Daemon) -> str:
+    """One line for an OS error at start-up, naming the path (the runtime directory when
+    the error does not name one)."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"{daemon.sockets.dir}: {reason}"

@@ -7,12 +7,16 @@ the checks here poll with deadlines instead of sleeping).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import subprocess
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from tests.harness import DaemonProc, processes_with_env, wait_for
 
@@ -150,3 +154,39 @@ def delivered(daemon: DaemonProc, session: str) -> Counter:
     """How many times each job's completion was delivered into ``session``'s history."""
     messages = daemon.call("session.history", session=session)["messages"]
     return Counter(m["notification"] for m in messages if m.get("notification"))
+
+
+ROOT = os.geteuid() == 0
+
+
+@contextlib.contextmanager
+def mounted(kind: str, path: Path, *options: str):
+    """Mount (``tmpfs``, or ``bind-ro`` of ``path`` onto itself) for the block; root only."""
+    if not ROOT:
+        pytest.skip("needs root to mount")
+    steps = {"tmpfs": [["mount", "-t", "tmpfs", "-o", ",".join(("size=4m", *options)), "tmpfs", str(path)]],
+             "bind-ro": [["mount", "--bind", str(path), str(path)], ["mount", "-o", "remount,bind,ro", str(path)]]}
+    done = subprocess.run(steps[kind][0], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount: {done.stderr.strip()}")
+    try:
+        for step in steps[kind][1:]:
+            subprocess.run(step, check=True, capture_output=True)
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@contextlib.contextmanager
+def read_only(path: Path):
+    """``path`` read-only for the block: a bind mount as root, else its mode bits."""
+    if ROOT:
+        with mounted("bind-ro", path):
+            yield
+        return
+    mode = path.stat().st_mode
+    path.chmod(0o555)
+    try:
+        yield
+    finally:
+        path.chmod(mode)

@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import resource
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from hermesd.protocol import ERROR_CODES, ProtocolError
-from tests.chaos.helpers import TERMINAL, assert_no_leftovers, settled
+from tests.chaos.helpers import TERMINAL, assert_no_leftovers, mounted, read_only, settled
 from tests.harness import wait_for
 
-ROOT = os.geteuid() == 0
 
 
 def _integrity(db: Path) -> None:
@@ -71,43 +68,10 @@ def test_file_size_limit_on_the_state_database(make_daemon):
     assert d.wait_job(d.delegate("after the limit")["id"])["status"] == "completed"
 
 
-@contextlib.contextmanager
-def _mounted(kind: str, path: Path, *options: str):
-    """Mount (``tmpfs``, or ``bind-ro`` of ``path`` onto itself) for the block; root only."""
-    if not ROOT:
-        pytest.skip("needs root to mount")
-    steps = {"tmpfs": [["mount", "-t", "tmpfs", "-o", ",".join(("size=4m", *options)), "tmpfs", str(path)]],
-             "bind-ro": [["mount", "--bind", str(path), str(path)], ["mount", "-o", "remount,bind,ro", str(path)]]}
-    done = subprocess.run(steps[kind][0], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount: {done.stderr.strip()}")
-    try:
-        for step in steps[kind][1:]:
-            subprocess.run(step, check=True, capture_output=True)
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
-@contextlib.contextmanager
-def _read_only(path: Path):
-    """``path`` read-only for the block: a bind mount as root, else its mode bits."""
-    if ROOT:
-        with _mounted("bind-ro", path):
-            yield
-        return
-    mode = path.stat().st_mode
-    path.chmod(0o555)
-    try:
-        yield
-    finally:
-        path.chmod(mode)
-
-
 def test_disk_full_then_space_freed(make_daemon):
     d = make_daemon(start=False)
     config = (d.home / "config.yaml").read_bytes()
-    with _mounted("tmpfs", d.home):
+    with mounted("tmpfs", d.home):
         (d.home / "config.yaml").write_bytes(config)
         try:
             d.start()
@@ -138,7 +102,7 @@ def test_read_only_state_directory_at_start(make_daemon):
     assert d.wait_job(d.delegate("before")["id"])["status"] == "completed"
     assert d.stop() == 0
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in d.home.iterdir() if p.is_file()}
-    with _read_only(d.home):
+    with read_only(d.home):
         out = subprocess.run([sys.executable, "-m", "hermesd.cli", "run"], env=d.env, capture_output=True,
                              text=True, timeout=60)
     assert out.returncode != 0
@@ -151,7 +115,7 @@ def test_read_only_state_directory_at_start(make_daemon):
 
 def test_state_directory_turns_read_only_while_running(make_daemon):
     d = make_daemon()
-    with _read_only(d.home):
+    with read_only(d.home):
         recs = [d.delegate(f"while read-only {i}") for i in range(3)]
         failed = [d.wait_job(r["id"]) for r in recs]
         assert d.call("hello")["pid"] == d.proc.pid
