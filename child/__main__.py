@@ -7,6 +7,7 @@ run the agent.  Whatever happens, one ``child.result`` is sent before exit.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -72,6 +73,7 @@ def main() -> int:
     job = os.environ.get("HERMES_JOB_ID", "")
     parent = os.environ.get("HERMES_DAEMON_PID")
     lifeline.arm(int(parent) if parent else None)
+    faulthandler.enable()  # a crash in native code (llama.cpp) leaves the Python stack in the job's log
     _title(job)
     stop = StopFlag()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from child import messages as m
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
-from hermesd.protocol import one_line
+from hermesd.protocol import one_line, timed_out_text
 
 DEFAULTS: dict[str, Any] = {
     "job": "", "kind": "delegation", "goal": "", "context": "", "toolsets": ["terminal", "file"],
@@ -85,6 +85,7 @@ class Agent:
         self.provider: Any = None
         self.system, self.tools = "", []
         self.started = time.monotonic()
+        self.activity = "starting"  # what the run is doing now (kept as it was when a stop came)
 
     def run(self) -> dict[str, Any]:
         """The whole run: set up, loop, and the result map whatever happens."""
@@ -126,6 +127,8 @@ class Agent:
         """One model call, retried on retryable errors; ``None`` once the stop flag is set."""
         delays = list(RETRY_DELAYS)
         while not self.stop.is_set():
+            self.doing(turn, "waiting for the model's first reply" if self.api_calls == 0
+                       else f"waiting for the model's reply in turn {turn}")
             try:
                 reply = call_until_stopped(lambda: self.provider.complete(
                     self.system, self.history + self.new, self.tools, max_tokens=int(self.spec["max_tokens"]),
@@ -150,6 +153,9 @@ class Agent:
         name, args = call["name"], call.get("input")
         if self.stop.is_set():
             return m.tool_result(call["id"], "not run: the job was stopped", is_error=True)
+        self.doing(turn, f"in tool {name}" + (f" running `{one_line(args['command'], 100)}`"
+                                               if isinstance(args, dict) and isinstance(args.get("command"), str)
+                                               else f" {one_line(args, 100)}"))
         if not isinstance(args, dict) or m.INVALID_JSON in args:
             raw = args.get(m.INVALID_JSON) if isinstance(args, dict) else args
             ok, content = False, f"the arguments of {name} are not a JSON object: {str(raw)[:300]!r}"
@@ -177,18 +183,24 @@ class Agent:
         """Append a message to this run's conversation."""
         self.new.append(message)
 
-    def progress(self, turn: int, tool: str | None) -> None:
+    def progress(self, turn: int, tool: str | None, **extra: Any) -> None:
         """Report ``child.progress`` to the daemon (no reply awaited)."""
         if self.channel is not None:
             self.channel.notify("child.progress", turn=turn, tool=tool, api_calls=self.api_calls,
-                                tokens=dict(self.tokens))
+                                tokens=dict(self.tokens), **extra)
+
+    def doing(self, turn: int, activity: str) -> None:
+        """Say what the run does now (``activity``), to the daemon too, with the provider
+        and model: a timeout, or a crash of the process, is then reported with it."""
+        self.activity = activity
+        self.progress(turn, None, activity=activity, provider=getattr(self.provider, "name", None),
+                      model=getattr(self.provider, "model", None))
 
     def finish_stopped(self) -> dict[str, Any]:
         """The result after the stop flag: ``timed_out`` for the timeout, else ``interrupted``."""
         if self.stop.reason == "timeout":
-            limit = self.spec["timeout_seconds"]
-            return self.finish("timed_out", "timeout",
-                               error=f"wall-clock timeout ({limit}s)" if limit else "wall-clock timeout")
+            limit = float(self.spec["timeout_seconds"] or 0)
+            return self.finish("timed_out", "timeout", error=timed_out_text(limit, self.activity, self.api_calls))
         return self.finish("interrupted", "interrupted", error=f"interrupted ({self.stop.reason or 'stop'})")
 
     def finish(self, status: str, exit_reason: str, error: str | None = None) -> dict[str, Any]:

@@ -36,7 +36,7 @@ CLIENT_CODES = {
 EVENT_MEANINGS = {
     "job.queued": "A job was created. `data.job`: its record.",
     "job.state": "A job changed state. `data`: `status`, `previous`, `job` (the record after the change).",
-    "job.progress": "A running child reported a step: `turn`, `tool`, `api_calls`, `tokens`, `text` "
+    "job.progress": "A running child reported a step: `turn`, `tool`, `activity`, `api_calls`, `tokens`, `text` "
     "(group-committed, not fsynced one by one).",
     "async_delegation": "A background delegation ended (any terminal state): the completion notification. "
     "`data`: `delegation_id`, `goal`, `context`, `toolsets`, `role`, `model`, `status`, `exit_reason`, "

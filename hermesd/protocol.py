@@ -79,7 +79,7 @@ CHILD_OPS = ("child.hello", "child.progress", "child.result", "child.delegate", 
 """Ops a child process sends on ``children.sock``.
 
 * ``child.hello {job, pid, token}`` → the job spec (see ``hermesd.procs.child_spec``).
-* ``child.progress {job, token, turn, tool?, tokens?, text?}`` → ``{}``.
+* ``child.progress {job, token, turn, tool?, tokens?, text?, activity?, provider?, model?}`` → ``{}``.
 * ``child.result {job, token, status, exit_reason, summary, error, api_calls,
   tokens: {input, output}, trace: [...], duration_seconds, trajectory?}`` → ``{}``.
 * ``child.delegate {job, token, tasks: [...], background, ...}`` → delegation results.
@@ -261,6 +261,21 @@ def one_line(text: Any, width: int | None = None) -> str:
     which a NUL byte or an escape sequence would break."""
     line = " ".join("".join(c if c.isprintable() else " " for c in str(text or "")).split())
     return line if width is None or len(line) <= width else line[: width - 1] + "…"
+
+
+def doing_text(activity: str | None, api_calls: int) -> str:
+    """What a child was doing, as a job's error says it: ``"waiting for the model's first
+    reply (0 model calls completed)"``; ``""`` when it never said (``activity`` None)."""
+    if not activity:
+        return ""
+    return f"{activity} ({api_calls} model call{'s' if api_calls != 1 else ''} completed)"
+
+
+def timed_out_text(seconds: float, activity: str | None, api_calls: int) -> str:
+    """The error of a timed-out job, from the child (its own clock) or the daemon (its backstop):
+    ``"timed out after 600 s in tool terminal running `pytest -x` (3 model calls completed)"``."""
+    doing = doing_text(activity, api_calls)
+    return f"timed out after {seconds:g} s" + (f" {doing}" if doing else "")
 
 
 TOOLSETS = ("terminal", "file", "web", "delegation", "kanban")

@@ -21,7 +21,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Callable
 
-from hermesd import jobs as jobs_mod
+from hermesd import exits, jobs as jobs_mod
 from hermesd.config import Config
 from hermesd.jobs import JobTable
 from hermesd.procs import Child, ProcessManager
@@ -74,6 +74,7 @@ class Runner:
         self.accepting = True
         self._timeouts: dict[str, Any] = {}
         self._counters: dict[str, dict[str, Any]] = {}  # progress counters, written with the next group commit
+        self._doing: dict[str, exits.Doing] = {}  # what each child last said it was doing
         jobs.events.flush_hooks.append(self._write_counters)
 
     # admission -----------------------------------------------------------
@@ -166,9 +167,12 @@ class Runner:
         except BaseException:  # e.g. the disk is full: no child may run that its row does not show
             self.procs.kill_now(job_id, "cancel")
             raise
-        timeout = (row.get("spec") or {}).get("timeout_seconds") or self.config.delegation.child_timeout_seconds
         # the child enforces its own wall clock; the daemon's timer is the backstop
-        self._timeouts[job_id] = self.loop.call_later(float(timeout) + 5.0, self._on_timeout, job_id)
+        self._timeouts[job_id] = self.loop.call_later(self._timeout_of(row) + 5.0, self._on_timeout, job_id)
+
+    def _timeout_of(self, row: dict[str, Any]) -> float:
+        """The job's wall-clock limit in seconds (its spec's, else ``child_timeout_seconds``)."""
+        return float((row.get("spec") or {}).get("timeout_seconds") or self.config.delegation.child_timeout_seconds)
 
     def _fail_start(self, job_id: str, error: str) -> None:
         """A job whose child could not be started: ``failed``, its token and slots given back."""
@@ -246,14 +250,18 @@ class Runner:
         if stop_reason in STOP_STATUS:
             status = STOP_STATUS[stop_reason]
         error = result.get("error")
+        doing = self._doing.get(job_id) or exits.Doing()
         if status is None:
             status = "failed"
             tail = log_tail(self.log_path(job_id)).strip()
-            error = f"child exited with status {returncode} before reporting a result"
+            error = exits.exit_error(returncode, doing, row.get("provider") or self.config.delegation.provider
+                                     or self.config.provider)
             if tail:
                 error += f"; last log lines:\n{tail[-800:]}"
+        if stop_reason == "timeout" and not str(error or "").startswith("timed out"):
+            error = exits.timeout_error(self._timeout_of(row), doing)
         if stop_reason and not error:
-            error = {"cancel": "cancelled by request", "timeout": "child_timeout_seconds reached",
+            error = {"cancel": "cancelled by request",
                      "shutdown": "hermesd shut down", "session_stop": "stopped by /stop in its session"
                      }.get(stop_reason, stop_reason)
         tokens = result.get("tokens") or {}
@@ -285,7 +293,8 @@ class Runner:
             fields.update({"tokens_in": int(tokens.get("input") or 0), "tokens_out": int(tokens.get("output") or 0)})
         if fields:
             self._counters.setdefault(job_id, {}).update(fields)
-        data = {k: args[k] for k in ("turn", "tool", "api_calls", "tokens", "text") if k in args}
+        self._doing.setdefault(job_id, exits.Doing()).update(args)
+        data = {k: args[k] for k in ("turn", "tool", "activity", "api_calls", "tokens", "text") if k in args}
         row = self.jobs.get(job_id)
         self.jobs.events.emit("job.progress", job=job_id, session=row.get("session") if row else None,
                               data=data, durable=False)
@@ -331,6 +340,7 @@ class Runner:
             handle.cancel()
         self.tokens.pop(job_id, None)
         self.results.pop(job_id, None)
+        self._doing.pop(job_id, None)
         self.scheduler.release(job_id)
         row = self.jobs.get(job_id)
         for hook in self.exit_hooks:

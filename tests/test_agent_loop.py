@@ -80,8 +80,10 @@ def test_completed_run_with_a_tool_call(tmp_path):
     assert [x["role"] for x in msgs] == ["user", "assistant", "user", "assistant"]
     assert msgs[0] == m.user("say hi\n\nContext:\nbe quick")
     assert "hi" in msgs[2]["content"][0]["content"] and not msgs[2]["content"][0]["is_error"]
-    assert [(n["op"], n["turn"], n["tool"], n["api_calls"]) for n in channel.notes] == [
-        ("child.progress", 1, None, 1), ("child.progress", 1, "terminal", 1), ("child.progress", 2, None, 2)]
+    assert [(n["op"], n["turn"], n["tool"], n["api_calls"], n.get("activity")) for n in channel.notes] == [
+        ("child.progress", 1, None, 0, "waiting for the model's first reply"), ("child.progress", 1, None, 1, None),
+        ("child.progress", 1, None, 1, "in tool terminal running `echo hi`"), ("child.progress", 1, "terminal", 1, None),
+        ("child.progress", 2, None, 1, "waiting for the model's reply in turn 2"), ("child.progress", 2, None, 2, None)]
     assert channel.notes[-1]["tokens"] == result["tokens"]
 
 
@@ -186,7 +188,19 @@ def test_wall_clock_timeout(tmp_path):
     started = time.monotonic()
     result = run(tmp_path, [{"sleep": 60, "text": "never"}], timeout_seconds=0.2)
     assert (result["status"], result["exit_reason"]) == ("timed_out", "timeout")
-    assert "0.2" in result["error"] and time.monotonic() - started < 2
+    assert result["error"] == "timed out after 0.2 s waiting for the model's first reply (0 model calls completed)"
+    assert time.monotonic() - started < 2
+
+
+def test_timeout_in_a_tool_names_the_tool_and_its_command(tmp_path):
+    notes = []
+    result = run(tmp_path, [{"tool_calls": [call("terminal", command="sleep 30")]}, {"text": "never"}],
+                 Channel(on_notify=notes.append), timeout_seconds=0.5)
+    assert result["status"] == "timed_out"
+    assert result["error"] == "timed out after 0.5 s in tool terminal running `sleep 30` (1 model call completed)"
+    activities = [n["activity"] for n in notes if n.get("activity")]
+    assert activities == ["waiting for the model's first reply", "in tool terminal running `sleep 30`"]
+    assert all(n["provider"] == "scripted" for n in notes if n.get("activity"))
 
 
 def test_retryable_provider_errors_are_retried(tmp_path):

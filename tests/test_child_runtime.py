@@ -51,6 +51,29 @@ def test_child_timeout_ends_timed_out(make_daemon):
     rec = d.delegate("too slow", script=[{"text": "thinking hard", "sleep": 60}])
     final = d.wait_job(rec["id"], timeout=30)
     assert final["status"] == "timed_out" and final["exit_reason"] == "timeout"
+    assert final["error"] == "timed out after 1 s waiting for the model's first reply (0 model calls completed)"
+
+
+def test_hung_child_timed_out_by_the_daemon_says_what_it_was_doing(make_daemon):
+    """A child that cannot keep its own clock (stopped, as if stuck in native code) is ended
+    by the daemon's backstop, and the error still says what it was waiting for."""
+    d = make_daemon({"delegation": {"child_timeout_seconds": 1}})
+    command = "kill -STOP $PPID; sleep 100"
+    rec = d.delegate("hang", script=[{"tool_calls": [{"name": "terminal", "input": {"command": command}}]}])
+    final = d.wait_job(rec["id"], timeout=60)
+    assert final["status"] == "timed_out"
+    assert final["error"] == f"timed out after 1 s in tool terminal running `{command}` (1 model call completed)"
+
+
+def test_child_killed_by_a_signal_names_it_and_what_it_was_doing(daemon):
+    command = "sleep 1; kill -SEGV $PPID; sleep 5"  # the progress report leaves first (zmq sends in a thread)
+    rec = daemon.delegate("crash", script=[{"tool_calls": [{"name": "terminal", "input": {"command": command}}]}])
+    final = daemon.wait_job(rec["id"], timeout=60)
+    assert final["status"] == "failed"
+    assert final["error"].startswith("child process killed by SIGSEGV (exit status -11) while in tool terminal "
+                                     f"running `{command}` (1 model call completed) before reporting a result")
+    assert "status -11 before" not in final["error"]
+    assert "child/agent.py\", line" in final["error"]  # faulthandler's Python stack, in the log tail
 
 
 def test_result_trajectory_is_sharegpt(daemon):

@@ -18,7 +18,10 @@ async def child_hello(d, job: str, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("child.progress", child=True)
 async def child_progress(d, job: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Progress of a turn: ``turn``, ``tool``, ``api_calls``, ``tokens {input, output}``, ``text``."""
+    """Progress of a turn: ``turn``, ``tool``, ``api_calls``, ``tokens {input, output}``, ``text``, and
+    what the child is doing now: ``activity`` (e.g. "waiting for the model's first reply",
+    "in tool terminal running `pytest -x`"), ``provider``, ``model`` (the daemon names them
+    when the job times out or its process dies)."""
     d.runner.on_progress(job, args)
     return {}
 
