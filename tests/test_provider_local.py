@@ -1,18 +1,27 @@
 """The ``local`` provider: SmolLM2-135M-Instruct makes well-formed tool calls and finishes.
 
 Slow (loads a real model, ~100 MB); skipped when ``hermesd[local]`` is not installed.
-The schema checks need neither and always run.
+The model runs in a subprocess, never in pytest's own process: a crash inside llama.cpp
+is then one failing test naming the signal, and the rest of the suite still reports.
+The schema and build checks need neither and always run.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import jsonschema
 import pytest
 
-from child.providers import local
+from child.providers import llama_build, local
 from child.providers.base import ProviderError
+from hermesd.exits import signal_name
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TERMINAL = {
     "name": "terminal",
@@ -59,51 +68,89 @@ def test_unknown_model_is_a_clear_error():
         local.LocalProvider("gpt-5")
 
 
-@pytest.fixture(scope="module")
-def provider():
+def model_steps() -> dict:
+    """Run in a subprocess (:func:`steps`): load the model, take the first step twice (same
+    prompt, same seed), then feed tool results until a final answer.  Returns JSON-able data."""
     p = local.LocalProvider()
     t0 = time.monotonic()
     p._llama()
-    print(f"\nlocal model load: {time.monotonic() - t0:.2f}s")
-    return p
+    load = time.monotonic() - t0
+    t0 = time.monotonic()
+    first = p.complete(SYSTEM, [ASK], TOOLS, max_tokens=1024)
+    step_seconds = time.monotonic() - t0
+    again = p.complete(SYSTEM, [ASK], TOOLS, max_tokens=1024)
+    step, messages, more = first, [ASK, {"role": "assistant", "content": first.content}], []
+    uses = [b for b in first.content if b["type"] == "tool_use"]
+    for _ in range(local.FINAL_AFTER if uses else 0):
+        result = {"type": "tool_result", "tool_use_id": uses[-1]["id"], "content": "hello\n", "is_error": False}
+        messages.append({"role": "user", "content": [result]})
+        step = p.complete(SYSTEM, messages, TOOLS, max_tokens=1024)
+        messages.append({"role": "assistant", "content": step.content})
+        more.append(vars(step))
+        if step.stop_reason == "end_turn":
+            break
+        uses = [b for b in step.content if b["type"] == "tool_use"] or uses
+    return {"load_seconds": load, "step_seconds": step_seconds, "first": vars(first), "again": vars(again),
+            "more": more}
 
 
 @pytest.fixture(scope="module")
-def first_step(provider):
-    t0 = time.monotonic()
-    step = provider.complete(SYSTEM, [ASK], TOOLS, max_tokens=1024)
-    print(f"\none step: {time.monotonic() - t0:.2f}s, usage {step.usage}, content {step.content}")
-    return step
+def steps() -> dict:
+    """:func:`model_steps` in a subprocess: a crash inside llama.cpp (SIGSEGV, SIGILL) fails the
+    tests that need the model, with the signal and the subprocess's last output, and the rest of
+    the suite still runs and reports."""
+    code = "import json, tests.test_provider_local as t; print('STEPS ' + json.dumps(t.model_steps()))"
+    out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=900)
+    if out.returncode != 0:
+        how = f"killed by {signal_name(out.returncode)}" if out.returncode < 0 else f"exit status {out.returncode}"
+        pytest.fail(f"the local model's subprocess died ({how}) before it answered: a crash in llama.cpp "
+                    f"(see docs/operations.md, \"The embedded model\"); its stderr ends:\n{out.stderr[-1500:]}",
+                    pytrace=False)
+    data = json.loads(out.stdout.rpartition("STEPS ")[2])
+    print(f"\nlocal model load {data['load_seconds']:.2f}s, one step {data['step_seconds']:.2f}s: {data['first']}")
+    return data
 
 
 @pytest.mark.slow
 @needs_model
-def test_tool_call_then_final_answer(provider, first_step):
-    step = first_step
-    assert step.stop_reason == "tool_use"
-    uses = [b for b in step.content if b["type"] == "tool_use"]
+def test_tool_call_then_final_answer(steps):
+    step = steps["first"]
+    assert step["stop_reason"] == "tool_use"
+    uses = [b for b in step["content"] if b["type"] == "tool_use"]
     assert len(uses) == 1 and uses[0]["name"] in {"terminal", "file"}
     jsonschema.validate(uses[0]["input"], {"terminal": TERMINAL, "file": FILE}[uses[0]["name"]]["input_schema"])
-    assert all(b["signature"] == "" for b in step.content if b["type"] == "thinking")
-    assert step.usage["input"] > 0 and step.usage["output"] > 0
-
-    messages = [ASK, {"role": "assistant", "content": step.content}]
-    for _ in range(local.FINAL_AFTER):
-        result = {"type": "tool_result", "tool_use_id": uses[-1]["id"], "content": "hello\n", "is_error": False}
-        messages.append({"role": "user", "content": [result]})
-        step = provider.complete(SYSTEM, messages, TOOLS, max_tokens=1024)
-        messages.append({"role": "assistant", "content": step.content})
-        if step.stop_reason == "end_turn":
-            break
-        uses = [b for b in step.content if b["type"] == "tool_use"]
-    print(f"final after {(len(messages) - 2) // 2} more steps: {step.content}")
-    assert step.stop_reason == "end_turn"
-    assert [b["type"] for b in step.content][-1] == "text" and step.content[-1]["text"]
+    assert all(b["signature"] == "" for b in step["content"] if b["type"] == "thinking")
+    assert step["usage"]["input"] > 0 and step["usage"]["output"] > 0
+    final = steps["more"][-1]
+    print(f"final after {len(steps['more'])} more steps: {final['content']}")
+    assert final["stop_reason"] == "end_turn"
+    assert [b["type"] for b in final["content"]][-1] == "text" and final["content"][-1]["text"]
 
 
 @pytest.mark.slow
 @needs_model
-def test_same_prompt_same_step(provider, first_step):
-    a, b = first_step, provider.complete(SYSTEM, [ASK], TOOLS, max_tokens=1024)
-    strip = [{k: v for k, v in blk.items() if k != "id"} for blk in a.content]
-    assert strip == [{k: v for k, v in blk.items() if k != "id"} for blk in b.content]
+def test_same_prompt_same_step(steps):
+    strip = [{k: v for k, v in blk.items() if k != "id"} for blk in steps["first"]["content"]]
+    assert strip == [{k: v for k, v in blk.items() if k != "id"} for blk in steps["again"]["content"]]
+
+
+@pytest.mark.slow
+@needs_model
+def test_loaded_without_weight_repacking_and_the_build_fits_this_cpu():
+    """The two guards of :mod:`child.providers.llama_build`, checked in a subprocess too."""
+    code = ("from child.providers import local, llama_build; p = local.LocalProvider(); "
+            "print(p._llama().model_params.use_extra_bufts, llama_build.mismatch())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert out.stdout.split() == ["False", "[]"]
+
+
+def test_build_mismatch_names_what_the_cpu_lacks():
+    info = "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | AMX_INT8 = 0 | REPACK = 1 |"
+    assert llama_build.compiled_features(info) == ["SSE3", "AVX", "AVX2", "AVX512", "AVX512_VNNI"]
+    zen3 = {"pni", "avx", "avx2", "fma", "f16c", "bmi2"}
+    assert llama_build.mismatch(info, zen3) == ["AVX512", "AVX512_VNNI"]
+    assert llama_build.mismatch(info, zen3 | {"avx512f", "avx512_vnni"}) == []
+    assert llama_build.mismatch(info, set()) == []  # no /proc/cpuinfo flags: nothing to compare
+    assert llama_build.cpu_flags("processor : 0\nflags : fpu avx2 fma\n") == {"fpu", "avx2", "fma"}

@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from child.providers import llama_build
 from child.providers.base import Completion, ProviderError
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -99,17 +100,24 @@ def model_path() -> str:
 
 def _load(path: str, n_ctx: int, threads: int) -> tuple[Any, threading.Lock]:
     """The process-wide ``llama_cpp.Llama`` for ``(path, n_ctx, threads)``, loaded on first
-    use, and the lock its callers hold (a ``Llama`` is not thread-safe)."""
+    use, and the lock its callers hold (a ``Llama`` is not thread-safe).
+
+    Loaded without weight repacking (``use_extra_bufts`` off), and only when the build fits
+    this CPU (:mod:`child.providers.llama_build`): otherwise a :class:`ProviderError` says
+    how to rebuild, where llama.cpp would die with SIGILL."""
     key = (path, n_ctx, threads)
     with _MODELS_LOCK:
         if key not in _MODELS:
             try:
-                from llama_cpp import Llama
+                missing = llama_build.mismatch()
             except ImportError as e:
                 raise ProviderError(f"llama-cpp-python is not installed ({e}): {INSTALL_HINT}") from e
+            if missing:
+                raise ProviderError(f"the local model cannot run: llama-cpp-python was built for another CPU (it "
+                                    f"uses {', '.join(missing)}, which this CPU lacks); {llama_build.REBUILD_HINT}")
             try:
-                llama = Llama(model_path=path, n_ctx=n_ctx, n_threads=threads,
-                              n_threads_batch=threads, n_gpu_layers=0, verbose=False)
+                llama = llama_build.load_llama(path, extra_bufts=False, n_ctx=n_ctx, n_threads=threads,
+                                               n_threads_batch=threads, n_gpu_layers=0, verbose=False)
             except (ValueError, RuntimeError, OSError) as e:
                 raise ProviderError(f"cannot load the local model {path}: {e}") from e
             _MODELS[key] = (llama, threading.Lock())
