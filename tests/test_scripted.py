@@ -71,3 +71,24 @@ def test_default_plan_end_to_end(tmp_path):
     assert all(t["ok"] for t in result["trace"])
     assert "write a note" in (tmp_path / NOTE_PATH).read_text()
     assert '"write a note"' in result["summary"] and str(tmp_path) in result["summary"]
+
+
+def test_step_seconds_from_the_environment(monkeypatch):
+    """``HERMES_SCRIPTED_STEP_SECONDS`` delays every step without a ``sleep`` of its own
+    (the stop flag still cuts it short); a value that is no number is a clear error."""
+    monkeypatch.setenv("HERMES_SCRIPTED_STEP_SECONDS", "0.3")
+    provider = ScriptedProvider([{"text": "slow"}, {"text": "own", "sleep": 0}])
+    started = time.monotonic()
+    provider.complete("", [], [])
+    assert time.monotonic() - started >= 0.3
+    started = time.monotonic()
+    provider.complete("", [], [])
+    assert time.monotonic() - started < 0.3
+    stop = StopFlag()
+    stop.set("SIGINT")
+    started = time.monotonic()
+    ScriptedProvider([{"text": "x"}], stop=stop).complete("", [], [])
+    assert time.monotonic() - started < 0.3
+    monkeypatch.setenv("HERMES_SCRIPTED_STEP_SECONDS", "soon")
+    with pytest.raises(ProviderError, match="HERMES_SCRIPTED_STEP_SECONDS='soon'"):
+        ScriptedProvider([])

@@ -8,7 +8,9 @@ next step::
      "sleep"?: seconds, "error"?: str, "retryable"?: bool}
 
 A step with ``tool_calls`` asks for those tools; a step without is the final
-answer (its ``text``).  ``sleep`` waits first (cut short by the stop flag);
+answer (its ``text``).  ``sleep`` waits first (cut short by the stop flag;
+default ``$HERMES_SCRIPTED_STEP_SECONDS``, else 0: a demo whose jobs must still
+be running a moment later sets it, e.g. ``HERMES_DEMO_PROVIDER=scripted bash demo.sh``);
 ``error`` raises :class:`ProviderError` instead of answering.  When the script
 runs out, the reply is a final answer that quotes the goal.
 
@@ -21,6 +23,7 @@ toolset), then the final answer.
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -29,6 +32,9 @@ from child.providers.base import Completion, ProviderError
 
 NOTE_PATH = "hermes-note.md"
 """File the default plan writes in the job's working directory."""
+
+STEP_SECONDS_ENV = "HERMES_SCRIPTED_STEP_SECONDS"
+"""Environment variable (inherited from the daemon): seconds each step without its own ``sleep`` waits."""
 
 
 class ScriptedProvider:
@@ -48,6 +54,10 @@ class ScriptedProvider:
         self.model = model or "scripted"
         self.stop = stop
         self._played = 0
+        try:
+            self.step_seconds = max(0.0, float(os.environ.get(STEP_SECONDS_ENV) or 0))
+        except ValueError:
+            raise ProviderError(f"{STEP_SECONDS_ENV}={os.environ[STEP_SECONDS_ENV]!r}: not a number of seconds") from None
 
     def complete(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                  *, max_tokens: int = 4096, reasoning_effort: str | None = None) -> Completion:
@@ -58,7 +68,7 @@ class ScriptedProvider:
         self._played += 1
         if step is None:
             step = {"text": final_answer(self.goal, messages)}
-        self._sleep(float(step.get("sleep") or 0))
+        self._sleep(float(step["sleep"]) if step.get("sleep") is not None else self.step_seconds)
         if step.get("error"):
             raise ProviderError(str(step["error"]), retryable=bool(step.get("retryable")))
         content = self._blocks(step, messages)

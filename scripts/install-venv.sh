@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install hermesd (editable, with EXTRAS such as '[test,local]') into the virtual environment VENV,
+# creating it when missing; idempotent. Used by demo.sh and .ci/run.
+#
+#   bash scripts/install-venv.sh VENV [EXTRAS]
+#
+# The embedded model's llama-cpp-python is compiled from source by pip (about 10 minutes on 2
+# cores), and pip caches the wheel it builds. llama.cpp builds for "this CPU" by default
+# (-march=native), so a cached wheel reused on a CPU with fewer instruction-set extensions dies
+# with SIGILL. Hence: builds made here are portable (CMAKE_ARGS=-DGGML_NATIVE=OFF, llama.cpp's
+# x86-64 baseline with AVX2/FMA/F16C; a CMAKE_ARGS of your own wins), and an installed build that
+# uses instructions this CPU lacks (python -m child.providers.llama_build) is replaced by a portable
+# one, its cached wheel removed first. See docs/operations.md, "The embedded model".
+set -euo pipefail
+VENV=$1
+EXTRAS=${2:-}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export CMAKE_ARGS=${CMAKE_ARGS:--DGGML_NATIVE=OFF}
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -vE "^WARNING: Location|^$" || true
+"$VENV/bin/pip" install -q -e "$ROOT$EXTRAS" 2>&1 | grep -vE "^WARNING: Location|^$" || true
+"$VENV/bin/python" -c "import hermesd" # the install above must have worked
+if "$VENV/bin/pip" show -q llama-cpp-python >/dev/null 2>&1 \
+    && ! why=$(cd "$ROOT" && "$VENV/bin/python" -m child.providers.llama_build 2>&1); then
+  echo "install-venv.sh: ${why:-the installed llama-cpp-python crashed on this CPU}" >&2
+  echo "install-venv.sh: rebuilding llama-cpp-python portably ($CMAKE_ARGS), about 10 minutes on 2 cores" >&2
+  version=$("$VENV/bin/pip" show llama-cpp-python | sed -n 's/^Version: //p')
+  "$VENV/bin/pip" cache remove 'llama_cpp_python*' >/dev/null 2>&1 || true
+  "$VENV/bin/pip" install -q --force-reinstall --no-deps "llama-cpp-python==$version"
+  (cd "$ROOT" && "$VENV/bin/python" -m child.providers.llama_build)
+fi
