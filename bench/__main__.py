@@ -1,4 +1,4 @@
-"""``python -m bench``: every benchmark of issues 8 and 15 in one run, figures printed as they come.
+"""``python -m bench``: every benchmark of issues 8, 14 and 15 in one run, figures printed as they come.
 
 ``--quick`` shrinks the batch benchmark (100 prompts instead of 1,000) for a
 look that takes minutes, not the better part of an hour; ``--only-default``
@@ -16,8 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import (bench_batch, bench_batch_scheduling, bench_control, bench_events, bench_memory,  # noqa: E402
-                   bench_spawn, bench_warm_start)
+from bench import (bench_batch, bench_batch_scheduling, bench_control, bench_events, bench_local_model,  # noqa: E402
+                   bench_memory, bench_spawn, bench_warm_start)
+from child.providers import local  # noqa: E402
 from bench.common import machine  # noqa: E402
 
 
@@ -39,7 +40,12 @@ def main() -> None:
     print(bench_memory.report(bench_memory.run(16), 16) + "\n", flush=True)
     rows = bench_batch.run(prompts, 1, 1.0, [4, 16], ["forkserver", "spawn"])
     print(bench_batch.report(rows, prompts, 1, 1.0) + "\n", flush=True)
-    print(bench_batch_scheduling.report(bench_batch_scheduling.run()), flush=True)
+    print(bench_batch_scheduling.report(bench_batch_scheduling.run()) + "\n", flush=True)
+    if local.available():
+        print(bench_local_model.report(bench_local_model.run({"installed": sys.executable}, 3, 128, 1), 128, 1),
+              flush=True)
+    else:
+        print(f"embedded model: not installed ({local.INSTALL_HINT})", flush=True)
     print(f"\n# done · {machine()}")
 
 
