@@ -32,9 +32,10 @@ from hermesd.protocol import ProtocolError
 LIVENESS_SECONDS = 0.5
 """How often a call awaiting its reply checks that the daemon is still there."""
 
-RESTART_GRACE_SECONDS = 5.0
+RESTART_GRACE_SECONDS = 10.0
 """How long :meth:`Connection.wait_job` gives a daemon that stopped under it to come back
-(systemd's unit restarts it after ``RestartSec=2s``), within the wait's own timeout."""
+(systemd's unit restarts it after ``RestartSec=2s``), within the wait's own timeout; a new
+daemon that holds the lock and is still starting extends it."""
 
 
 class ClientError(Exception):
@@ -56,6 +57,21 @@ def _lock_pid(lock: Path) -> int | None:
         return int(lock.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def _starting(sockets: paths.Sockets) -> bool:
+    """True when the pid in ``hermesd.lock`` is alive: a daemon holds the directory (a new one
+    writes its pid there as soon as it has the lock, before it binds its sockets)."""
+    pid = _lock_pid(sockets.lock)
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def daemon_gone(sockets: paths.Sockets) -> str | None:
@@ -80,13 +96,8 @@ def daemon_gone(sockets: paths.Sockets) -> str | None:
     finally:
         probe.close()
     pid = _lock_pid(sockets.lock)
-    if pid is not None:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return f"stale socket {control}: its daemon (pid {pid}) is gone"
-        except PermissionError:
-            pass  # alive, another user's
+    if pid is not None and not _starting(sockets):
+        return f"stale socket {control}: its daemon (pid {pid}) is gone"
     return None
 
 
@@ -221,8 +232,9 @@ class Connection:
         """Block until job ``job_id`` is terminal; returns its record.
 
         ``timeout``: seconds (``None``: no limit).  Asks the daemon in ``wait`` chunks
-        of at most ``chunk`` seconds, giving each answer of a job not yet done to ``on_answer``.  If the daemon stops while waiting, it is given
-        :data:`RESTART_GRACE_SECONDS` (within ``timeout``) to come back, ``notice`` being
+        of at most ``chunk`` seconds, giving each answer of a job not yet done to ``on_answer``.
+        If the daemon stops while waiting, it is given :data:`RESTART_GRACE_SECONDS` (within
+        ``timeout``, longer while a new daemon holds the lock and starts) to come back, ``notice`` being
         told so; a daemon not running at the start fails at once.  Raises
         :class:`ClientError` (``daemon_not_running``, or ``timeout`` naming the job's
         status) or :class:`ProtocolError` (``not_found``…).
@@ -239,6 +251,8 @@ class Connection:
                 if err.code != "daemon_not_running" or not (err.lost or lost_at is not None):
                     raise
                 now = time.monotonic()
+                if lost_at is not None and _starting(self.sockets):
+                    lost_at = now  # a restart is under way: it has the lock, not yet its sockets
                 if lost_at is None:
                     lost_at = now
                     if notice:
