@@ -227,37 +227,30 @@ def wait_job(job_id: str, timeout: float | None = None, *, quiet: bool = False) 
     """Block until job ``job_id`` is terminal and return its record; ``timeout``
     seconds (None: no limit) then exit 9.  On a terminal (stderr), unless
     ``quiet`` or ``--json``, one line shows that it waits: status, elapsed time,
-    model calls.  Ctrl-C says what goes on (:func:`stopped_watching`).  A daemon
-    restart is waited out when there is no timeout."""
+    model calls.  Ctrl-C says what goes on (:func:`stopped_watching`).  A daemon that
+    is not running fails at once (exit 3); one that stops while waiting is given a
+    moment to restart (:meth:`client.connection.Connection.wait_job`)."""
     live = not quiet and not is_json() and sys.stderr.isatty()
     start = time.monotonic()
-    deadline = None if timeout is None else start + timeout
     shown = False
+
+    def show(answer: dict[str, Any]) -> None:
+        nonlocal shown
+        if not live:
+            return
+        rec = answer["job"]
+        line = (f"waiting for {job_id}: {rec['status']} · {render.elapsed(time.monotonic() - start)} · "
+                f"{rec.get('api_calls') or 0} model call(s)")
+        hint = " · Ctrl-C stops watching"
+        width = shutil.get_terminal_size().columns - 1
+        line = line + hint if len(line + hint) <= width else line[:width]
+        click.echo(f"\r\033[K{line}", nl=False, err=True)
+        shown = True
+
     try:
-        while True:
-            chunk = 1.0 if live else 30.0
-            if deadline is not None:
-                chunk = max(0.0, min(chunk, deadline - time.monotonic()))
-            try:
-                answer = conn().call("wait", chunk + 10.0, id=job_id, timeout=chunk)
-            except ClientError as err:
-                if err.code != "timeout" and not (err.code == "daemon_not_running" and deadline is None):
-                    raise
-                time.sleep(0.5)  # the daemon is restarting: try again
-                continue
-            if answer["done"]:
-                return answer["job"]
-            if live:
-                rec = answer["job"]
-                line = (f"waiting for {job_id}: {rec['status']} · {render.elapsed(time.monotonic() - start)} · "
-                        f"{rec.get('api_calls') or 0} model call(s)")
-                hint = " · Ctrl-C stops watching"
-                width = shutil.get_terminal_size().columns - 1
-                line = line + hint if len(line + hint) <= width else line[:width]
-                click.echo(f"\r\033[K{line}", nl=False, err=True)
-                shown = True
-            if deadline is not None and time.monotonic() >= deadline:
-                fail("timeout", f"job {job_id} is still {answer['job']['status']} after {timeout:g}s")
+        # a dead daemon fails at once; one that dies meanwhile is given a moment to restart
+        return conn().wait_job(job_id, timeout, chunk=1.0 if live else 30.0, on_answer=show,
+                               notice=lambda text: click.echo(("\n" if shown else "") + f"hermesctl: {text}", err=True))
     except KeyboardInterrupt:
         stopped_watching(job_id)
         raise  # not reached
