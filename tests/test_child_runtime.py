@@ -51,7 +51,9 @@ def test_child_timeout_ends_timed_out(make_daemon):
     rec = d.delegate("too slow", script=[{"text": "thinking hard", "sleep": 60}])
     final = d.wait_job(rec["id"], timeout=30)
     assert final["status"] == "timed_out" and final["exit_reason"] == "timeout"
-    assert final["error"] == "timed out after 1 s waiting for the model's first reply (0 model calls completed)"
+    # under load the clock may run out while the child still starts (loads its tools and provider)
+    assert final["error"] in ("timed out after 1 s waiting for the model's first reply (0 model calls completed)",
+                              "timed out after 1 s starting (0 model calls completed)")
 
 
 def test_hung_child_timed_out_by_the_daemon_says_what_it_was_doing(make_daemon):
