@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from hermesd import clock, jobs as jobs_mod
+from hermesd import clock
 from hermesd.protocol import ProtocolError
 
 log = logging.getLogger("hermesd.batch")
@@ -128,16 +128,15 @@ def _guarded(callback: Callable[[], None]) -> None:
 
 
 class SupervisorExecutor:
-    """Items as ``batch_item`` children of this hermesd (``daemon``: the running
-    :class:`hermesd.server.Daemon`).  Registers its runner hooks once, at creation."""
+    """Items as ``batch_item`` children of this hermesd (``ctx``: its
+    :class:`hermesd.context.Context`).  The batch plugin calls :meth:`on_result`
+    and :meth:`on_exit` for ``batch_item`` jobs."""
 
     name = "local"
 
-    def __init__(self, daemon: Any):
-        self.d = daemon
+    def __init__(self, ctx: Any):
+        self.d = ctx
         self.items: dict[str, _Live] = {}
-        daemon.runner.result_hooks.append(self._on_result)
-        daemon.runner.exit_hooks.append(self._on_exit)
 
     @staticmethod
     def pool(owner: ItemOwner) -> str:
@@ -158,7 +157,7 @@ class SupervisorExecutor:
 
     def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
         """Admit a ``batch_item`` job (parent: the batch) that starts when its pools have room."""
-        handle = jobs_mod.new_id("batch_item")
+        handle = self.d.jobs.new_id("batch_item")
         spec: dict[str, Any] = {"max_turns": request.max_turns, "record_trajectory": True,
                                 "prompt_index": request.index, "batch": request.batch}
         for key in ("reasoning_effort", "script"):
@@ -205,7 +204,8 @@ class SupervisorExecutor:
                 self.d.jobs.transition(row["id"], "cancelled", exit_reason="interrupted",
                                        error="its batch is no longer running")
 
-    def _on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
+    def on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
+        """A ``batch_item`` child reported: its owner hears how the prompt went."""
         live = self.items.get(row["id"])
         if live is None or live.delivered:
             return
@@ -215,7 +215,9 @@ class SupervisorExecutor:
             error=result.get("error"), started_at=row.get("started_at") or "", completed_at=clock.now_iso(),
             shutdown=not self.accepting(), handle=row["id"])))
 
-    def _on_exit(self, row: dict[str, Any] | None) -> None:
+    def on_exit(self, row: dict[str, Any] | None) -> None:
+        """A ``batch_item`` job ended and was reaped: its owner hears it (if it did not
+        report) and gets its worker back."""
         live = self.items.pop(row["id"], None) if row else None
         if live is None:
             return

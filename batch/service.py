@@ -6,12 +6,17 @@ through a :class:`batch.runner_iface.ItemExecutor`.  The job's ``spec`` holds
 its :class:`batch.settings.Settings`; its files (``OUTPUT_DIR/RUN_NAME/``) hold
 everything else.
 
+The job goes through the job state machine like any other, as a kind without
+a process (``queued → running → terminal``, see ``hermesd.handlers.batch.BatchPlugin``):
+it ends once, with its statistics, when its run has written its files — also
+when it is cancelled (``batch.cancel`` or the generic ``cancel``, which asks
+:meth:`BatchService.stop`).
+
 Restarts: a batch job is not a process, so when hermesd starts again and finds
 one still ``running`` (a crash, ``kill -9``, or a shutdown in the middle of the
-run) it is not ``lost``: ``batch`` is one of the daemon's ``resumable_kinds``,
-which its reconcile step leaves alone, and :meth:`BatchService.restore` (a
-restore hook) continues it from its files, re-owning the items the earlier
-daemon left queued.
+run) it is not ``lost``: its kind resumes at restart, and
+:meth:`BatchService.restore` continues it from its files, re-owning the items
+the earlier daemon left queued.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from batch.output import TRAJECTORIES, batch_files
 from batch.runner_iface import SupervisorExecutor
 from batch.settings import Settings
 from hermesd import jobs as jobs_mod
+from hermesd.contract import LIVE, STOP_REASONS, JobStatus
 from hermesd.protocol import ProtocolError
 
 log = logging.getLogger("hermesd.batch")
@@ -40,13 +46,12 @@ def job_id_of(run_name: str) -> str:
 
 
 class BatchService:
-    """Every batch run of one daemon (``daemon.services["batch"]``)."""
+    """Every batch run of one daemon (``ctx.service(BatchService)``)."""
 
-    def __init__(self, daemon: Any):
-        self.d = daemon
-        self.executor = SupervisorExecutor(daemon)
+    def __init__(self, ctx: Any):
+        self.d = ctx
+        self.executor = SupervisorExecutor(ctx)
         self.runs: dict[str, BatchRun] = {}
-        daemon.jobs.terminal_hooks.append(self._on_terminal)
 
     # starting ----------------------------------------------------------------
 
@@ -110,20 +115,15 @@ class BatchService:
             raise ProtocolError("bad_request", f"cannot resume {s.run_name!r}: " + "; ".join(conflicts),
                                 {"field": conflicts[0].split()[0].lstrip("-")})
         run = self._open(job_id, s, data)
-        if row is not None:  # a finished earlier attempt: this one takes its id
-            with self.d.store.transaction() as db:
-                db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
-        self.d.jobs.create("batch", id=job_id, goal=f"batch {s.run_name}: {s.dataset_file}", model=s.model,
-                           toolsets=list(distributions.get(s.distribution)), spec=s.to_dict())
+        self.d.jobs.create("batch", id=job_id, replace_ended=True, goal=f"batch {s.run_name}: {s.dataset_file}",
+                           model=s.model, toolsets=list(distributions.get(s.distribution)), spec=s.to_dict())
         self._go(run)
         return self.record(job_id)
 
     def _go(self, run: BatchRun, *, adopt: bool = False) -> None:
         status = self.d.jobs.require(run.job_id)["status"]
-        if status == "queued":
-            self.d.jobs.transition(run.job_id, "starting")
-        if status != "running":
-            self.d.jobs.transition(run.job_id, "running")
+        if status != JobStatus.RUNNING:
+            self.d.jobs.transition(run.job_id, JobStatus.RUNNING)
         else:
             self.d.events.emit("batch.restarting", job=run.job_id, data={"previous": status})
         self.runs[run.job_id] = run
@@ -140,13 +140,15 @@ class BatchService:
 
         self.d.loop.run_in_executor(None, work).add_done_callback(settle)
 
-    def _on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        """Terminal hook: a batch job ended by someone else (the generic ``cancel`` op)
-        stops its run right after this transition."""
-        run = self.runs.get(row["id"]) if row["kind"] == "batch" else None
-        if run is not None and not run.closed:
-            self.d.loop.call_soon(run.finish, "cancelled", row.get("error") or "cancelled")
-        return []
+    def stop(self, row: dict[str, Any], reason: str) -> None:
+        """Stop batch job ``row`` for ``reason`` (the generic ``cancel``): its run
+        finishes (items interrupted, files written), then the job ends ``cancelled``."""
+        run = self.runs.get(row["id"])
+        if run is None:  # no live run (it never opened): nothing to write
+            self.d.jobs.transition(row["id"], JobStatus.CANCELLED, exit_reason="interrupted", stop_reason=reason,
+                                   error=STOP_REASONS[reason].error if reason in STOP_REASONS else reason)
+        elif not run.closed:
+            run.finish("cancelled", STOP_REASONS[reason].error if reason in STOP_REASONS else reason)
 
     def _finished(self, run: BatchRun, status: str, stats: dict[str, Any] | None, error: str | None) -> None:
         self.runs.pop(run.job_id, None)
@@ -161,11 +163,7 @@ class BatchService:
                                   f"{p['partial']} partial), {p['discarded_no_reasoning']} discarded (no reasoning), "
                                   f"{p['filtered_invalid_tools']} filtered (unknown tools), {p['failed']} failed, "
                                   f"{p['pending']} pending; {p['in_trajectories']} in {run.run_dir / TRAJECTORIES}")
-        if self.d.jobs.require(run.job_id)["status"] in jobs_mod.TERMINAL:  # ended by the generic cancel op
-            fields.pop("error")
-            self.d.jobs.update(run.job_id, **fields)
-        else:
-            self.d.jobs.transition(run.job_id, status, **fields)
+        self.d.jobs.transition(run.job_id, status, **fields)
 
     # reports -----------------------------------------------------------------
 
@@ -230,8 +228,7 @@ class BatchService:
 
     def restore(self) -> None:
         """Continue every queued batch job from its files; cancel leftover items of no live batch."""
-        for row in self.d.jobs.list(statuses=("queued", *jobs_mod.ACTIVE), kinds=("batch",)):
-            self.d.scheduler.release(row["id"])  # a batch job holds no slot: its items do
+        for row in self.d.jobs.list(statuses=LIVE, kinds=("batch",)):
             try:
                 s = Settings.from_dict(row["spec"])
                 run = self._open(row["id"], s, self._dataset(s))

@@ -24,16 +24,12 @@ from typing import Any, Callable
 from child import messages as m
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
+from hermesd.contract import JobSpec
 from hermesd.protocol import one_line, timed_out_text
 
-DEFAULTS: dict[str, Any] = {
-    "job": "", "kind": "delegation", "goal": "", "context": "", "toolsets": ["terminal", "file"],
-    "role": "leaf", "provider": None, "model": None, "base_url": None, "reasoning_effort": None,
-    "max_turns": 20, "timeout_seconds": None, "cwd": None, "depth": 1, "max_spawn_depth": 1,
-    "auto_approve": False, "limits": {}, "script": None, "history": None, "system_prompt": None,
-    "record_trajectory": False, "max_tokens": 4096,
-}
-"""Job-spec keys the loop reads, with the values it takes when a key is missing or ``None``."""
+DEFAULTS: dict[str, Any] = JobSpec().to_wire()
+"""Job-spec keys the loop reads, with the values it takes when a key is missing or ``None``
+(:class:`hermesd.contract.JobSpec`, the one definition daemon and child share)."""
 
 def log(text: str) -> None:
     """One line of the job's log (``hermesctl logs ID``): local time, then ``text``.

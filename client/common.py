@@ -27,10 +27,10 @@ import click
 
 from client import render
 from client.connection import ClientError, Connection
+from hermesd.contract import TERMINAL  # noqa: F401  (re-exported for the clients)
 from hermesd.protocol import EXIT_CODES, ProtocolError
 
-TERMINAL = frozenset({"completed", "failed", "interrupted", "timed_out", "cancelled", "lost"})
-"""Job statuses that are final (the daemon's ``hermesd.jobs.TERMINAL``, as seen on the wire)."""
+
 DEFAULT_TIMEOUT = 30.0
 """Seconds a client waits for one reply (``--timeout``), the same for every front end."""
 INTERRUPTED = 130

@@ -22,7 +22,7 @@ from client import batch, kanban, render, sessions, top
 from client.common import (COMPLETION_HELP, Ctl, conn, exit_for, global_options, is_json, json_option, out, read_text,
                            show, split, stopped_watching, text_input, wait_job, working_dir)
 from client.connection import ClientError, Connection
-from hermesd.config import PROVIDERS
+from hermesd.contract import PROVIDERS, ROLES
 from hermesd.protocol import ProtocolError
 
 
@@ -101,7 +101,7 @@ def ps(show_all: bool, kind: str | None) -> None:
 @click.option("--toolsets", default=None, help="Comma-separated toolsets (default: the config's toolsets).")
 @click.option("--model", default=None, help="Model name.")
 @click.option("--provider", default=None, type=click.Choice(PROVIDERS))
-@click.option("--role", default=None, type=click.Choice(["leaf", "orchestrator"]))
+@click.option("--role", default=None, type=click.Choice(ROLES))
 @click.option("--max-turns", type=click.IntRange(min=1), default=None)
 @click.option("--cwd", default=None, type=click.Path(file_okay=False, exists=True),
               help="Working directory of the subagent (default: the current directory).")

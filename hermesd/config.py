@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hermesd import paths
+from hermesd.contract import PROVIDERS
 from hermesd.protocol import TOOLSETS
 
 if TYPE_CHECKING:
     import yaml
 
-PROVIDERS = ("anthropic", "openai-compat", "local", "scripted")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 START_METHODS = ("spawn", "forkserver")
 

@@ -18,11 +18,15 @@ rules, checked here and nowhere else:
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermesd import jobs as jobs_mod
+from hermesd.contract import LIVE
 from hermesd.tasks import new_group, task_fields
 from hermesd.protocol import ProtocolError
+
+if TYPE_CHECKING:
+    from hermesd.context import Context
 
 NEVER_FOR_CHILDREN = ("clarify", "memory")
 RESULT_FIELDS = ("id", "status", "exit_reason", "summary", "error", "api_calls", "duration_seconds", "tokens", "trace")
@@ -46,7 +50,7 @@ def result_of(row: dict[str, Any]) -> dict[str, Any]:
     return {k: rec.get(k) for k in RESULT_FIELDS}
 
 
-async def delegate_from_child(d, parent_id: str, args: dict[str, Any]) -> Any:
+async def delegate_from_child(ctx: Context, parent_id: str, args: dict[str, Any]) -> Any:
     """Run ``child.delegate`` for the job ``parent_id``.
 
     Returns a list of per-task results in task order (foreground), or for
@@ -54,8 +58,8 @@ async def delegate_from_child(d, parent_id: str, args: dict[str, Any]) -> Any:
     (a single map for a single task).  Raises ``ProtocolError``
     (``depth_limit``, ``capacity_reached``, ``bad_request``).
     """
-    parent = d.jobs.require(parent_id)
-    deleg = d.config.delegation
+    parent = ctx.jobs.require(parent_id)
+    deleg = ctx.config.delegation
     depth = (parent.get("depth") or 0) + 1
     if depth > deleg.max_spawn_depth:
         raise ProtocolError("depth_limit", f"delegation depth {depth} exceeds delegation.max_spawn_depth="
@@ -69,38 +73,38 @@ async def delegate_from_child(d, parent_id: str, args: dict[str, Any]) -> Any:
     parent_toolsets = parent.get("toolsets") or []
     fields = []
     for task in tasks:
-        f = task_fields(d, {k: v for k, v in task.items() if k != "cwd"}, default_toolsets=parent_toolsets)
+        f = task_fields(ctx, {k: v for k, v in task.items() if k != "cwd"}, default_toolsets=parent_toolsets)
         f["toolsets"] = child_toolsets(f["toolsets"], parent_toolsets, f["role"], depth, deleg.max_spawn_depth)
         f.update(cwd=parent.get("cwd"), depth=depth, parent=parent_id, session=parent.get("session"))
         fields.append(f)
     if args.get("background"):
         if len(fields) == 1:
-            return _dispatch(d, fields[0])
+            return _dispatch(ctx, fields[0])
         answers = []
         for f in fields:
             try:
-                answers.append(_dispatch(d, f))
+                answers.append(_dispatch(ctx, f))
             except ProtocolError as err:  # the others stay dispatched; say which one was refused
                 answers.append({"status": "rejected", "error": err.to_wire()})
         return answers
     group = new_group()
-    rows = [d.runner.submit("delegation", pools=(group,), **f) for f in fields]
-    finished = await asyncio.gather(*(d.jobs.wait(r["id"]) for r in rows))
+    rows = [ctx.runner.submit("delegation", pools=(group,), **f) for f in fields]
+    finished = await asyncio.gather(*(ctx.jobs.wait(r["id"]) for r in rows))
     return [result_of(row) for row in finished]
 
 
-def _dispatch(d, fields: dict[str, Any]) -> dict[str, Any]:
+def _dispatch(ctx: Context, fields: dict[str, Any]) -> dict[str, Any]:
     """Admit one background task; raises ``capacity_reached`` at the cap (never queued)."""
-    row = d.runner.submit("background", background=True, **fields)
+    row = ctx.runner.submit("background", background=True, **fields)
     return {"status": "dispatched", "delegation_id": row["id"]}
 
 
-def stop_foreground_children(d, row: dict[str, Any] | None) -> None:
+def stop_foreground_children(ctx: Context, row: dict[str, Any] | None) -> None:
     """Exit hook: when a job ends, its foreground children end too (background ones live on)."""
     if row is None:
         return
-    for child in d.jobs.list(parent=row["id"], statuses=("queued", "starting", "running"), kinds=("delegation",)):
+    for child in ctx.jobs.list(parent=row["id"], statuses=LIVE, kinds=("delegation",)):
         try:
-            d.runner.stop(child["id"], "parent_stop")
+            ctx.runner.stop(child["id"], "parent_stop")
         except ProtocolError:
             pass

@@ -20,7 +20,6 @@ from hermesd import clock
 from hermesd.events import EventLog
 from hermesd.store import Store
 
-BACKGROUND_KINDS = ("background",)
 
 
 def _duration(seconds: float | None) -> str:
@@ -91,9 +90,8 @@ class Delivery:
         self.deliver_to_session: Callable[[str], None] | None = None
 
     def on_terminal(self, job: dict[str, Any]) -> list[dict[str, Any]]:
-        """Terminal hook (runs inside the transition's transaction); returns events to publish."""
-        if job["kind"] not in BACKGROUND_KINDS:
-            return []
+        """Store the notification of background ``job``, now terminal (inside the
+        transition's transaction); returns the events to publish."""
         block = render_block(job)
         session = job.get("session")
         self.store.insert("notifications", {

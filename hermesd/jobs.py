@@ -20,25 +20,29 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from hermesd import clock
+from hermesd.contract import ACTIVE, TERMINAL, JobStatus
 from hermesd.events import EventLog
+from hermesd.plugin import JobKind
 from hermesd.protocol import ProtocolError
 from hermesd.store import Store
 
-STATES = ("queued", "starting", "running", "completed", "failed", "interrupted", "timed_out", "cancelled", "lost")
-TERMINAL = frozenset({"completed", "failed", "interrupted", "timed_out", "cancelled", "lost"})
-ACTIVE = ("starting", "running")
+S = JobStatus
+STATES = tuple(JobStatus)
 TRANSITIONS: dict[str, frozenset[str]] = {
-    "queued": frozenset({"starting", "cancelled", "failed", "lost"}),
-    "starting": frozenset({"running"}) | TERMINAL,
-    "running": TERMINAL - {"queued"},
+    S.QUEUED: frozenset({S.STARTING, S.RUNNING, S.CANCELLED, S.FAILED, S.LOST}),
+    S.STARTING: frozenset({S.RUNNING}) | TERMINAL,
+    S.RUNNING: TERMINAL,
 }
-KINDS = ("delegation", "background", "session_turn", "batch", "batch_item", "kanban_worker")
-ID_PREFIX = {"delegation": "deleg", "background": "bg", "session_turn": "turn", "batch": "batch",
-             "batch_item": "item", "kanban_worker": "kbw"}
-
+"""The checked edges of the job state machine (terminal states have none); ``ACTIVE`` and
+``TERMINAL`` are re-exported from :mod:`hermesd.contract`.  ``starting`` means "its process
+was spawned": a job kind with a process goes ``queued → starting → running``, one without
+(:attr:`hermesd.plugin.JobKind.process` false) ``queued → running`` (:func:`check_transition`)."""
+__all__ = ["ACTIVE", "TERMINAL", "TRANSITIONS", "JobTable", "InvalidTransition", "check_transition", "record"]
+PROCESS_EDGES = {(S.QUEUED, S.STARTING): True, (S.QUEUED, S.RUNNING): False}
+"""Edges only a job kind with a process (True) or only one without (False) may take."""
 RECORD_FIELDS = ("id", "kind", "status", "exit_reason", "goal", "context", "toolsets", "role", "model",
                  "session", "parent", "summary", "error", "api_calls", "tokens", "duration_seconds",
                  "dispatched_at", "started_at", "completed_at", "pid")
@@ -54,15 +58,11 @@ class InvalidTransition(ProtocolError):
                          {"job": job_id, "status": old, "requested": new})
 
 
-def check_transition(job_id: str, old: str, new: str) -> None:
-    """Raise :class:`InvalidTransition` unless ``old → new`` is allowed."""
-    if new not in TRANSITIONS.get(old, frozenset()):
+def check_transition(job_id: str, old: str, new: str, *, process: bool = True) -> None:
+    """Raise :class:`InvalidTransition` unless ``old → new`` is allowed for a job
+    kind with (``process``) or without a process."""
+    if new not in TRANSITIONS.get(old, frozenset()) or PROCESS_EDGES.get((old, new), process) != process:
         raise InvalidTransition(job_id, old, new)
-
-
-def new_id(kind: str) -> str:
-    """A fresh job id: ``<prefix>_<12 hex digits>`` (``deleg_…``, ``bg_…``, ``turn_…``)."""
-    return f"{ID_PREFIX[kind]}_{secrets.token_hex(6)}"
 
 
 def record(row: dict[str, Any]) -> dict[str, Any]:
@@ -77,16 +77,27 @@ def record(row: dict[str, Any]) -> dict[str, Any]:
 class JobTable:
     """All jobs: create, read, and move through the state machine.
 
-    ``terminal_hooks`` are called inside the terminal transition's transaction
-    with the updated row and return extra wire events to publish after commit.
+    ``kinds``: the job kinds by name (``hermesd.plugin.Plugins.kinds``): their id
+    prefixes and whether they run a process.  ``terminal_hooks`` are called
+    inside the terminal transition's transaction with the updated row and return
+    extra wire events to publish after commit.
     """
 
-    def __init__(self, store: Store, events: EventLog):
+    def __init__(self, store: Store, events: EventLog, kinds: Mapping[str, JobKind] | None = None):
         self.store = store
         self.events = events
+        self.kinds: Mapping[str, JobKind] = kinds if kinds is not None else {}
         self.terminal_hooks: list[TerminalHook] = []
         self._started_mono: dict[str, float] = {}
         self._waiters: dict[str, list[asyncio.Future]] = {}
+
+    def kind(self, name: str) -> JobKind:
+        """The :class:`~hermesd.plugin.JobKind` called ``name`` (an unknown one: a kind with a process)."""
+        return self.kinds.get(name) or JobKind(name, name)
+
+    def new_id(self, kind: str) -> str:
+        """A fresh job id: ``<prefix>_<12 hex digits>`` (``deleg_…``, ``bg_…``, ``turn_…``)."""
+        return f"{self.kind(kind).prefix}_{secrets.token_hex(6)}"
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         """The ``jobs`` row of ``job_id`` or None."""
@@ -116,15 +127,24 @@ class JobTable:
         params.append(limit)
         return self.store.all(sql, params)
 
-    def create(self, kind: str, **fields: Any) -> dict[str, Any]:
+    def create(self, kind: str, *, replace_ended: bool = False, **fields: Any) -> dict[str, Any]:
         """Insert a new ``queued`` job and publish ``job.queued``; returns its row.
 
         ``fields`` are ``jobs`` columns (``goal``, ``toolsets``, ``spec``…); ``id``
-        defaults to :func:`new_id`.
+        defaults to :meth:`new_id`.  ``replace_ended``: a job kind whose ids are
+        names (a batch run) takes the id of an earlier attempt that has ended; its
+        row goes in the same transaction (its events stay).  Raises
+        ``invalid_state`` when that attempt has not ended.
         """
-        row = {"id": fields.pop("id", None) or new_id(kind), "kind": kind, "status": "queued",
+        row = {"id": fields.pop("id", None) or self.new_id(kind), "kind": kind, "status": S.QUEUED,
                "dispatched_at": clock.now_iso(), **fields}
-        with self.store.transaction():
+        with self.store.transaction() as db:
+            old = self.get(row["id"]) if replace_ended else None
+            if old is not None:
+                if old["status"] not in TERMINAL:
+                    raise ProtocolError("invalid_state", f"job {old['id']} is {old['status']}",
+                                        {"job": old["id"], "status": old["status"]})
+                db.execute("DELETE FROM jobs WHERE id = ?", (old["id"],))
             self.store.insert("jobs", row)
             row = self.require(row["id"])
             self.events.send_after_commit([self.events.record("job.queued", job=row["id"], session=row.get("session"),
@@ -142,7 +162,7 @@ class JobTable:
         """
         row = self.require(job_id)
         previous = row["status"]
-        check_transition(job_id, previous, status)
+        check_transition(job_id, previous, status, process=self.kind(row["kind"]).process)
         now = clock.now_iso()
         if status == "running" and not row.get("started_at"):
             fields.setdefault("started_at", now)

@@ -78,12 +78,13 @@ EXIT_CODES: dict[str, int] = {
 CHILD_OPS = ("child.hello", "child.progress", "child.result", "child.delegate", "child.call")
 """Ops a child process sends on ``children.sock``.
 
-* ``child.hello {job, pid, token}`` → the job spec (see ``hermesd.procs.child_spec``).
+* ``child.hello {job, pid, token}`` → the job spec (``hermesd.contract.JobSpec``).
 * ``child.progress {job, token, turn, tool?, tokens?, text?, activity?, provider?, model?}`` → ``{}``.
 * ``child.result {job, token, status, exit_reason, summary, error, api_calls,
   tokens: {input, output}, trace: [...], duration_seconds, trajectory?}`` → ``{}``.
 * ``child.delegate {job, token, tasks: [...], background, ...}`` → delegation results.
-* ``child.call {job, token, op, args}`` → a whitelisted daemon op on behalf of the child.
+* ``child.call {job, token, op, args}`` → the child op ``op`` with ``args`` (how the
+  ``kanban`` tools send ``kanban.<verb>``; the daemon routes it like any child op).
 """
 
 

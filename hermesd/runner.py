@@ -19,10 +19,11 @@ from __future__ import annotations
 import logging
 import secrets
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Protocol
 
-from hermesd import exits, jobs as jobs_mod
+from hermesd import exits
 from hermesd.config import Config
+from hermesd.contract import STOP_REASONS, TERMINAL, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import JobTable
 from hermesd.procs import Child, ProcessManager
 from hermesd.protocol import ProtocolError, one_line
@@ -30,11 +31,40 @@ from hermesd.scheduler import PROCESS_POOLS, Scheduler
 
 log = logging.getLogger("hermesd")
 
-STOP_STATUS = {"cancel": "cancelled", "timeout": "timed_out", "shutdown": "interrupted",
-               "session_stop": "interrupted", "parent_stop": "interrupted"}
 LOG_TAIL_BYTES = 2000
 
-SpecHook = Callable[[dict[str, Any], dict[str, Any]], None]
+
+
+class JobHooks(Protocol):
+    """What job types add to a job's life (``hermesd.plugin.Plugins``, by the job's kind)."""
+
+    def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
+        """Add to the spec a child receives."""
+
+    def on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
+        """A child reported, before the terminal transition."""
+
+    def on_exit(self, row: dict[str, Any] | None) -> None:
+        """The job is terminal and its process reaped."""
+
+    def stop(self, row: dict[str, Any], reason: str) -> None:
+        """Stop a live job of a kind without a process."""
+
+
+class NoHooks:
+    """:class:`JobHooks` that add nothing."""
+
+    def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
+        """Nothing to add."""
+
+    def on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
+        """Nothing to do."""
+
+    def on_exit(self, row: dict[str, Any] | None) -> None:
+        """Nothing to do."""
+
+    def stop(self, row: dict[str, Any], reason: str) -> None:
+        """Nothing to stop."""
 
 
 def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
@@ -52,14 +82,13 @@ def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
 class Runner:
     """Job lifecycle.
 
-    Job types plug in with ``spec_hooks[kind](row, spec)`` (add to the spec a
-    child receives), ``result_hooks`` (``(row, result)`` when a child reports,
-    before the terminal transition) and ``exit_hooks`` (``(row)`` once the job
-    is terminal and its process reaped).
+    Job types plug in through ``hooks`` (:class:`JobHooks`): the spec a child
+    receives, its result before the terminal transition, its exit, and the stop
+    of a job kind without a process.
     """
 
     def __init__(self, config: Config, jobs: JobTable, scheduler: Scheduler, procs: ProcessManager,
-                 children_socket: Path, loop: Any):
+                 children_socket: Path, loop: Any, hooks: JobHooks | None = None):
         self.config = config
         self.jobs = jobs
         self.scheduler = scheduler
@@ -68,9 +97,7 @@ class Runner:
         self.loop = loop
         self.tokens: dict[str, str] = {}
         self.results: dict[str, dict[str, Any]] = {}
-        self.spec_hooks: dict[str, SpecHook] = {}
-        self.exit_hooks: list[Callable[[dict[str, Any]], None]] = []
-        self.result_hooks: list[Callable[[dict[str, Any], dict[str, Any]], None]] = []
+        self.hooks: JobHooks = hooks or NoHooks()
         self.accepting = True
         self._timeouts: dict[str, Any] = {}
         self._counters: dict[str, dict[str, Any]] = {}  # progress counters, written with the next group commit
@@ -101,7 +128,7 @@ class Runner:
         if cwd is not None and not Path(cwd).is_dir():
             why = "is not a directory" if Path(cwd).exists() else "does not exist"
             raise ProtocolError("bad_request", f"cwd: working directory {cwd!r} {why}", {"field": "cwd"})
-        job_id = fields.pop("id", None) or jobs_mod.new_id(kind)
+        job_id = fields.pop("id", None) or self.jobs.new_id(kind)
         needs = ("global", *pools)
         if background:
             if not self.scheduler.admit_background(job_id, queue=queue):
@@ -178,14 +205,14 @@ class Runner:
         """A job whose child could not be started: ``failed``, its token and slots given back."""
         self.tokens.pop(job_id, None)
         row = self.jobs.get(job_id)
-        if row is not None and row["status"] not in jobs_mod.TERMINAL:
+        if row is not None and row["status"] not in TERMINAL:
             self.jobs.transition(job_id, "failed", exit_reason="error", error=f"could not start child: {error}")
         self._finished(job_id)
 
     def _on_timeout(self, job_id: str) -> None:
         """The daemon's backstop for ``child_timeout_seconds`` (the child has its own clock)."""
         row = self.jobs.get(job_id)
-        if row is not None and row["status"] not in jobs_mod.TERMINAL:
+        if row is not None and row["status"] not in TERMINAL:
             self.stop(job_id, "timeout")
         elif job_id in self.procs.children:  # reported, but the process lingers
             self.procs.stop(job_id, "timeout")
@@ -200,27 +227,28 @@ class Runner:
         return job_id
 
     def child_spec(self, row: dict[str, Any]) -> dict[str, Any]:
-        """The job spec a child receives in reply to ``child.hello``."""
+        """The job spec (:class:`hermesd.contract.JobSpec`, as its wire map) a child
+        receives in reply to ``child.hello``: the config's values, then the row's
+        ``spec`` column, then the spec hook of the job's kind."""
         cfg, deleg = self.config, self.config.delegation
-        extra = dict(row.get("spec") or {})
-        spec = {
-            "job": row["id"], "kind": row["kind"], "goal": row.get("goal") or "", "context": row.get("context"),
-            "toolsets": row.get("toolsets") or [], "role": row.get("role") or "leaf",
-            "provider": row.get("provider") or deleg.provider or cfg.provider,
-            "model": row.get("model") or deleg.model or cfg.model,
-            "base_url": cfg.base_url, "reasoning_effort": cfg.reasoning_effort,
-            "max_turns": deleg.max_turns, "timeout_seconds": deleg.child_timeout_seconds,
-            "cwd": row.get("cwd") or str(self.job_dir(row["id"])), "depth": row.get("depth") or 0,
-            "max_spawn_depth": deleg.max_spawn_depth, "auto_approve": deleg.subagent_auto_approve,
-            "limits": {"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
-                       "terminal_timeout_seconds": cfg.limits.terminal_timeout_seconds},
-            "script": None, "history": None, "system_prompt": None, "record_trajectory": True,
-        }
-        spec.update(extra)
-        hook = self.spec_hooks.get(row["kind"])
-        if hook is not None:
-            hook(row, spec)
-        return spec
+        spec = JobSpec(
+            job=row["id"], kind=row["kind"], goal=row.get("goal") or "", context=row.get("context"),
+            toolsets=row.get("toolsets") or [], role=row.get("role") or "leaf",
+            provider=row.get("provider") or deleg.provider or cfg.provider,
+            model=row.get("model") or deleg.model or cfg.model,
+            base_url=cfg.base_url, reasoning_effort=cfg.reasoning_effort,
+            max_turns=deleg.max_turns, timeout_seconds=deleg.child_timeout_seconds,
+            cwd=row.get("cwd") or str(self.job_dir(row["id"])), depth=row.get("depth") or 0,
+            max_spawn_depth=deleg.max_spawn_depth, auto_approve=deleg.subagent_auto_approve,
+            limits={"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
+                    "terminal_timeout_seconds": cfg.limits.terminal_timeout_seconds},
+            record_trajectory=True)
+        names = JobSpec.names()
+        for key, value in (row.get("spec") or {}).items():
+            if key in names:  # the rest (a batch item's prompt_index…) is the daemon's bookkeeping
+                setattr(spec, key, value)
+        self.hooks.spec(row, spec)
+        return spec.to_wire()
 
     def on_hello(self, job_id: str, pid: int | None) -> dict[str, Any]:
         """``child.hello``: the job goes ``running``; returns its spec."""
@@ -235,10 +263,9 @@ class Runner:
         """``child.result``: remember it; the job turns terminal now."""
         self.results[job_id] = result
         row = self.jobs.require(job_id)
-        if row["status"] in jobs_mod.TERMINAL:
+        if row["status"] in TERMINAL:
             return
-        for hook in self.result_hooks:
-            hook(row, result)
+        self.hooks.on_result(row, result)
         child = self.procs.children.get(job_id)
         self._terminal(job_id, result, child.stop_reason if child else None)
 
@@ -246,13 +273,14 @@ class Runner:
                   returncode: int | None = None) -> None:
         row = self.jobs.require(job_id)
         result = result or {}
-        status = result.get("status") if result.get("status") in jobs_mod.TERMINAL else None
-        if stop_reason in STOP_STATUS:
-            status = STOP_STATUS[stop_reason]
+        status = result.get("status") if result.get("status") in TERMINAL else None
+        stop = STOP_REASONS.get(stop_reason or "")
+        if stop is not None and stop.status is not None:
+            status = stop.status
         error = result.get("error")
         doing = self._doing.get(job_id) or exits.Doing()
         if status is None:
-            status = "failed"
+            status = JobStatus.FAILED
             tail = log_tail(self.log_path(job_id)).strip()
             error = exits.exit_error(returncode, doing, row.get("provider") or self.config.delegation.provider
                                      or self.config.provider)
@@ -261,12 +289,9 @@ class Runner:
         if stop_reason == "timeout" and not str(error or "").startswith("timed out"):
             error = exits.timeout_error(self._timeout_of(row), doing)
         if stop_reason and not error:
-            error = {"cancel": "cancelled by request",
-                     "shutdown": "hermesd shut down", "session_stop": "stopped by /stop in its session"
-                     }.get(stop_reason, stop_reason)
+            error = stop.error if stop is not None else stop_reason
         tokens = result.get("tokens") or {}
-        exit_reason = result.get("exit_reason") or ({"cancelled": "interrupted", "timed_out": "timeout",
-                                                      "interrupted": "interrupted"}.get(status, "error"))
+        exit_reason = result.get("exit_reason") or exit_reason_of(status)
         fields = {"exit_reason": exit_reason, "summary": result.get("summary") or row.get("summary"), "error": error,
                   "api_calls": int(result.get("api_calls") or row.get("api_calls") or 0),
                   "tokens_in": int(tokens.get("input") or row.get("tokens_in") or 0),
@@ -313,15 +338,20 @@ class Runner:
         already terminal.
         """
         row = self.jobs.require(job_id)
-        if row["status"] in jobs_mod.TERMINAL:
+        if row["status"] in TERMINAL:
             raise ProtocolError("invalid_state", f"job {job_id} is already {row['status']}",
                                 {"job": job_id, "status": row["status"]})
         if row["status"] == "queued":
             self.scheduler.release(job_id)
-            row = self.jobs.transition(job_id, STOP_STATUS.get(reason, "cancelled"), stop_reason=reason,
+            stop = STOP_REASONS.get(reason)
+            row = self.jobs.transition(job_id, stop.status if stop and stop.status else JobStatus.CANCELLED,
+                                       stop_reason=reason,
                                        exit_reason="interrupted", error=f"{reason} before it started")
             self._finished(job_id)
             return row
+        if not self.jobs.kind(row["kind"]).process:  # its plugin ends it, through its own transition
+            self.hooks.stop(row, reason)
+            return self.jobs.require(job_id)
         if not self.procs.stop(job_id, reason):  # starting, but the process is already gone
             self._terminal(job_id, None, reason)
         return self.jobs.require(job_id)
@@ -330,7 +360,7 @@ class Runner:
         """Called by the process manager once a child has been reaped."""
         job_id = child.job
         row = self.jobs.get(job_id)
-        if row is not None and row["status"] not in jobs_mod.TERMINAL:
+        if row is not None and row["status"] not in TERMINAL:
             self._terminal(job_id, self.results.get(job_id), child.stop_reason, child.returncode)
         self._finished(job_id)
 
@@ -342,7 +372,5 @@ class Runner:
         self.results.pop(job_id, None)
         self._doing.pop(job_id, None)
         self.scheduler.release(job_id)
-        row = self.jobs.get(job_id)
-        for hook in self.exit_hooks:
-            hook(row)
+        self.hooks.on_exit(self.jobs.get(job_id))
         self.pump()

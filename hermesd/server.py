@@ -1,7 +1,8 @@
-"""The daemon: one asyncio event loop, three sockets, one dispatch table.
+"""The daemon: one asyncio event loop, three sockets, one router, the plugin list.
 
-Client requests (``hermesd.sock``), child messages (``children.sock``),
-signals and timers all end in the same handlers (``hermesd.handlers``).  No
+Client requests (``hermesd.sock``) and child messages (``children.sock``) go
+through :data:`ROUTER` to the handlers (``hermesd.handlers``, ``hermesd.kanban.ops``);
+signals and timers call the same code.  :data:`PLUGINS` lists the job types.  No
 handler blocks: long work happens in children, and a request that waits (for
 example ``wait``) parks a future instead of holding anything.
 
@@ -29,11 +30,16 @@ import zmq.asyncio
 from hermesd import __version__, clock, config as config_mod, looplag, paths, protocol
 from hermesd.delivery import Delivery
 from hermesd.events import EventLog
-from hermesd.handlers import CHILD_HANDLERS, HANDLERS, WORK_OPS
-from hermesd.jobs import ACTIVE, JobTable
+from hermesd.context import Context
+from hermesd.contract import ACTIVE, JobStatus
+from hermesd.handlers import admin, batch, children, delegation, jobs, sessions
+from hermesd.jobs import JobTable
+from hermesd.kanban import ops as kanban
+from hermesd.plugin import Plugin, Plugins
 from hermesd.prctl import become_subreaper
 from hermesd.procs import ProcessManager, sweep_leftovers
 from hermesd.protocol import ProtocolError
+from hermesd.router import Router
 from hermesd.runner import Runner
 from hermesd.scheduler import Scheduler
 from hermesd.store import Store, StoreError
@@ -44,6 +50,17 @@ log = logging.getLogger("hermesd")
 PUB_HWM = 100_000
 RESTART_KEYS = ("state_dir", "log_dir", "start_method")
 """``supervisor.*`` keys a reload cannot change (see :meth:`Daemon.reload`)."""
+
+PLUGINS: tuple[type[Plugin], ...] = (
+    delegation.DelegationPlugin,  # delegation, background: subagents for people and agents
+    sessions.SessionsPlugin,      # session_turn: persistent conversations
+    batch.BatchPlugin,            # batch (no process), batch_item: batch_runner runs
+    kanban.KanbanPlugin,          # kanban_worker: the board's workers
+)
+"""The job types, in the order their hooks run.  Adding one: its module, and a line here."""
+
+ROUTER = Router((admin, jobs, children, *(m for cls in PLUGINS for m in cls.op_modules())))
+"""The one dispatch path: the core's ops (daemon, jobs, child reports) and every plugin's."""
 
 
 class AlreadyRunning(Exception):
@@ -63,9 +80,7 @@ class Daemon:
         self.notifier = Notifier()
         self.stopping = False
         self.loop_lag = looplag.from_env()  # HERMES_LOOP_LAG_MS: a benchmark's probe, reported by status
-        self.started = False
-        self.services: dict[str, Any] = {}
-        self.resumable_kinds: set[str] = set()  # job kinds with no process, continued by a restore hook
+        self.plugins = Plugins(PLUGINS)
         self._lock_fd: int | None = None
         self._state_lock_fd: int | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -122,9 +137,8 @@ class Daemon:
         self.store = Store(state_dir / "state.db")
         self.supervisor_id = str((state_dir / "state.db").resolve())
         self.events = EventLog(self.store, self._publish)
-        self.jobs = JobTable(self.store, self.events)
+        self.jobs = JobTable(self.store, self.events, self.plugins.kinds)
         self.delivery = Delivery(self.store, self.events)
-        self.jobs.terminal_hooks.append(self.delivery.on_terminal)
         deleg, sup = self.config.delegation, self.config.supervisor
         self.scheduler = Scheduler({"global": sup.max_children, "async": deleg.max_async_children},
                                    {"session:": 1, "group:": deleg.max_concurrent_children})
@@ -133,11 +147,14 @@ class Daemon:
                                     supervisor_id=self.supervisor_id,
                                     spawner=make_spawner(sup.start_method, self.loop, self.supervisor_id,
                                                          self.sockets.children))
-        self.runner = Runner(self.config, self.jobs, self.scheduler, self.procs, self.sockets.children, self.loop)
-        from hermesd.handlers import setup_hooks
-
-        for hook in setup_hooks:
-            hook(self)
+        self.runner = Runner(self.config, self.jobs, self.scheduler, self.procs, self.sockets.children, self.loop,
+                             hooks=self.plugins)
+        self.context = Context(control=self, store=self.store, events=self.events, jobs=self.jobs,
+                               scheduler=self.scheduler, procs=self.procs, runner=self.runner,
+                               delivery=self.delivery, plugins=self.plugins, router=ROUTER, loop=self.loop)
+        self.plugins.start(self.context)
+        self.jobs.terminal_hooks.append(self.plugins.on_terminal)
+        self.events.listeners.append(self.plugins.on_event)
 
     def _on_child_exit(self, child) -> None:
         self.runner.on_exit(child)
@@ -147,18 +164,16 @@ class Daemon:
         killed = sweep_leftovers(self.supervisor_id)
         if killed:
             log.warning("ended %d process(es) left by an earlier hermesd: %s", len(killed), killed)
+        resumed = self.plugins.names(at_restart="resume")
         for row in self.jobs.list(statuses=ACTIVE):
-            if row["kind"] in self.resumable_kinds:
-                continue  # no process of its own: its restore hook continues it
-            self.jobs.transition(row["id"], "lost", exit_reason="error",
+            if row["kind"] in resumed:
+                continue  # its plugin's restore continues it
+            self.jobs.transition(row["id"], JobStatus.LOST, exit_reason="error",
                                  error="hermesd stopped while this job ran and its process could not be "
                                        "accounted for on restart")
-        for row in self.jobs.list(statuses=("queued",)):
+        for row in self.jobs.list(statuses=(JobStatus.QUEUED,), kinds=self.plugins.names(process=True)):
             self.runner.requeue(row)
-        from hermesd.handlers import restore_hooks
-
-        for hook in restore_hooks:
-            hook(self)
+        self.plugins.restore()
 
     def _bind(self) -> None:
         self.ctx = zmq.asyncio.Context()
@@ -203,8 +218,8 @@ class Daemon:
         self.procs.reap()
         self.runner.pump()
         self._done = asyncio.Event()
-        self._spawn(self._serve(self.control, self._dispatch_client))
-        self._spawn(self._serve(self.children, self._dispatch_child))
+        self._spawn(self._serve(self.control, lambda request: ROUTER.client(self.context, request)))
+        self._spawn(self._serve(self.children, lambda request: ROUTER.child(self.context, request)))
         if self.notifier.watchdog_seconds:
             self._spawn(self._watchdog(self.notifier.watchdog_seconds / 2))
         if self.loop_lag is not None:
@@ -267,21 +282,6 @@ class Daemon:
         except zmq.ZMQError:
             pass  # the peer is gone
 
-    async def _dispatch_client(self, request: protocol.Request) -> Any:
-        handler = HANDLERS.get(request.op)
-        if handler is None:
-            raise ProtocolError("unknown_op", f"unknown op {request.op!r}", {"op": request.op})
-        if self.stopping and request.op in WORK_OPS:
-            raise ProtocolError("shutting_down", "hermesd is shutting down and accepts no new work")
-        return await handler(self, request.args)
-
-    async def _dispatch_child(self, request: protocol.Request) -> Any:
-        handler = CHILD_HANDLERS.get(request.op)
-        if handler is None:
-            raise ProtocolError("unknown_op", f"unknown child op {request.op!r}", {"op": request.op})
-        job = self.runner.authenticate(request.args)
-        return await handler(self, job, request.args)
-
     # control -------------------------------------------------------------
 
     def request_shutdown(self, reason: str) -> None:
@@ -336,9 +336,10 @@ class Daemon:
         return {"reloaded": True, "source": new.source, "restart_needed": restart}
 
     async def _shutdown(self) -> None:
+        stopped = self.plugins.names(at_shutdown="stop")
         for job in list(self.scheduler.queued_jobs()):
             row = self.jobs.get(job)
-            if row and row["status"] == "queued" and row["kind"] in ("delegation", "kanban_worker"):
+            if row and row["status"] == JobStatus.QUEUED and row["kind"] in stopped:
                 self.runner.stop(job, "shutdown")
         for job in list(self.procs.children):
             self.procs.stop(job, "shutdown")
@@ -356,10 +357,7 @@ class Daemon:
         self.procs.spawner.close()  # the zygote and its spares
         sweep_leftovers(self.supervisor_id)
         self.procs.reap()
-        from hermesd.handlers import shutdown_hooks
-
-        for hook in shutdown_hooks:
-            hook(self)
+        self.plugins.shutdown()
         self.events.emit("daemon.stopped", data={"pid": os.getpid()})
         self.events.flush()
         await asyncio.sleep(0.05)  # let the last events leave the PUB socket

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermesd import clock
-from hermesd.jobs import TERMINAL
+from hermesd.contract import ACTIVE, LIVE, TERMINAL, JobSpec
 from hermesd.protocol import ProtocolError
+
+if TYPE_CHECKING:
+    from hermesd.context import Context
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAIN_TOOLSETS_EXTRA = ("delegation",)
@@ -77,9 +80,9 @@ def merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class Sessions:
-    """The sessions service of one daemon (``daemon.services["sessions"]``)."""
+    """The sessions service of one daemon (``ctx.service(Sessions)``)."""
 
-    def __init__(self, d):
+    def __init__(self, d: Context):
         self.d = d
 
     # sessions and messages -------------------------------------------------
@@ -130,7 +133,7 @@ class Sessions:
         """The row of ``session`` when no turn of it is queued or running and (``delete``)
         no child of it runs and no completion waits for it; raises ``invalid_state`` naming them."""
         row = self.require(session)
-        turns = self.d.jobs.list(session=session, kinds=("session_turn",), statuses=("queued", "starting", "running"))
+        turns = self.d.jobs.list(session=session, kinds=("session_turn",), statuses=LIVE)
         busy = [t["id"] for t in turns]
         if what == "delete":
             busy += [c["id"] for c in self.children(session)] + [n["job"] for n in self.d.delivery.pending(session)]
@@ -162,7 +165,7 @@ class Sessions:
 
     def busy_turn(self, session: str) -> dict[str, Any] | None:
         """The turn running in ``session`` now, if any."""
-        rows = self.d.jobs.list(session=session, kinds=("session_turn",), statuses=("starting", "running"))
+        rows = self.d.jobs.list(session=session, kinds=("session_turn",), statuses=ACTIVE)
         return rows[0] if rows else None
 
     def summary(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -178,7 +181,7 @@ class Sessions:
     def children(self, session: str) -> list[dict[str, Any]]:
         """This session's live children (background and foreground delegations)."""
         return self.d.jobs.list(session=session, kinds=("background", "delegation"),
-                                statuses=("queued", "starting", "running"))
+                                statuses=LIVE)
 
     # turns ---------------------------------------------------------------
 
@@ -192,17 +195,15 @@ class Sessions:
                                     toolsets=row["spec"].get("toolsets") or [], depth=0,
                                     cwd=row["spec"].get("cwd"), spec=spec)
 
-    def spec_hook(self, row: dict[str, Any], spec: dict[str, Any]) -> None:
-        """``spec_hooks['session_turn']``: hand the child the history (roles alternating)."""
+    def spec_hook(self, row: dict[str, Any], spec: JobSpec) -> None:
+        """The spec of a turn's child: the session's history (roles alternating)."""
         stored = [{"role": m["role"], "content": m["content"]} for m in self.history(row["session"])]
-        spec["history"] = merge_roles(stored)
+        spec.history = merge_roles(stored)
 
     def on_turn_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """Terminal hook (inside the transition's transaction): store the turn's
         messages — or at least its input when the child reported none — and
         acknowledge the notification it delivered."""
-        if row["kind"] != "session_turn":
-            return []
         result = self.d.runner.results.get(row["id"]) or {}
         messages = result.get("messages") or [{"role": "user", "content": [{"type": "text", "text": row["goal"]}]}]
         notification = (row.get("spec") or {}).get("notification")

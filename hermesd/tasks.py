@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+import secrets
+from typing import TYPE_CHECKING, Any
 
 from hermesd import config as config_mod
-from hermesd import jobs as jobs_mod
+from hermesd.contract import PROVIDERS, ROLES
 from hermesd.protocol import ProtocolError, arg, expand_toolsets
+
+if TYPE_CHECKING:
+    from hermesd.context import Context
 
 MAX_GOAL_BYTES = 256 * 1024
 MAX_CONTEXT_BYTES = 256 * 1024
@@ -15,7 +19,7 @@ SPEC_ARGS = {"max_turns": int, "timeout_seconds": (int, float), "script": list, 
              "system_prompt": str}
 
 
-def task_fields(d, args: dict[str, Any], *, default_toolsets: list[str] | None = None) -> dict[str, Any]:
+def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[str] | None = None) -> dict[str, Any]:
     """Validate one task's arguments into ``jobs`` columns.
 
     ``goal`` (required, non-empty), ``context``, ``toolsets`` (list), ``role``
@@ -31,7 +35,7 @@ def task_fields(d, args: dict[str, Any], *, default_toolsets: list[str] | None =
         raise ProtocolError("too_large", f"goal exceeds {MAX_GOAL_BYTES} bytes", {"field": "goal"})
     toolsets = arg(args, "toolsets", list, None)
     if toolsets is None:
-        toolsets = default_toolsets if default_toolsets is not None else list(d.config.toolsets)
+        toolsets = default_toolsets if default_toolsets is not None else list(ctx.config.toolsets)
     if not all(isinstance(t, str) for t in toolsets):
         raise ProtocolError("bad_request", "argument 'toolsets' must be a list of strings", {"field": "toolsets"})
     context = arg(args, "context", str, None)
@@ -54,13 +58,13 @@ def task_fields(d, args: dict[str, Any], *, default_toolsets: list[str] | None =
         raise ProtocolError("bad_request", "max_turns must be >= 1", {"field": "max_turns"})
     return {
         "goal": goal, "context": context, "toolsets": expand_toolsets(toolsets),
-        "role": arg(args, "role", str, "leaf", choices=("leaf", "orchestrator")),
+        "role": arg(args, "role", str, "leaf", choices=ROLES),
         "model": arg(args, "model", str, None),
-        "provider": arg(args, "provider", str, None, choices=config_mod.PROVIDERS),
+        "provider": arg(args, "provider", str, None, choices=PROVIDERS),
         "cwd": cwd, "spec": spec,
     }
 
 
 def new_group() -> str:
     """A fresh foreground-group pool name: ``group:<hex>`` (limit ``max_concurrent_children``)."""
-    return "group:" + jobs_mod.new_id("delegation").partition("_")[2]
+    return f"group:{secrets.token_hex(6)}"

@@ -8,7 +8,7 @@ import pytest
 
 from child.tools import kanban as kanban_tools
 from child.tools.registry import tools_for
-from hermesd import kanban, profiles
+from hermesd.kanban import board as kanban, profiles
 from hermesd.events import EventLog
 from hermesd.kanban import PERSON, Actor, Board
 from hermesd.protocol import ProtocolError

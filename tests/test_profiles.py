@@ -10,7 +10,7 @@ import stat
 import pytest
 import yaml
 
-from hermesd import profiles
+from hermesd.kanban import profiles
 from hermesd.protocol import ProtocolError
 
 

@@ -18,8 +18,9 @@ import sys
 from typing import Any
 
 from child.providers.base import Provider, ProviderError
+from hermesd.contract import PROVIDERS
 
-NAMES = ("anthropic", "openai-compat", "local", "scripted")
+NAMES = PROVIDERS
 ALIASES = {"openai": "openai-compat", "openai_compat": "openai-compat", "openrouter": "openai-compat",
            "claude": "anthropic"}
 

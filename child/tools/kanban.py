@@ -14,11 +14,8 @@ from __future__ import annotations
 import json
 
 from child.tools import Tool, ToolContext, daemon_call, schema
+from hermesd.contract import WORKER_ROLE, KanbanStatus
 
-STATUSES = ("triage", "todo", "ready", "running", "blocked", "review", "done", "archived")
-
-WORKER_ROLE = "kanban_worker"
-"""The ``role`` of a Kanban worker job (``hermesd.kanban.WORKER_ROLE``): it is offered the worker tools only."""
 WORKER_TOOLS = ("kanban_my_task", "kanban_complete", "kanban_block", "kanban_comment", "kanban_heartbeat")
 ORCHESTRATOR_TOOLS = ("kanban_create", "kanban_link", "kanban_list", "kanban_show", "kanban_comment",
                       "kanban_unblock")
@@ -65,7 +62,7 @@ TOOLS = [
           {"parent": _ID, "child": _ID}, ("parent", "child")),
     _tool("kanban_list", "List tasks on the board, optionally by status or assignee, and the worker profiles "
           "(name and what each is good at) that tasks can be assigned to.",
-          {"status": {"type": "string", "enum": list(STATUSES)}, "assignee": _TEXT, "board": _TEXT}),
+          {"status": {"type": "string", "enum": [s.value for s in KanbanStatus]}, "assignee": _TEXT, "board": _TEXT}),
     _tool("kanban_show", "Show one task with its comments, result and artifacts.", {"id": _ID}, ("id",)),
     _tool("kanban_comment", "Add a comment to a task.", {"id": _ID, "text": _TEXT}, ("id", "text")),
     _tool("kanban_unblock", "Move a blocked task back to the queue, optionally with a note for the worker.",

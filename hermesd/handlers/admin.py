@@ -6,43 +6,45 @@ import os
 from typing import Any
 
 from hermesd import __version__, protocol
-from hermesd.handlers import HANDLERS, op
+from hermesd.context import Context
+from hermesd.router import op
 from hermesd.protocol import arg
 
 CAPABILITIES = ["delegate", "background", "queue", "events", "cancel", "logs"]
 
 
 @op("hello")
-async def hello(d, args: dict[str, Any]) -> dict[str, Any]:
+async def hello(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Identify the daemon.
 
     Returns ``{version, protocol, pid, uptime_seconds, capabilities, ops}``.
     """
     return {"version": __version__, "protocol": protocol.PROTOCOL_VERSION, "pid": os.getpid(),
-            "uptime_seconds": d.uptime(), "capabilities": CAPABILITIES, "ops": sorted(HANDLERS)}
+            "uptime_seconds": ctx.control.uptime(), "capabilities": CAPABILITIES, "ops": sorted(ctx.router.ops)}
 
 
 @op("status")
-async def status(d, args: dict[str, Any]) -> dict[str, Any]:
+async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Daemon state: pid, uptime, caps and how full they are, job counts by state, last event seq,
     and how children start (``start``: ``{method}``, with ``zygote`` and ``spares`` for
     ``forkserver``; ``zygote`` is null until it is warm; ``cold_reason`` says why children
     start cold when the zygote could not start); ``loop_lag`` when the daemon runs with
     ``HERMES_LOOP_LAG_MS`` (:mod:`hermesd.looplag`).  Only reads."""
     counts = {row["status"]: row["n"] for row in
-              d.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")}
-    out = {"version": __version__, "pid": os.getpid(), "uptime_seconds": d.uptime(), "started_at": d.started_at,
-           "stopping": d.stopping, "runtime_dir": str(d.sockets.dir), "state_db": str(d.store.path),
-           "config": d.config.source, "children": len(d.procs.children), "queued": len(d.scheduler.queue),
-           "caps": d.scheduler.usage(), "jobs": counts, "last_seq": d.events.last_seq(),
-           "pending_notifications": len(d.delivery.pending()), "start": d.procs.spawner.describe()}
-    if d.loop_lag is not None:
-        out["loop_lag"] = d.loop_lag.describe()
+              ctx.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")}
+    out = {"version": __version__, "pid": os.getpid(), "uptime_seconds": ctx.control.uptime(),
+           "started_at": ctx.control.started_at, "stopping": ctx.stopping, "runtime_dir": str(ctx.control.sockets.dir),
+           "state_db": str(ctx.store.path), "config": ctx.config.source, "children": len(ctx.procs.children),
+           "queued": len(ctx.scheduler.queue), "caps": ctx.scheduler.usage(), "jobs": counts,
+           "last_seq": ctx.events.last_seq(), "pending_notifications": len(ctx.delivery.pending()),
+           "start": ctx.procs.spawner.describe()}
+    if ctx.control.loop_lag is not None:
+        out["loop_lag"] = ctx.control.loop_lag.describe()
     return out
 
 
 @op("events_since")
-async def events_since(d, args: dict[str, Any]) -> dict[str, Any]:
+async def events_since(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Committed events after ``since`` (seq, default 0), at most ``limit`` (default 1000, max 10000).
 
     Optional ``types`` (list of event types) filters.  Returns ``{events, last_seq, more}``
@@ -55,23 +57,23 @@ async def events_since(d, args: dict[str, Any]) -> dict[str, Any]:
     types = arg(args, "types", list, None)
     if types is not None and not all(isinstance(t, str) for t in types):
         raise protocol.ProtocolError("bad_request", "argument 'types' must be a list of strings", {"field": "types"})
-    events, complete = protocol.fit(d.events.since(since, limit, types))
-    return {"events": events, "last_seq": d.events.last_seq(), "more": not complete}
+    events, complete = protocol.fit(ctx.events.since(since, limit, types))
+    return {"events": events, "last_seq": ctx.events.last_seq(), "more": not complete}
 
 
 @op("reload")
-async def reload(d, args: dict[str, Any]) -> dict[str, Any]:
+async def reload(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Re-read the config file (as SIGHUP does).  An invalid file is refused
     (``invalid_config`` naming file, line and key) and the running config kept.
     Returns ``{reloaded, source, restart_needed}``: ``restart_needed`` lists the
     changed keys that take effect only at the next start (``supervisor.state_dir``,
     ``log_dir``, ``start_method``)."""
-    return d.reload()
+    return ctx.control.reload()
 
 
 @op("shutdown")
-async def shutdown(d, args: dict[str, Any]) -> dict[str, Any]:
+async def shutdown(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Stop gracefully (as SIGTERM does): refuse new work, interrupt every child,
     persist final states and notifications, remove the sockets, exit 0."""
-    d.loop.call_soon(d.request_shutdown, "shutdown request")
+    ctx.loop.call_soon(ctx.control.request_shutdown, "shutdown request")
     return {"stopping": True, "pid": os.getpid()}

@@ -1,13 +1,12 @@
 """Batch ops: ``batch.run``, ``batch.status``, ``batch.cancel``, ``batch.list``,
 ``batch.distributions`` (SPEC §6), and the hooks that keep batches going over restarts.
 
-The job type itself lives in ``batch/`` (``batch.service.BatchService`` is
-``daemon.services["batch"]``); this module validates arguments and maps them.
+The job type's insides live in ``batch/`` (``batch.service.BatchService``, the
+plugin's service); this module declares the plugin, validates arguments and maps them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 from typing import Any
@@ -16,18 +15,51 @@ from batch import distributions
 from batch.service import BatchService
 from batch.settings import Settings
 from hermesd import config as config_mod
-from hermesd.handlers import op, restore_hooks, setup_hooks, shutdown_hooks
+from hermesd.context import Context
+from hermesd.handlers.jobs import ended
+from hermesd.plugin import JobKind, Plugin
+from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg
-
-CANCEL_WAIT_SECONDS = 60.0
-"""How long ``batch.cancel`` waits for the run's files to be written before it answers."""
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 """A run name: letters, digits, ``.``, ``_``, ``-``; at most 100 characters (it names a directory)."""
 
 
-def _service(d) -> BatchService:
-    return d.services["batch"]
+class BatchPlugin(Plugin):
+    """Batch runs.  A ``batch`` job has no process: it goes ``queued → running`` and
+    ends when its run has written its files; found running at a restart it
+    resumes from them.  Its prompts run as ``batch_item`` children in the pool
+    ``batch:<job id>``; a queued item waits over a restart for its batch to re-own it."""
+
+    kinds = (JobKind("batch", "batch", process=False, at_restart="resume"), JobKind("batch_item", "item"))
+
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        self.service = ctx.provide(BatchService(ctx))
+
+    def on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
+        """An item reported: its run records the prompt."""
+        self.service.executor.on_result(row, result)
+
+    def on_exit(self, row: dict[str, Any]) -> None:
+        """An item ended and was reaped: its run gets the worker back."""
+        self.service.executor.on_exit(row)
+
+    def stop(self, row: dict[str, Any], reason: str) -> None:
+        """The generic ``cancel`` of a batch job."""
+        self.service.stop(row, reason)
+
+    def restore(self) -> None:
+        """Batches found running continue from their files."""
+        self.service.restore()
+
+    def shutdown(self) -> None:
+        """Each live run saves its checkpoint."""
+        self.service.shutdown()
+
+
+def _service(ctx: Context) -> BatchService:
+    return ctx.service(BatchService)
 
 
 def _absolute(args: dict[str, Any], name: str, default: str | None = None) -> str | None:
@@ -44,7 +76,7 @@ def _positive(args: dict[str, Any], name: str, default: int | None = None) -> in
     return value
 
 
-def settings_from(d, args: dict[str, Any]) -> Settings:
+def settings_from(ctx: Context, args: dict[str, Any]) -> Settings:
     """Validate ``batch.run`` arguments into :class:`batch.settings.Settings`.
 
     Raises ``ProtocolError(bad_request)`` naming the field: a run name that is
@@ -60,17 +92,17 @@ def settings_from(d, args: dict[str, Any]) -> Settings:
         distributions.get(distribution)
     except distributions.UnknownDistribution as exc:
         raise ProtocolError("bad_request", str(exc), {"field": "distribution"}) from None
-    output_dir = _absolute(args, "output_dir") or os.path.join(d.config.state_dir(), d.config.batch.output_dir)
+    output_dir = _absolute(args, "output_dir") or os.path.join(ctx.config.state_dir(), ctx.config.batch.output_dir)
     return Settings(run_name=run_name, dataset_file=_absolute(args, "dataset_file"), output_dir=output_dir,
                     batch_size=_positive(args, "batch_size"),
-                    num_workers=_positive(args, "num_workers", d.config.batch.num_workers),
-                    max_turns=_positive(args, "max_turns", d.config.batch.max_turns), distribution=distribution,
+                    num_workers=_positive(args, "num_workers", ctx.config.batch.num_workers),
+                    max_turns=_positive(args, "max_turns", ctx.config.batch.max_turns), distribution=distribution,
                     reasoning_effort=arg(args, "reasoning_effort", str, None, choices=config_mod.REASONING_EFFORTS),
                     max_samples=_positive(args, "max_samples"), model=arg(args, "model", str, None))
 
 
 @op("batch.run", work=True)
-async def batch_run(d, args: dict[str, Any]) -> dict[str, Any]:
+async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Start batch run ``run_name`` over ``dataset_file`` (absolute JSONL path), or
     continue it with ``resume=true``.
 
@@ -86,54 +118,41 @@ async def batch_run(d, args: dict[str, Any]) -> dict[str, Any]:
     differ), ``invalid_state`` (already running; the directory holds a run and
     ``resume`` is off).
     """
-    settings = settings_from(d, args)
-    return _service(d).run(settings, resume=arg(args, "resume", bool, False))
+    settings = settings_from(ctx, args)
+    return _service(ctx).run(settings, resume=arg(args, "resume", bool, False))
 
 
 @op("batch.status")
-async def batch_status(d, args: dict[str, Any]) -> dict[str, Any]:
+async def batch_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The record of batch ``id`` (job id or run name): the job record plus
     ``run_name, run_dir, settings, files, seq``, ``progress {total, done,
     discarded, failed, running, pending, processed, rate_per_minute,
     eta_seconds}``, ``bad_lines`` and ``errors`` (``FILE:LINE: reason``)."""
-    service = _service(d)
+    service = _service(ctx)
     return service.record(service.find(arg(args, "id", str))["id"])
 
 
 @op("batch.cancel")
-async def batch_cancel(d, args: dict[str, Any]) -> dict[str, Any]:
+async def batch_cancel(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Cancel batch ``id`` (job id or run name): its running items are interrupted,
     ``trajectories.jsonl`` and ``statistics.json`` are written for what is done,
     and the job ends ``cancelled`` (``--resume`` continues it).  Answers once the
     job has ended (or after 60 s) with its record.  ``invalid_state`` when it is
     not running."""
-    service = _service(d)
+    service = _service(ctx)
     job_id = service.cancel(arg(args, "id", str))
-    try:
-        await asyncio.wait_for(asyncio.shield(d.jobs.wait(job_id)), CANCEL_WAIT_SECONDS)
-    except asyncio.TimeoutError:
-        pass  # a huge run still merging: the record says running, and the event follows
+    await ended(ctx, job_id)
     return service.record(job_id)
 
 
 @op("batch.list")
-async def batch_list(d, args: dict[str, Any]) -> dict[str, Any]:
+async def batch_list(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Every batch job: ``{batches: [record…]}`` (see ``batch.status``)."""
-    return {"batches": _service(d).list()}
+    return {"batches": _service(ctx).list()}
 
 
 @op("batch.distributions")
-async def batch_distributions(d, args: dict[str, Any]) -> dict[str, Any]:
+async def batch_distributions(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The toolset distributions: ``{default, distributions: {name: {description,
     toolsets: {toolset: probability}}}}``."""
     return {"default": distributions.DEFAULT, "distributions": distributions.listing()}
-
-
-def _setup(d) -> None:
-    d.services["batch"] = BatchService(d)
-    d.resumable_kinds.add("batch")
-
-
-setup_hooks.append(_setup)
-restore_hooks.append(lambda d: _service(d).restore())
-shutdown_hooks.append(lambda d: _service(d).shutdown())

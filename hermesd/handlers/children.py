@@ -6,28 +6,29 @@ import json
 import os
 from typing import Any
 
-from hermesd.handlers import op
+from hermesd.context import Context
+from hermesd.router import op
 from hermesd.protocol import arg
 
 
 @op("child.hello", child=True)
-async def child_hello(d, job: str, args: dict[str, Any]) -> dict[str, Any]:
+async def child_hello(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
     """The child is up: the job goes ``running``; returns the job spec."""
-    return d.runner.on_hello(job, arg(args, "pid", int, None))
+    return ctx.runner.on_hello(job, arg(args, "pid", int, None))
 
 
 @op("child.progress", child=True)
-async def child_progress(d, job: str, args: dict[str, Any]) -> dict[str, Any]:
+async def child_progress(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
     """Progress of a turn: ``turn``, ``tool``, ``api_calls``, ``tokens {input, output}``, ``text``, and
     what the child is doing now: ``activity`` (e.g. "waiting for the model's first reply",
     "in tool terminal running `pytest -x`"), ``provider``, ``model`` (the daemon names them
     when the job times out or its process dies)."""
-    d.runner.on_progress(job, args)
+    ctx.runner.on_progress(job, args)
     return {}
 
 
-def _save_trajectory(d, job: str, trajectory: Any) -> None:
-    path = d.runner.job_dir(job) / "trajectory.json"
+def _save_trajectory(ctx: Context, job: str, trajectory: Any) -> None:
+    path = ctx.runner.job_dir(job) / "trajectory.json"
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(trajectory, fh, ensure_ascii=False)
@@ -37,23 +38,14 @@ def _save_trajectory(d, job: str, trajectory: Any) -> None:
 
 
 @op("child.result", child=True)
-async def child_result(d, job: str, args: dict[str, Any]) -> dict[str, Any]:
+async def child_result(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
     """The final result: ``status, exit_reason, summary, error, api_calls, tokens,
     trace, duration_seconds`` and optionally ``trajectory`` and ``messages``."""
     result = {k: v for k, v in args.items() if k not in ("job", "token")}
     if result.get("trajectory") is not None:
         try:
-            _save_trajectory(d, job, result["trajectory"])
+            _save_trajectory(ctx, job, result["trajectory"])
         except OSError:
             pass  # the job's result still counts; the trajectory file is a convenience
-    d.runner.on_result(job, result)
+    ctx.runner.on_result(job, result)
     return {}
-
-
-@op("child.delegate", child=True)
-async def child_delegate(d, job: str, args: dict[str, Any]) -> Any:
-    """A ``delegate_task`` call of the child's agent: ``tasks`` (list of task maps)
-    and ``background``; see :mod:`hermesd.delegation` for the rules and the answer."""
-    from hermesd.delegation import delegate_from_child
-
-    return await delegate_from_child(d, job, args)

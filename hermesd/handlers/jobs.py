@@ -1,4 +1,4 @@
-"""Job ops: delegate, spawn_parallel, ps, job, result, wait, cancel, logs."""
+"""Job ops, for a job of any kind: ps, job, result, wait, cancel, logs."""
 
 from __future__ import annotations
 
@@ -7,11 +7,24 @@ import json
 from typing import Any
 
 from hermesd import jobs as jobs_mod
-from hermesd.handlers import op
-from hermesd.protocol import ProtocolError, arg, fit
-from hermesd.tasks import new_group, task_fields
+from hermesd.context import Context
+from hermesd.contract import LIVE
+from hermesd.router import op
+from hermesd.protocol import arg, fit
 
 MAX_WAIT_SECONDS = 3600.0
+END_WAIT_SECONDS = 60.0
+"""How long ``cancel`` (and ``batch.cancel``) waits for a job without a process to end: its job
+type writes its files first."""
+
+
+async def ended(ctx: Context, job_id: str, timeout: float = END_WAIT_SECONDS) -> dict[str, Any]:
+    """The row of ``job_id`` once it is terminal, or after ``timeout`` seconds as it is then
+    (a huge run still finishing: its ``job.state`` event follows)."""
+    try:
+        return await asyncio.wait_for(asyncio.shield(ctx.jobs.wait(job_id)), timeout)
+    except asyncio.TimeoutError:
+        return ctx.jobs.require(job_id)
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
@@ -22,55 +35,16 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-@op("delegate", work=True)
-async def delegate(d, args: dict[str, Any]) -> dict[str, Any]:
-    """Start one subagent for ``goal`` (see ``task_fields`` for the arguments).
-
-    ``background=true``: a background delegation, admitted under
-    ``delegation.max_async_children`` — beyond it ``capacity_reached`` (never
-    silently queued) unless ``queue=true``.  Returns the job record; for a
-    background job ``status`` is its state and ``delegation_id`` its id.
-    """
-    background = arg(args, "background", bool, False)
-    queue = arg(args, "queue", bool, False)
-    fields = task_fields(d, args)
-    kind = "background" if background else "delegation"
-    row = d.runner.submit(kind, background=background, queue=queue, **fields)
-    return public(row)
-
-
-@op("spawn_parallel", work=True)
-async def spawn_parallel(d, args: dict[str, Any]) -> dict[str, Any]:
-    """Start a foreground group of subagents from ``tasks`` (a list of task maps).
-
-    At most ``delegation.max_concurrent_children`` of the group run at once;
-    the rest wait their turn.  Returns ``{group, jobs: [record…]}`` in task order.
-    """
-    tasks = arg(args, "tasks", list)
-    limit = d.config.delegation.max_tasks_per_call
-    if not tasks or len(tasks) > limit:
-        raise ProtocolError("bad_request", f"'tasks' must hold 1 to {limit} tasks (delegation.max_tasks_per_call)",
-                            {"field": "tasks"})
-    for i, task in enumerate(tasks):
-        if not isinstance(task, dict):
-            raise ProtocolError("bad_request", f"tasks[{i}] must be a map", {"field": f"tasks[{i}]"})
-    fields = [task_fields(d, {**{k: v for k, v in args.items() if k != "tasks"}, **t}) for t in tasks]
-    group = new_group()
-    rows = [d.runner.submit("delegation", pools=(group,), parent=group, **f) for f in fields]
-    return {"group": group, "jobs": [public(r) for r in rows]}
-
-
-
 @op("ps")
-async def ps(d, args: dict[str, Any]) -> dict[str, Any]:
+async def ps(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """List jobs: running and queued, or every job with ``all=true``.
 
     Optional ``kind``, ``session`` and ``limit`` (default 1000).  Returns ``{jobs: [record…], more}``,
     oldest first; ``more``: the list was cut to fit a frame.
     """
     show_all = arg(args, "all", bool, False)
-    kind = arg(args, "kind", str, None, choices=jobs_mod.KINDS)
-    rows = d.jobs.list(statuses=None if show_all else ("queued", "starting", "running"),
+    kind = arg(args, "kind", str, None, choices=tuple(ctx.jobs.kinds))
+    rows = ctx.jobs.list(statuses=None if show_all else LIVE,
                        kinds=(kind,) if kind else None, session=arg(args, "session", str, None),
                        limit=arg(args, "limit", int, 1000))
     jobs, complete = fit([public(r) for r in rows])
@@ -78,19 +52,19 @@ async def ps(d, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @op("job")
-async def job(d, args: dict[str, Any]) -> dict[str, Any]:
+async def job(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The record of job ``id`` (``not_found`` if none)."""
-    return public(d.jobs.require(arg(args, "id", str)))
+    return public(ctx.jobs.require(arg(args, "id", str)))
 
 
 @op("result")
-async def result(d, args: dict[str, Any]) -> dict[str, Any]:
+async def result(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The record of job ``id`` with its tool trace; ``trajectory=true`` adds the
     ShareGPT trajectory the child recorded (``null`` when it recorded none)."""
-    row = d.jobs.require(arg(args, "id", str))
+    row = ctx.jobs.require(arg(args, "id", str))
     rec = public(row)
     if arg(args, "trajectory", bool, False):
-        path = d.runner.job_dir(row["id"]) / "trajectory.json"
+        path = ctx.runner.job_dir(row["id"]) / "trajectory.json"
         try:
             rec["trajectory"] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -99,40 +73,43 @@ async def result(d, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @op("wait")
-async def wait(d, args: dict[str, Any]) -> dict[str, Any]:
+async def wait(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Block until job ``id`` is terminal or ``timeout`` seconds pass (default 30, max 3600).
 
     Returns ``{done: bool, job: record}``; clients loop on ``done=false``.
     """
     job_id = arg(args, "id", str)
     timeout = min(float(arg(args, "timeout", (int, float), 30.0)), MAX_WAIT_SECONDS)
-    fut = d.jobs.wait(job_id)
+    fut = ctx.jobs.wait(job_id)
     try:
         row = await asyncio.wait_for(asyncio.shield(fut), timeout)
         return {"done": True, "job": public(row)}
     except asyncio.TimeoutError:
-        return {"done": False, "job": public(d.jobs.require(job_id))}
+        return {"done": False, "job": public(ctx.jobs.require(job_id))}
 
 
 @op("cancel")
-async def cancel(d, args: dict[str, Any]) -> dict[str, Any]:
+async def cancel(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Cancel job ``id``: a queued job ends ``cancelled`` at once; a live one is
     interrupted (SIGINT, then SIGTERM and SIGKILL to its process group after
-    grace periods) and ends ``cancelled`` with its partial output.
-    ``invalid_state`` for a job already finished."""
-    row = d.runner.stop(arg(args, "id", str), "cancel")
+    grace periods) and ends ``cancelled`` with its partial output.  A job
+    without a process (a batch) is ended by its job type; the answer waits for
+    that (at most 60 s).  ``invalid_state`` for a job already finished."""
+    row = ctx.runner.stop(arg(args, "id", str), "cancel")
+    if row["status"] not in jobs_mod.TERMINAL and not ctx.jobs.kind(row["kind"]).process:
+        row = await ended(ctx, row["id"])
     return public(row)
 
 
 @op("logs")
-async def logs(d, args: dict[str, Any]) -> dict[str, Any]:
+async def logs(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Read job ``id``'s log from byte ``offset`` (default 0; negative = from the end),
     at most ``limit`` bytes (default 65536).  Returns ``{data, offset, size, done}``
     where ``offset`` is where to continue and ``done`` tells the job is terminal."""
-    row = d.jobs.require(arg(args, "id", str))
+    row = ctx.jobs.require(arg(args, "id", str))
     offset = arg(args, "offset", int, 0)
     limit = max(1, min(arg(args, "limit", int, 65536), 1 << 20))
-    path = d.runner.log_path(row["id"])
+    path = ctx.runner.log_path(row["id"])
     try:
         with open(path, "rb") as fh:
             size = fh.seek(0, 2)

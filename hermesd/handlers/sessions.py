@@ -6,8 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from hermesd import jobs as jobs_mod
-from hermesd.delegation import child_toolsets, stop_foreground_children
-from hermesd.handlers import op, restore_hooks, setup_hooks
+from hermesd.context import Context
+from hermesd.contract import JobSpec
+from hermesd.delegation import child_toolsets
+from hermesd.plugin import JobKind, Plugin
+from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg, expand_toolsets
 from hermesd.sessions import Sessions, display_text
 
@@ -19,29 +22,45 @@ SLASH_COMMANDS = {"/background": "/background PROMPT — run PROMPT as a fresh b
                   "/help": "/help — this list"}
 
 
-def _setup(d) -> None:
-    service = Sessions(d)
-    d.services["sessions"] = service
-    d.runner.spec_hooks["session_turn"] = service.spec_hook
-    d.jobs.terminal_hooks.append(service.on_turn_terminal)
-    d.events.listeners.append(service.on_event)
-    d.runner.exit_hooks.append(lambda row: stop_foreground_children(d, row))
+class SessionsPlugin(Plugin):
+    """Persistent sessions: each message runs as a ``session_turn`` child (one at a
+    time per session) that gets the history and stores its new messages when it
+    ends; completions of the session's background jobs are delivered as new turns.
+    A queued turn runs after a restart."""
+
+    kinds = (JobKind("session_turn", "turn"),)
+
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        self.sessions = ctx.provide(Sessions(ctx))
+
+    def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
+        """The turn's child gets the session's history."""
+        self.sessions.spec_hook(row, spec)
+
+    def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """The turn's messages are stored with its end."""
+        return self.sessions.on_turn_terminal(row)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        """Completions reach idle sessions."""
+        self.sessions.on_event(event)
+
+    def restore(self) -> None:
+        """Deliveries interrupted by a stop are delivered again."""
+        self.sessions.restore()
 
 
-setup_hooks.append(_setup)
-restore_hooks.append(lambda d: d.services["sessions"].restore())
-
-
-def _slash(d, service: Sessions, session: str, text: str) -> dict[str, Any]:
+def _slash(ctx: Context, service: Sessions, session: str, text: str) -> dict[str, Any]:
     command, _, rest = text.strip().partition(" ")
     row = service.require(session)
     if command == "/background":
         if not rest.strip():
             raise ProtocolError("bad_request", "usage: /background PROMPT", {"field": "text"})
-        deleg = d.config.delegation
+        deleg = ctx.config.delegation
         toolsets = child_toolsets(row["spec"].get("toolsets") or [], row["spec"].get("toolsets") or [], "leaf",
                                   1, deleg.max_spawn_depth)
-        job = d.runner.submit("background", background=True, queue=True, session=session, goal=rest.strip(),
+        job = ctx.runner.submit("background", background=True, queue=True, session=session, goal=rest.strip(),
                               toolsets=toolsets, depth=1, cwd=row["spec"].get("cwd"))
         return {"command": "background", "status": "dispatched", "delegation_id": job["id"]}
     if command == "/stop":
@@ -49,7 +68,7 @@ def _slash(d, service: Sessions, session: str, text: str) -> dict[str, Any]:
         turn = service.busy_turn(session)
         for job in ([turn] if turn else []) + service.children(session):
             try:
-                d.runner.stop(job["id"], "session_stop")
+                ctx.runner.stop(job["id"], "session_stop")
                 stopped.append(job["id"])
             except ProtocolError:
                 pass  # finished meanwhile
@@ -63,7 +82,7 @@ def _slash(d, service: Sessions, session: str, text: str) -> dict[str, Any]:
 
 
 @op("session.send", work=True)
-async def session_send(d, args: dict[str, Any]) -> dict[str, Any]:
+async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Send ``text`` to ``session`` (created when missing unless ``create=false``; ``cwd`` sets
     a new session's working directory, ``toolsets`` its toolsets: default the config's,
     ``kanban`` only by its literal name, which makes the session a Kanban orchestrator).
@@ -78,7 +97,7 @@ async def session_send(d, args: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError("bad_request", "argument 'text' must not be empty", {"field": "text"})
     if len(text.encode()) > MAX_TEXT_BYTES:
         raise ProtocolError("too_large", f"text exceeds {MAX_TEXT_BYTES} bytes", {"field": "text"})
-    service: Sessions = d.services["sessions"]
+    service: Sessions = ctx.service(Sessions)
     toolsets = arg(args, "toolsets", list, None)
     if toolsets is not None:
         toolsets = expand_toolsets(toolsets)
@@ -92,32 +111,32 @@ async def session_send(d, args: dict[str, Any]) -> dict[str, Any]:
         service.ensure(session, cwd=arg(args, "cwd", str, None), origin=arg(args, "origin", str, None),
                        toolsets=toolsets)
     if text.startswith("/"):
-        return {"session": session, **_slash(d, service, session, text)}
+        return {"session": session, **_slash(ctx, service, session, text)}
     turn = service.start_turn(session, text)
     return {"session": session, "turn": jobs_mod.record(turn)}
 
 
 @op("session.list")
-async def session_list(d, args: dict[str, Any]) -> dict[str, Any]:
+async def session_list(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Every session: ``{sessions: [{id, created_at, updated_at, messages, busy,
     toolsets, pending_notifications, running_children}]}``."""
-    service: Sessions = d.services["sessions"]
-    rows = d.store.all("SELECT * FROM sessions ORDER BY created_at")
+    service: Sessions = ctx.service(Sessions)
+    rows = ctx.store.all("SELECT * FROM sessions ORDER BY created_at")
     return {"sessions": [service.summary(r) for r in rows]}
 
 
 @op("session.get")
-async def session_get(d, args: dict[str, Any]) -> dict[str, Any]:
+async def session_get(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """One session's summary (``not_found`` if none)."""
-    service: Sessions = d.services["sessions"]
+    service: Sessions = ctx.service(Sessions)
     return service.summary(service.require(arg(args, "session", str)))
 
 
 @op("session.history")
-async def session_history(d, args: dict[str, Any]) -> dict[str, Any]:
+async def session_history(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The messages of ``session`` in order: ``{messages: [{role, content (text), blocks,
     time, job, notification}]}``; a delivered completion has ``notification: <job id>``."""
-    service: Sessions = d.services["sessions"]
+    service: Sessions = ctx.service(Sessions)
     session = arg(args, "session", str)
     service.require(session)
     return {"messages": [{"role": m["role"], "content": display_text(m["content"]), "blocks": m["content"],
@@ -126,32 +145,32 @@ async def session_history(d, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @op("session.configure")
-async def session_configure(d, args: dict[str, Any]) -> dict[str, Any]:
+async def session_configure(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Change ``session``'s ``toolsets`` (a list of toolset names; ``delegation`` is
     always added) for its next turns; returns its summary (``not_found``;
     ``bad_request`` naming unknown toolsets)."""
-    service: Sessions = d.services["sessions"]
+    service: Sessions = ctx.service(Sessions)
     toolsets = expand_toolsets(arg(args, "toolsets", list))
     return service.summary(service.set_toolsets(arg(args, "session", str), toolsets))
 
 
 @op("session.reset")
-async def session_reset(d, args: dict[str, Any]) -> dict[str, Any]:
+async def session_reset(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Forget ``session``'s messages (its next turn starts a new conversation); returns
     ``{session, messages_removed}``.  ``invalid_state`` while a turn of it is queued or running."""
-    service: Sessions = d.services["sessions"]
+    service: Sessions = ctx.service(Sessions)
     session = arg(args, "session", str)
     removed = service.reset(session)
-    d.events.emit("session.reset", session=session, data={"session": session, "messages_removed": removed})
+    ctx.events.emit("session.reset", session=session, data={"session": session, "messages_removed": removed})
     return {"session": session, "messages_removed": removed}
 
 
 @op("session.delete")
-async def session_delete(d, args: dict[str, Any]) -> dict[str, Any]:
+async def session_delete(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Delete ``session`` and its messages; returns ``{session, messages_removed}``.
     ``invalid_state`` while a turn or a child of it runs or a completion waits to be delivered to it."""
-    service: Sessions = d.services["sessions"]
+    service: Sessions = ctx.service(Sessions)
     session = arg(args, "session", str)
     removed = service.delete(session)
-    d.events.emit("session.deleted", session=session, data={"session": session, "messages_removed": removed})
+    ctx.events.emit("session.deleted", session=session, data={"session": session, "messages_removed": removed})
     return {"session": session, "messages_removed": removed}

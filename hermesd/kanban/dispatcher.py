@@ -5,7 +5,7 @@ and whenever the board changes (a *kick*):
 
 1. **Claims are checked.**  A worker is on the clock from the moment its
    child says hello (``running``); every sign of life — ``child.progress``
-   after each model call and tool call, any ``child.call``, an explicit
+   after each model call and tool call, any ``kanban.*`` child op, an explicit
    ``kanban_heartbeat`` — renews its claim.  A claim older than
    ``kanban.heartbeat_ttl_seconds`` is reclaimed: the task goes back to the
    queue (a failed attempt) and the worker's process is stopped.  Queued
@@ -33,14 +33,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hermesd import clock, paths, profiles
-from hermesd import jobs as jobs_mod
-from hermesd.kanban import WORKER_ROLE, Board
+from hermesd import clock, paths
+from hermesd.contract import TERMINAL, WORKER_ROLE, JobStatus
+from hermesd.kanban import profiles
+from hermesd.kanban.board import Board
 from hermesd.protocol import ProtocolError, expand_toolsets
 
 log = logging.getLogger("hermesd.kanban")
 
-WORKER_PREFIX = jobs_mod.ID_PREFIX["kanban_worker"] + "_"
+WORKER_KIND = "kanban_worker"
 NOT_FOR_WORKERS = ("delegation", "kanban")
 """Toolsets a profile may list that a worker does not get as listed (``kanban`` is added back as worker tools)."""
 
@@ -55,13 +56,12 @@ kanban_comment for notes and kanban_heartbeat during long work: a worker silent 
 
 
 class Dispatcher:
-    """The dispatcher of one daemon (``daemon.services["kanban"]``); :attr:`board` is the board."""
+    """The dispatcher of one daemon (``ctx.service(Dispatcher)``); :attr:`board` is the board."""
 
-    def __init__(self, d):
+    def __init__(self, d: Any):
         self.d = d
         self.board = Board(d.store, d.events, kick=self.kick)
-        self.beats: dict[str, tuple[float, str]] = {}
-        """Worker job → (monotonic, ISO time) of its last sign of life."""
+        self.liveness = self.board.liveness
         self.active = False
         self._timer: Any = None
         self._kicked = False
@@ -117,23 +117,20 @@ class Dispatcher:
         already waits in it: further ready tasks stay ``ready`` rather than all being
         claimed by workers that could only queue."""
         scheduler = self.d.scheduler
+        prefix = self.d.jobs.kind(WORKER_KIND).prefix + "_"
         return (scheduler.room("global") <= len(scheduler.queue)
-                and any(job.startswith(WORKER_PREFIX) for job in scheduler.queued_jobs()))
+                and any(job.startswith(prefix) for job in scheduler.queued_jobs()))
 
     # claims ------------------------------------------------------------------
-
-    def beat(self, job: str, when: str | None = None) -> None:
-        """Record a sign of life of worker ``job`` now."""
-        self.beats[job] = (clock.monotonic(), when or clock.now_iso())
 
     def on_event(self, event: dict[str, Any]) -> None:
         """Event listener: a worker that starts running or reports progress is alive."""
         job = event.get("job") or ""
-        if not job.startswith(WORKER_PREFIX):
+        if not job.startswith(self.d.jobs.kind(WORKER_KIND).prefix + "_"):
             return
         data = event.get("data") or {}
         if event["type"] == "job.progress" or (event["type"] == "job.state" and data.get("status") == "running"):
-            self.beat(job, event.get("time"))
+            self.liveness.beat(job, event.get("time"))
 
     def check_claims(self) -> None:
         """Reclaim claims whose worker is gone or silent for longer than the TTL;
@@ -143,22 +140,22 @@ class Dispatcher:
         for row in self.board.list(status="running"):
             job = row["claimed_by"]
             job_row = self.d.jobs.get(job) if job else None
-            if job_row is None or job_row["status"] in jobs_mod.TERMINAL:
+            if job_row is None or job_row["status"] in TERMINAL:
                 self._release(row, job, f"its worker {job} is no longer running", failure=False)
                 continue
-            if job_row["status"] != "running":
+            if job_row["status"] != JobStatus.RUNNING:
                 continue  # queued for a slot, or starting: not on the clock yet
-            mono, when = self.beats.setdefault(job, (now, clock.now_iso()))
+            mono, when = self.liveness.last(job)
             if now - mono > ttl:
                 self.reclaim(row, job, f"no sign of life from worker {job} for {ttl:g}s "
                                        "(kanban.heartbeat_ttl_seconds): claim reclaimed")
             elif when > (row["heartbeat_at"] or ""):
-                self.d.store.update("kanban_tasks", "id", row["id"], {"heartbeat_at": when})
+                self.board.show_heartbeat(row, when)
 
     def reclaim(self, row: dict[str, Any], job: str, reason: str) -> None:
         """Take ``row`` back from worker ``job`` (a failed attempt) and stop the worker's process."""
         self._release(row, job, reason, failure=True)
-        self.beats.pop(job, None)
+        self.liveness.forget(job)
         try:
             self.d.runner.stop(job, "kanban_reclaim")
         except ProtocolError:
@@ -171,9 +168,7 @@ class Dispatcher:
     def on_terminal(self, job_row: dict[str, Any]) -> list[dict[str, Any]]:
         """Terminal hook (inside the job's terminal transaction): a worker that ends
         while holding its claim gives the task back; returns the events to publish."""
-        if job_row["kind"] != "kanban_worker":
-            return []
-        self.beats.pop(job_row["id"], None)
+        self.liveness.forget(job_row["id"])
         task = self.board.claimed_by(job_row["id"])
         if task is None:
             return []  # completed, blocked, archived or reclaimed already
@@ -201,12 +196,12 @@ class Dispatcher:
             self._release(row, None, f"cannot start a worker: {err.message}", failure=True,
                           spawn_failed=True)
             return
-        job = jobs_mod.new_id("kanban_worker")
+        job = self.d.jobs.new_id(WORKER_KIND)
         claimed = self.board.claim(row["id"], job)
         if claimed is None:
             return
         try:
-            self.d.runner.submit("kanban_worker", id=job, **self.worker_fields(claimed, profile))
+            self.d.runner.submit(WORKER_KIND, id=job, **self.worker_fields(claimed, profile))
         except ProtocolError as err:
             self._release(self.board.require(row["id"]), job, f"could not start worker {job}: {err.message}",
                           failure=err.code != "shutting_down", spawn_failed=True)

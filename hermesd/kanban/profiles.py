@@ -28,6 +28,7 @@ import yaml
 
 from hermesd import config as config_mod
 from hermesd import paths
+from hermesd.contract import PROVIDERS
 from hermesd.protocol import ProtocolError, expand_toolsets, one_line
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -89,8 +90,8 @@ def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None 
     for key in ("model", "provider"):
         if fields.get(key) is not None and not isinstance(fields[key], str):
             raise fail(key, f"must be a string, not {type(fields[key]).__name__}")
-    if fields.get("provider") not in (None, *config_mod.PROVIDERS):
-        raise fail("provider", f"must be one of {', '.join(config_mod.PROVIDERS)}")
+    if fields.get("provider") not in (None, *PROVIDERS):
+        raise fail("provider", f"must be one of {', '.join(PROVIDERS)}")
     toolsets = fields.get("toolsets")
     if toolsets is not None:
         if not isinstance(toolsets, list) or not all(isinstance(t, str) for t in toolsets):

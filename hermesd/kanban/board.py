@@ -14,14 +14,16 @@ Task statuses and how a task moves between them::
     blocked  --unblock-->                     ready | todo
     any but archived  --archive-->            archived
 
-``review`` is a valid status for a task that waits for a person; nothing moves
-a task there on its own.  A task is ``ready`` when every parent is done (an
-archived parent counts when it was done before).
+A task is ``ready`` when every parent is done (an archived parent counts when it
+was done before).  Every status change — claims included — goes through
+:meth:`Board._set`, checked against :data:`TRANSITIONS`; every status is reachable
+(there is no ``review``: nothing ever moved a task there).
 
-Who may do what is decided here, from the :class:`Actor`: people and
-orchestrator agents create, link, list, show, comment and unblock (people also
-archive); a worker (an actor with a ``task``) reads and changes only its own task, and
-completes or blocks it only while its claim is still its own.
+Which verbs an actor may call is :mod:`hermesd.kanban.actors`; what it may touch
+is checked here: people and orchestrator agents create, link, list, show,
+comment and unblock (people also archive); a worker (an actor with a ``task``)
+reads and changes only its own task, and completes or blocks it only while its
+claim is still its own.
 
 Every change is written with its ``kanban.*`` events in one transaction and the
 events are published after the commit (:meth:`Board.run`).  The ``_…``
@@ -34,22 +36,24 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Any, Callable
 
-from hermesd import clock, profiles
+from hermesd import clock
+from hermesd.contract import WORKER_ROLE, KanbanStatus  # noqa: F401  (WORKER_ROLE: re-exported)
 from hermesd.events import EventLog
+from hermesd.kanban import profiles
+from hermesd.kanban.actors import PERSON, Actor  # noqa: F401  (PERSON: re-exported)
+from hermesd.kanban.liveness import Liveness
 from hermesd.protocol import ProtocolError
 from hermesd.store import Store
 
-STATUSES = ("triage", "todo", "ready", "running", "blocked", "review", "done", "archived")
+STATUSES = tuple(KanbanStatus)
 TRANSITIONS: dict[str, frozenset[str]] = {
     "triage": frozenset({"todo", "ready", "archived"}),
     "todo": frozenset({"ready", "blocked", "archived"}),
     "ready": frozenset({"running", "todo", "blocked", "archived"}),
     "running": frozenset({"done", "blocked", "ready", "todo", "archived"}),
     "blocked": frozenset({"todo", "ready", "archived"}),
-    "review": frozenset({"done", "todo", "ready", "archived"}),
     "done": frozenset({"archived"}),
     "archived": frozenset(),
 }
@@ -63,26 +67,6 @@ MAX_TITLE = 500
 MAX_TEXT = 64 * 1024
 """Longest title and longest body, comment or result, in characters."""
 
-WORKER_ROLE = "kanban_worker"
-"""The ``role`` of a worker job; its child offers the worker tools only (``child.tools.kanban``)."""
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who asks: ``name`` (written as comment author and ``created_by``), the
-    calling ``job`` (None for a person), and for a worker its own ``task``."""
-
-    name: str
-    job: str | None = None
-    task: str | None = None
-
-    @property
-    def worker(self) -> bool:
-        """True for a Kanban worker (it may touch only :attr:`task`)."""
-        return self.task is not None
-
-
-PERSON = Actor("user")
 
 
 def text_arg(value: Any, field: str, *, limit: int = MAX_TEXT, required: bool = True) -> str:
@@ -110,13 +94,15 @@ def board_arg(value: Any) -> str:
 
 
 class Board:
-    """Every board of one state database.  ``kick`` is called after each change
-    (the dispatcher looks for ready tasks)."""
+    """Every board of one state database, and the one owner of its tasks' state.
+    ``kick`` is called after each change (the dispatcher looks for ready tasks);
+    :attr:`liveness` records the workers' signs of life."""
 
     def __init__(self, store: Store, events: EventLog, kick: Callable[[], None] | None = None):
         self.store = store
         self.events = events
         self.kick = kick or (lambda: None)
+        self.liveness = Liveness()
 
     # reading -------------------------------------------------------------
 
@@ -275,7 +261,7 @@ class Board:
         self._not_worker(actor, "link tasks")
         child_row = self.require(child)
         parent_row = self._linkable_parent(parent, child_row["board"])
-        if child_row["status"] in ("running", "done", "review", "archived"):
+        if child_row["status"] in ("running", "done", "archived"):
             raise ProtocolError("invalid_state", f"task {child} is {child_row['status']}: it can no longer wait "
                                 "for another task", {"task": child, "status": child_row["status"]})
         if parent_row["id"] == child_row["id"] or child_row["id"] in self._ancestors(parent_row["id"]):
@@ -423,9 +409,13 @@ class Board:
     def heartbeat(self, actor: Actor, note: Any = None) -> dict[str, Any]:
         """A worker says it is alive: ``heartbeat_at`` = now; returns ``{id, status, heartbeat_at}``."""
         row = self._claimed(actor, None)
-        now = clock.now_iso()
-        self.store.update("kanban_tasks", "id", row["id"], {"heartbeat_at": now})
+        now = self.liveness.beat(actor.job)
+        self.show_heartbeat(row, now)
         return {"id": row["id"], "status": row["status"], "heartbeat_at": now}
+
+    def show_heartbeat(self, row: dict[str, Any], when: str) -> None:
+        """Write ``when`` (ISO) as the last sign of life of running task ``row``'s worker (display only)."""
+        self.store.update("kanban_tasks", "id", row["id"], {"heartbeat_at": when})
 
     # claims (the dispatcher) -----------------------------------------------
 
@@ -435,19 +425,15 @@ class Board:
         return self.run(self._claim, task_id, job)
 
     def _claim(self, out: list, task_id: str, job: str) -> dict[str, Any] | None:
-        now = clock.now_iso()
-        cur = self.store.db.execute(
-            "UPDATE kanban_tasks SET status = 'running', claimed_by = ?, claimed_at = ?, heartbeat_at = NULL, "
-            "last_worker = ?, attempts = attempts + 1, updated_at = ? WHERE id = ? AND status = 'ready'",
-            (job, now, job, now, task_id))
-        if cur.rowcount != 1:
+        row = self.get(task_id)  # inside the write transaction: nothing changes it meanwhile
+        if row is None or row["status"] != KanbanStatus.READY:
             return None
-        row = self.get(task_id)
-        out.append(self.events.record("kanban.claimed", job=job, data=self._data(
-            row, worker=job, assignee=row["assignee"], attempt=row["attempts"])))
-        out.append(self.events.record("kanban.status", job=job, data=self._data(
-            row, status="running", previous="ready", reason=f"claimed by {job}", assignee=row["assignee"],
-            result=None)))
+        claimed: list[dict[str, Any]] = [self.events.record("kanban.claimed", job=job, data=self._data(
+            row, worker=job, assignee=row["assignee"], attempt=row["attempts"] + 1))]
+        row = self._set(claimed, row, KanbanStatus.RUNNING, job=job, reason=f"claimed by {job}",
+                        claimed_by=job, claimed_at=clock.now_iso(), heartbeat_at=None, last_worker=job,
+                        attempts=row["attempts"] + 1)
+        out += claimed
         return row
 
     def claimed_by(self, job: str) -> dict[str, Any] | None:

@@ -1,0 +1,156 @@
+"""Every name that crosses a boundary between daemon, clients and children, defined once.
+
+A leaf module (standard library only), imported by the daemon, the clients
+(``client/``) and the children (``child/``) beside :mod:`hermesd.protocol`:
+
+* :class:`JobStatus` and the :data:`TERMINAL` and :data:`ACTIVE` sets (the
+  transitions themselves are the daemon's: :data:`hermesd.jobs.TRANSITIONS`);
+* :class:`KanbanStatus` (the board's transitions: :data:`hermesd.kanban.board.TRANSITIONS`);
+* :data:`STOP_REASONS`: why the daemon stops a job, with the status, exit_reason
+  and error text the job ends with;
+* :class:`JobSpec`: the job spec a child receives in reply to ``child.hello``;
+* provider names (:data:`PROVIDERS`), agent roles (:data:`ROLES`, :data:`WORKER_ROLE`).
+
+Statuses are ``str`` enums: a member equals (and hashes as) its value, so rows
+read from the database and maps read from the wire compare with them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+
+class JobStatus(StrEnum):
+    """The states of a job (SPEC §3)."""
+
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+
+TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.INTERRUPTED, JobStatus.TIMED_OUT,
+                      JobStatus.CANCELLED, JobStatus.LOST})
+"""Final job states: nothing leaves them."""
+ACTIVE = (JobStatus.STARTING, JobStatus.RUNNING)
+"""Job states with a live process (or, for a job kind without one, live work)."""
+LIVE = (JobStatus.QUEUED, *ACTIVE)
+"""Job states that are not final (what ``hermesctl ps`` lists by default)."""
+
+
+class KanbanStatus(StrEnum):
+    """The states of a Kanban task (SPEC §7); how a task moves: :mod:`hermesd.kanban.board`."""
+
+    TRIAGE = "triage"
+    TODO = "todo"
+    READY = "ready"
+    RUNNING = "running"
+    BLOCKED = "blocked"
+    DONE = "done"
+    ARCHIVED = "archived"
+
+
+@dataclass(frozen=True)
+class StopReason:
+    """Why the daemon stops a job, and how the job then ends.
+
+    ``status``: the terminal state it ends in whatever the child reports, or
+    None when the child's own report decides (``failed`` without one);
+    ``exit_reason``: the ``exit_reason`` it ends with when the child reported
+    none; ``error``: the error text when the child gave none.
+    """
+
+    name: str
+    status: JobStatus | None
+    exit_reason: str | None
+    error: str
+
+
+STOP_REASONS: dict[str, StopReason] = {r.name: r for r in (
+    StopReason("cancel", JobStatus.CANCELLED, "interrupted", "cancelled by request"),
+    StopReason("timeout", JobStatus.TIMED_OUT, "timeout", "child_timeout_seconds reached"),
+    StopReason("shutdown", JobStatus.INTERRUPTED, "interrupted", "hermesd shut down"),
+    StopReason("session_stop", JobStatus.INTERRUPTED, "interrupted", "stopped by /stop in its session"),
+    StopReason("parent_stop", JobStatus.INTERRUPTED, "interrupted", "parent_stop"),
+    StopReason("kanban_archive", None, None, "kanban_archive"),
+    StopReason("kanban_reclaim", None, None, "kanban_reclaim"),
+)}
+"""Every reason the daemon stops a job for (``Runner.stop(job, reason)``), by name."""
+
+
+def exit_reason_of(status: str) -> str:
+    """The ``exit_reason`` of a job that ended ``status`` without saying why: that of the
+    stop reasons ending in ``status`` (:data:`STOP_REASONS`), else ``error``."""
+    for reason in STOP_REASONS.values():
+        if reason.status == status and reason.exit_reason:
+            return reason.exit_reason
+    return "error"
+
+
+PROVIDERS = ("anthropic", "openai-compat", "local", "scripted")
+"""Model providers a child can run (``child.providers.select``)."""
+
+ROLES = ("leaf", "orchestrator")
+"""Roles a delegating agent may give a subagent: a ``leaf`` cannot delegate further."""
+WORKER_ROLE = "kanban_worker"
+"""The ``role`` of a Kanban worker job: its child offers the Kanban worker tools only."""
+
+
+@dataclass
+class JobSpec:
+    """The job spec a child receives in reply to ``child.hello``; on the wire a map of these fields.
+
+    The daemon fills it from the job's row and the config (``Runner.child_spec``);
+    a child given a partial map (a test, a direct run) takes these defaults.
+    ``timeout_seconds``/``max_turns`` bound the run; ``depth`` is the
+    delegation depth of this agent (0: started by a person or a session);
+    ``limits``: ``max_output_bytes``, ``max_file_bytes``,
+    ``terminal_timeout_seconds``; ``history``: earlier messages (session
+    turns); ``record_trajectory``: return the ShareGPT trajectory too (the daemon
+    asks it of every job it runs, so that ``result --trajectory`` has it).
+    """
+
+    job: str = ""
+    kind: str = "delegation"
+    goal: str = ""
+    context: str | None = None
+    toolsets: list[str] = field(default_factory=lambda: ["terminal", "file"])
+    role: str = "leaf"
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    reasoning_effort: str | None = None
+    max_turns: int = 20
+    timeout_seconds: float | None = None
+    cwd: str | None = None
+    depth: int = 0
+    max_spawn_depth: int = 1
+    auto_approve: bool = False
+    limits: dict[str, Any] = field(default_factory=dict)
+    script: Any = None
+    history: list[dict[str, Any]] | None = None
+    system_prompt: str | None = None
+    record_trajectory: bool = False
+    max_tokens: int = 4096
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        """The field names (the keys of the wire map)."""
+        return frozenset(f.name for f in fields(cls))
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> "JobSpec":
+        """A spec from a wire map: missing or ``None`` values take the defaults, unknown keys are ignored."""
+        names = cls.names()
+        return cls(**{k: v for k, v in data.items() if k in names and v is not None})
+
+    def to_wire(self) -> dict[str, Any]:
+        """The wire map (every field)."""
+        return asdict(self)

@@ -1,0 +1,130 @@
+"""The house: the contract, job types as plugins, the one router — without processes."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from child.agent import DEFAULTS
+from hermesd import contract, jobs
+from hermesd.events import EventLog
+from hermesd.handlers import jobs as job_ops
+from hermesd.jobs import InvalidTransition, JobTable
+from hermesd.plugin import JobKind, Plugin, Plugins
+from hermesd.protocol import ProtocolError, Request
+from hermesd.router import Router
+from hermesd.server import PLUGINS, ROUTER
+from hermesd.store import Store
+
+
+def test_every_stop_reason_says_how_a_job_ends():
+    for name, reason in contract.STOP_REASONS.items():
+        assert reason.name == name and reason.error
+        assert (reason.status is None) == (reason.exit_reason is None)
+        assert reason.status is None or reason.status in contract.TERMINAL
+    assert contract.exit_reason_of("cancelled") == "interrupted"
+    assert contract.exit_reason_of("timed_out") == "timeout"
+    assert contract.exit_reason_of("failed") == "error"
+
+
+def test_the_child_takes_the_contract_spec_defaults():
+    assert DEFAULTS == contract.JobSpec().to_wire()
+    spec = contract.JobSpec.from_wire({"goal": "g", "depth": None, "unknown": 1})
+    assert spec.goal == "g" and spec.depth == 0 and "unknown" not in spec.to_wire()
+
+
+def test_the_plugins_declare_every_kind_once():
+    plugins = Plugins(PLUGINS)
+    assert set(plugins.kinds) == {"delegation", "background", "session_turn", "batch", "batch_item",
+                                  "kanban_worker"}
+    assert plugins.names(process=False) == ("batch",) and plugins.names(at_restart="resume") == ("batch",)
+    assert set(plugins.names(at_shutdown="stop")) == {"delegation", "kanban_worker"}
+
+    class Twice(Plugin):
+        kinds = (JobKind("delegation", "other"),)
+
+    with pytest.raises(ValueError, match="declared twice"):
+        Plugins((*PLUGINS, Twice))
+
+
+def test_hooks_reach_only_the_plugin_of_the_kind():
+    seen = []
+
+    class A(Plugin):
+        kinds = (JobKind("a", "a"),)
+
+        def on_terminal(self, row):
+            seen.append(("A", row["id"]))
+            return []
+
+        def after_exit(self, row):
+            seen.append(("after", row["id"]))
+
+    class B(Plugin):
+        kinds = (JobKind("b", "b"),)
+
+    plugins = Plugins((A, B))
+    plugins.start(SimpleNamespace())
+    plugins.on_terminal({"id": "b_1", "kind": "b"})
+    plugins.on_terminal({"id": "a_1", "kind": "a"})
+    plugins.on_exit({"id": "b_2", "kind": "b"})
+    assert seen == [("A", "a_1"), ("after", "b_2")]
+
+
+def test_a_kind_without_a_process_skips_starting(tmp_path):
+    store = Store(tmp_path / "state.db")
+    try:
+        table = JobTable(store, EventLog(store, lambda frames: None), Plugins(PLUGINS).kinds)
+        batch = table.create("batch", id="batch_x")
+        with pytest.raises(InvalidTransition):
+            table.transition(batch["id"], "starting")
+        assert table.transition(batch["id"], "running")["status"] == "running"
+        item = table.create("batch_item")
+        assert item["id"].startswith("item_")
+        with pytest.raises(InvalidTransition):
+            table.transition(item["id"], "running")
+        with pytest.raises(ProtocolError, match="is running"):
+            table.create("batch", id="batch_x", replace_ended=True)
+        table.transition(batch["id"], "cancelled")
+        again = table.create("batch", id="batch_x", replace_ended=True)
+        assert again["status"] == "queued" and len(table.list(kinds=("batch",))) == 1
+    finally:
+        store.close()
+
+
+def test_the_router_serves_every_family_and_unwraps_child_call():
+    assert {"delegate", "batch.run", "kanban.create", "session.send", "cancel"} <= set(ROUTER.ops)
+    assert {"child.hello", "child.delegate", "kanban.complete", "kanban.create"} <= set(ROUTER.child_ops)
+    assert "delegate" in ROUTER.work_ops and "ps" not in ROUTER.work_ops
+    with pytest.raises(ValueError, match="defined twice"):
+        Router((job_ops, job_ops))
+
+    calls = []
+
+    async def fake(ctx, job, args):
+        calls.append((job, args))
+        return "ok"
+
+    router = Router(())
+    router.child_ops["kanban.show"] = fake
+    ctx = SimpleNamespace(stopping=False, runner=SimpleNamespace(authenticate=lambda args: args["job"]))
+    answer = asyncio.run(router.child(ctx, Request(1, "child.call", {"job": "j", "token": "t", "op": "kanban.show",
+                                                                    "args": {"id": "kb_1"}})))
+    assert answer == "ok" and calls == [("j", {"id": "kb_1", "job": "j", "token": "t"})]
+    for bad in ({"op": "child.call"}, {"op": 3}, {"op": "kanban.show", "args": []}):
+        with pytest.raises(ProtocolError) as err:
+            asyncio.run(router.child(ctx, Request(2, "child.call", {"job": "j", "token": "t", **bad})))
+        assert err.value.code == "bad_request"
+    with pytest.raises(ProtocolError) as err:
+        asyncio.run(router.child(ctx, Request(3, "child.call", {"job": "j", "op": "kanban.nope"})))
+    assert err.value.code == "unknown_op"
+
+
+def test_every_kanban_status_is_reachable():
+    from hermesd.kanban.board import TRANSITIONS
+
+    reached = {"triage", "todo"} | {new for news in TRANSITIONS.values() for new in news}
+    assert reached == set(contract.KanbanStatus) == set(TRANSITIONS)
+    assert set(jobs.TRANSITIONS) | {s for news in jobs.TRANSITIONS.values() for s in news} == set(contract.JobStatus)
