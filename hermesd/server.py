@@ -80,6 +80,7 @@ class Daemon:
         self.notifier = Notifier()
         self.stopping = False
         self.loop_lag = looplag.from_env()  # HERMES_LOOP_LAG_MS: a benchmark's probe, reported by status
+        self.started = False  # set once start-up is done: a failure before it is one line, no traceback
         self.plugins = Plugins(PLUGINS)
         self._lock_fd: int | None = None
         self._state_lock_fd: int | None = None
