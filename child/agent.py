@@ -29,7 +29,16 @@ from hermesd.protocol import one_line, timed_out_text
 
 DEFAULTS: dict[str, Any] = JobSpec().to_wire()
 """Job-spec keys the loop reads, with the values it takes when a key is missing or ``None``
-(:class:`hermesd.contract.JobSpec`, the one definition daemon and child share)."""
+(:class:`hermesd.contract.JobSpec`, the one definition daemon and child share).
+
+Batch items (``batch.runner_iface``) also set: ``ephemeral_system_prompt`` (added
+to the system prompt the model sees, never to the trajectory),
+``prefill_messages`` (``[{"role": "user"|"assistant", "content": str}]`` put before
+the conversation at every model call, never recorded — Hermes' prefill),
+``workdir_placeholder`` (shown instead of the working directory, and the tool
+list left to the API's tool definitions, so every sample's system prompt is the
+same) and ``invalid_tool_call_retries`` (see :meth:`Agent.loop`)."""
+
 
 def log(text: str) -> None:
     """One line of the job's log (``hermesctl logs ID``): local time, then ``text``.
@@ -79,7 +88,9 @@ class Agent:
         self.new: list[dict] = []
         self.api_calls, self.tokens, self.trace = 0, {"input": 0, "output": 0}, []
         self.provider: Any = None
-        self.system, self.tools = "", []
+        self.system, self.model_system, self.tools = "", "", []
+        self.prefill = [m.user(str(p["content"])) if p.get("role") == "user" else m.assistant([m.text(str(p["content"]))])
+                        for p in self.spec["prefill_messages"] or []]
         self.started = time.monotonic()
         self.activity = "starting"  # what the run is doing now (kept as it was when a stop came)
 
@@ -90,6 +101,8 @@ class Agent:
             registry = importlib.import_module("child.tools.registry")
             self.tools = [t.spec() for t in registry.tools_for(list(self.spec["toolsets"]), self.spec["role"])]
             self.system = system_prompt(self.spec, self.tools)
+            ephemeral = str(self.spec["ephemeral_system_prompt"] or "").strip()
+            self.model_system = f"{self.system}\n\n{ephemeral}" if ephemeral else self.system
             self.add(m.user(first_message(self.spec)))
             self.provider = make_provider(self.spec, stop=self.stop)
             return self.loop(registry)
@@ -103,12 +116,30 @@ class Agent:
                 timer.cancel()
 
     def loop(self, registry: Any) -> dict[str, Any]:
-        """Model call → tool calls, until a final answer, a limit or the stop flag."""
+        """Model call → tool calls, until a final answer, a limit or the stop flag.
+
+        With ``invalid_tool_call_retries`` = N (batch items; Hermes' rule), a reply
+        calling a tool that was not offered or with arguments that are not a JSON
+        object is not kept: the model is asked again (each attempt is a turn), and
+        after N such replies in a row the run ends ``failed`` with exit reason
+        ``invalid_tool_calls`` — what Hermes calls a *partial* sample.  Without
+        it, such calls get an error result and the model may correct itself.
+        """
         ctx = self.tool_context(registry)
+        retries, invalid = self.spec["invalid_tool_call_retries"], 0
         for turn in range(1, int(self.spec["max_turns"]) + 1):
             reply = self.query(turn)
             if reply is None:
                 return self.finish_stopped()
+            bad = self.invalid_calls(reply.content) if retries is not None else []
+            if bad:
+                invalid += 1
+                log(f"turn {turn}: invalid tool call(s) {', '.join(bad)} ({invalid} of {retries}); not kept")
+                if invalid >= int(retries):
+                    return self.finish("failed", "invalid_tool_calls",
+                                       error=f"{invalid} replies in a row with invalid tool calls: {', '.join(bad)}")
+                continue
+            invalid = 0
             self.add(m.assistant(reply.content))
             calls = m.tool_uses(self.new[-1])
             log(f"turn {turn}: model replied ({reply.usage.get('input', 0)} in / {reply.usage.get('output', 0)} out"
@@ -119,6 +150,19 @@ class Agent:
         return self.finish("failed", "max_turns",
                            error=f"no final answer within max_turns={self.spec['max_turns']}")
 
+    def invalid_calls(self, content: list[dict[str, Any]]) -> list[str]:
+        """Names of the calls in ``content`` to a tool not offered or with arguments that
+        are not a JSON object (the latter marked ``NAME(arguments)``)."""
+        offered = {t["name"] for t in self.tools}
+        bad = []
+        for call in m.tool_uses(m.assistant(content)):
+            args = call.get("input")
+            if call.get("name") not in offered:
+                bad.append(str(call.get("name")))
+            elif not isinstance(args, dict) or m.INVALID_JSON in args:
+                bad.append(f"{call.get('name')}(arguments)")
+        return bad
+
     def query(self, turn: int) -> Completion | None:
         """One model call, retried on retryable errors; ``None`` once the stop flag is set."""
         delays = list(RETRY_DELAYS)
@@ -127,7 +171,8 @@ class Agent:
                        else f"waiting for the model's reply in turn {turn}")
             try:
                 reply = call_until_stopped(lambda: self.provider.complete(
-                    self.system, self.history + self.new, self.tools, max_tokens=int(self.spec["max_tokens"]),
+                    self.model_system, self.prefill + self.history + self.new, self.tools,
+                    max_tokens=int(self.spec["max_tokens"]),
                     reasoning_effort=self.spec["reasoning_effort"]), self.stop)
             except ProviderError as exc:
                 if not exc.retryable or not delays:
@@ -218,12 +263,16 @@ class Agent:
         return result
 
     def trajectory(self) -> dict[str, Any]:
-        """The whole conversation as a ShareGPT trajectory (:mod:`child.trajectory`):
-        ``conversations``, ``has_reasoning``, ``tool_names`` (every tool the model
-        called, in order, unknown names included), ``tools_offered`` and ``tool_stats``."""
+        """The whole conversation as training data (:mod:`child.trajectory`):
+        ``conversations`` (Hermes' ShareGPT), ``messages`` and ``tools`` (the
+        model-neutral view), ``has_reasoning``, ``tool_names`` (every tool the model
+        called, in order, unknown names included), ``tools_offered`` and
+        ``tool_stats``.  The ephemeral system prompt and the prefill messages are not in it."""
         trajectory = importlib.import_module("child.trajectory")
         conversation = self.history + self.new
         return {"conversations": trajectory.to_sharegpt(self.system, conversation, self.tools),
+                "messages": trajectory.to_messages(self.system, conversation),
+                "tools": trajectory.tool_schemas(self.tools),
                 "has_reasoning": bool(trajectory.has_reasoning(conversation)),
                 "tool_names": trajectory.tool_calls_in(conversation),
                 "tools_offered": [t["name"] for t in self.tools],
@@ -232,8 +281,17 @@ class Agent:
 
 def system_prompt(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
     """The spec's ``system_prompt`` (default :data:`SYSTEM_PROMPT`), the working
-    directory and the list of ``tools`` (``{"name", "description"}``)."""
-    lines = [spec.get("system_prompt") or SYSTEM_PROMPT, "", f"Working directory: {spec.get('cwd') or os.getcwd()}"]
+    directory and the list of ``tools`` (``{"name", "description"}``).
+
+    With ``workdir_placeholder`` the placeholder stands for the directory and the
+    tools are not listed (the model has them as tool definitions; the trajectory
+    lists them once), so the text is the same for every run with the same tools.
+    """
+    placeholder = spec.get("workdir_placeholder")
+    where = placeholder or spec.get("cwd") or os.getcwd()
+    lines = [spec.get("system_prompt") or SYSTEM_PROMPT, "", f"Working directory: {where}"]
+    if placeholder:
+        return "\n".join(lines)
     if tools:
         lines += ["", "Tools you can call:"]
         lines += [f"- {t['name']}: {(t.get('description') or '').strip().partition(chr(10))[0]}" for t in tools]

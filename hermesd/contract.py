@@ -115,6 +115,8 @@ class JobSpec:
     ``terminal_timeout_seconds``; ``history``: earlier messages (session
     turns); ``record_trajectory``: return the ShareGPT trajectory too (the daemon
     asks it of every job it runs, so that ``result --trajectory`` has it).
+    Batch items also set ``ephemeral_system_prompt``, ``prefill_messages``,
+    ``workdir_placeholder`` and ``invalid_tool_call_retries`` (see ``child.agent``).
     """
 
     job: str = ""
@@ -139,6 +141,10 @@ class JobSpec:
     system_prompt: str | None = None
     record_trajectory: bool = False
     max_tokens: int = 4096
+    ephemeral_system_prompt: str | None = None
+    prefill_messages: list[dict[str, Any]] | None = None
+    workdir_placeholder: str | None = None
+    invalid_tool_call_retries: int | None = None
 
     @classmethod
     def names(cls) -> frozenset[str]:

@@ -7,7 +7,7 @@ import re
 
 from child import messages as m
 from child.tools.registry import known_tool_names, tools_for
-from child.trajectory import has_reasoning, to_sharegpt, tool_calls_in, tool_stats
+from child.trajectory import (has_reasoning, to_messages, to_sharegpt, tool_calls_in, tool_schemas, tool_stats)
 
 TOOLS = [t.spec() for t in tools_for(["terminal", "file"])]
 
@@ -39,14 +39,35 @@ def test_turn_sequence_and_values():
         '<tool_response>\n{"tool_call_id": "toolu_1", "name": "list_files", "content": "setup.py\\npkg/a.py"}\n'
         '</tool_response>\n'
         '<tool_response>\n{"tool_call_id": "toolu_2", "name": "terminal", "content": "denied"}\n</tool_response>')
-    assert turns[-1] == {"from": "gpt", "value": "Two files; setup.py prints a greeting."}
+    assert turns[4]["value"] == ('<think>\n</think>\n<tool_call>\n{"name": "read_file", "arguments": {"path": '
+                                 '"setup.py"}}\n</tool_call>')
+    assert turns[-1] == {"from": "gpt", "value": "<think>\n</think>\nTwo files; setup.py prints a greeting."}
+
+
+def test_every_gpt_turn_starts_with_think_and_scratchpads_become_think():
+    msgs = [m.user("q"), m.assistant([m.text("<REASONING_SCRATCHPAD>plan</REASONING_SCRATCHPAD>\nanswer")]),
+            m.user("again"), m.assistant([m.text("  plain  ")])]
+    gpt = [t["value"] for t in to_sharegpt("", msgs, []) if t["from"] == "gpt"]
+    assert gpt == ["<think>plan</think>\nanswer", "<think>\n</think>\n  plain"]  # Hermes strips only the ends
+
+
+def test_json_tool_results_are_embedded_as_json():
+    msgs = [m.user("q"), m.assistant([m.tool_use("web_search", {"query": "x"}, id="t1"),
+                                      m.tool_use("terminal", {"command": "ls"}, id="t2"),
+                                      m.tool_use("terminal", {"command": "echo {"}, id="t3")]),
+            m.user(m.tool_result("t1", '[{"title": "A"}]'), m.tool_result("t2", '{"ok": true}'),
+                   m.tool_result("t3", "{ not json"))]
+    tool = next(t["value"] for t in to_sharegpt("", msgs, []) if t["from"] == "tool")
+    assert '"content": [{"title": "A"}]' in tool and '"content": {"ok": true}' in tool
+    assert [r["content"] for r in parse_tagged(tool, "tool_response")] == [[{"title": "A"}], {"ok": True}, "{ not json"]
 
 
 def test_system_turn_lists_every_tool_with_its_schema():
     system = to_sharegpt("You are a careful agent.", RUN, TOOLS)[0]["value"]
-    listed = [json.loads(line) for line in re.search(r"<tools>\n(.*)\n</tools>", system, re.S).group(1).splitlines()]
-    assert listed == [{"name": t["name"], "description": t["description"], "parameters": t["input_schema"]}
-                      for t in TOOLS]
+    listed = json.loads(re.search(r"<tools>\n(.*)\n</tools>", system, re.S).group(1))
+    assert listed == [{"name": t["name"], "description": t["description"], "parameters": t["input_schema"],
+                       "required": None} for t in TOOLS]
+    assert system.startswith("You are a function calling AI model. You are provided with function signatures")
     assert "<tool_call>" in system and system.endswith("\n\nYou are a careful agent.")
 
 
@@ -59,6 +80,24 @@ def test_round_trip_of_calls_and_results():
     results = [b for msg in RUN for b in m.blocks_of(msg, "tool_result")]
     assert [(r["tool_call_id"], r["content"]) for r in responses] == [(b["tool_use_id"], b["content"]) for b in results]
     assert [r["name"] for r in responses] == ["list_files", "terminal", "read_file"]
+
+
+def test_model_neutral_view():
+    msgs = to_messages("sys", RUN + [m.assistant([m.text("<think>why</think>done")])])
+    assert [x["role"] for x in msgs] == ["system", "user", "assistant", "tool", "tool", "assistant", "tool",
+                                         "assistant", "assistant"]
+    assert all(set(x) == {"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"} for x in msgs)
+    first = msgs[2]
+    assert first["reasoning_content"] == "I should list files first." and first["content"] == "Let me look."
+    assert first["tool_calls"][0] == {"id": "toolu_1", "type": "function",
+                                      "function": {"name": "list_files", "arguments": '{"glob": "*.py"}'}}
+    assert [(x["tool_call_id"], x["name"]) for x in msgs if x["role"] == "tool"] == [
+        ("toolu_1", "list_files"), ("toolu_2", "terminal"), ("toolu_3", "read_file")]
+    assert msgs[-1]["reasoning_content"] == "why" and msgs[-1]["content"] == "done"
+    schemas = tool_schemas(TOOLS)
+    assert schemas[0] == {"type": "function", "function": {"name": TOOLS[0]["name"],
+                                                          "description": TOOLS[0]["description"],
+                                                          "parameters": TOOLS[0]["input_schema"]}}
 
 
 def test_json_line_with_one_schema():
