@@ -1,8 +1,13 @@
 """``checkpoint.json``: what a batch run has settled, for resume (SPEC §6).
 
-Shape (written atomically, fsynced, after every settled prompt)::
+Shape (written atomically, fsynced, after every settled prompt); the keys of
+Hermes Agent's batch_runner.py checkpoint come first, with its meanings::
 
-    {"version": 1, "run_name": str, "job": str, "settings": {...},
+    {"run_name": str,
+     "completed_prompts": [indices never to run again: written or discarded],   # Hermes
+     "batch_stats": {"N": {"processed", "skipped", "discarded_no_reasoning"}},    # Hermes
+     "last_updated": str,                                                         # Hermes
+     "version": 1, "job": str, "settings": {...},
      "total_prompts": int, "bad_lines": int,
      "done": [prompt indices with a line in a batch file],
      "discarded": {"INDEX": {"reason": "no_reasoning", "api_calls", "tokens",
@@ -14,7 +19,9 @@ Shape (written atomically, fsynced, after every settled prompt)::
 The batch files are the durable truth for ``done``: a line is appended and
 fsynced before the checkpoint names it, so on opening a run ``done`` is rebuilt
 from the files (a crash between the two loses nothing and runs nothing twice).
-``discarded`` lives only here — it is written before the prompt counts as
+``batch_stats`` counts, per batch file number, the prompts settled since this
+daemon opened the run (``processed``), those settled before (``skipped``) and
+the discarded ones.  ``discarded`` lives only here — it is written before the prompt counts as
 settled, so a crash first just runs that prompt again.  ``failed`` prompts are
 run again by the next resume; a prompt that later succeeds leaves ``failed``.
 """
@@ -52,6 +59,7 @@ class Checkpoint:
         self.failed: dict[int, dict[str, Any]] = {int(k): v for k, v in (data.get("failed") or {}).items()}
         self.active_seconds = float(data.get("active_seconds") or 0.0)
         self.finished = bool(data.get("finished"))
+        self.skipped: set[int] = set()  # settled before this daemon opened the run (batch_stats)
 
     @classmethod
     def load(cls, run_dir: Path) -> Checkpoint | None:
@@ -74,13 +82,26 @@ class Checkpoint:
         """Indices that never run again: written to a batch file or discarded."""
         return self.done | set(self.discarded)
 
+    def batch_stats(self) -> dict[str, dict[str, int]]:
+        """Hermes' ``batch_stats`` (see the module doc), by batch number."""
+        size = int(self.settings.get("batch_size") or 1)
+        stats: dict[str, dict[str, int]] = {}
+        for index in sorted(self.settled() | set(self.failed)):
+            entry = stats.setdefault(str(index // size), {"processed": 0, "skipped": 0, "discarded_no_reasoning": 0})
+            entry["skipped" if index in self.skipped else "processed"] += 1
+            entry["discarded_no_reasoning"] += index in self.discarded
+        return stats
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (see the module doc)."""
-        return {"version": VERSION, "run_name": self.run_name, "job": self.job, "settings": self.settings,
+        now = clock.now_iso()
+        return {"run_name": self.run_name, "completed_prompts": sorted(self.settled()),
+                "batch_stats": self.batch_stats(), "last_updated": now,
+                "version": VERSION, "job": self.job, "settings": self.settings,
                 "total_prompts": self.total_prompts, "bad_lines": self.bad_lines, "done": sorted(self.done),
                 "discarded": {str(k): v for k, v in sorted(self.discarded.items())},
                 "failed": {str(k): v for k, v in sorted(self.failed.items())},
-                "active_seconds": round(self.active_seconds, 3), "updated_at": clock.now_iso(),
+                "active_seconds": round(self.active_seconds, 3), "updated_at": now,
                 "finished": self.finished}
 
     def save(self) -> None:

@@ -9,7 +9,8 @@ Each line is a JSON object with ``prompt`` (a non-empty string) and optionally:
 * ``script``: a list of steps for the ``scripted`` provider (tests and demos;
   other providers ignore it).
 
-Other fields are allowed and ignored (e.g. HumanEval's ``task_id``).
+Other fields (e.g. HumanEval's ``task_id``) travel into each trajectory line's
+``metadata.extra``.
 
 ``prompt_index`` is the 0-based position of the line among the file's lines —
 blank and bad lines count — so indices stay put when a bad line is fixed.  Bad
@@ -35,7 +36,8 @@ class DatasetError(Exception):
 @dataclass(frozen=True)
 class Prompt:
     """One usable dataset line: ``index`` (0-based), ``line`` (1-based), the prompt
-    text, its absolute ``cwd`` or None, ``docker_image`` or None, ``script`` or None."""
+    text, its absolute ``cwd`` or None, ``docker_image`` or None, ``script`` or None,
+    and the line's ``extra`` fields (every other key)."""
 
     index: int
     line: int
@@ -43,6 +45,11 @@ class Prompt:
     cwd: str | None = None
     docker_image: str | None = None
     script: list[dict[str, Any]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+CONSUMED = ("prompt", "cwd", "docker_image", "script")
+"""Dataset-line fields hermesd uses; the others are a prompt's ``extra``."""
 
 
 @dataclass
@@ -97,7 +104,8 @@ def _parse(raw: bytes, base_dir: str) -> dict[str, Any]:
     script = obj.get("script")
     if script is not None and not (isinstance(script, list) and all(isinstance(s, dict) for s in script)):
         raise _BadLine("field 'script' must be a list of objects")
-    return {"prompt": prompt, "cwd": cwd, "docker_image": _optional_str(obj, "docker_image"), "script": script}
+    return {"prompt": prompt, "cwd": cwd, "docker_image": _optional_str(obj, "docker_image"), "script": script,
+            "extra": {k: v for k, v in obj.items() if k not in CONSUMED}}
 
 
 def read(path: str, max_samples: int | None = None) -> Dataset:

@@ -8,8 +8,10 @@ order; prompts that fail are run again by the next resume, not in this one.
 Recording an ended prompt (in this order, so a crash at any point loses
 nothing and runs nothing twice — see ``batch.checkpoint``):
 
-1. a sample (child ``completed``; or ``partial``: out of turns or time, with a
-   trajectory) without reasoning is *discarded*: written to the checkpoint;
+1. a sample (a trajectory of an item that ``completed``; or one that stopped
+   early: out of turns or time — ``completed`` false — or, what Hermes calls
+   ``partial``, after invalid tool calls) without reasoning is *discarded*:
+   written to the checkpoint;
 2. any other sample is appended to ``batch_N.jsonl`` (flushed, fsynced), then
    the checkpoint names it;
 3. anything else is a *failure* in the checkpoint — unless the daemon was
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
-from batch import distributions, files, output, statistics
+from batch import card, distributions, files, output, statistics
 from batch.checkpoint import Checkpoint
 from batch.dataset import Dataset, Prompt
 from batch.runner_iface import ItemExecutor, ItemOutcome, ItemRequest, SubmitError
@@ -93,7 +95,9 @@ class BatchRun:
         self.checkpoint = ckpt
         self._base_seconds = ckpt.active_seconds
         self.pending = deque(p for p in self.dataset.prompts if p.index not in ckpt.settled())
+        ckpt.skipped = ckpt.settled() & self.scope
         self.save()
+        card.write(self.run_dir, self.settings.run_name)
 
     def start(self, *, adopt: bool = False, defer: Callable[[Callable[[], None]], Any] | None = None) -> None:
         """Open the executor pool (re-owning items an earlier daemon left queued when
@@ -112,8 +116,10 @@ class BatchRun:
         s = self.settings
         return ItemRequest(index=prompt.index, batch=prompt.index // s.batch_size, prompt=prompt.prompt,
                            cwd=prompt.cwd, toolsets=distributions.sample(s.distribution, prompt.index),
-                           model=s.model, max_turns=s.max_turns, reasoning_effort=s.reasoning_effort,
-                           script=prompt.script)
+                           model=s.model, max_turns=s.max_turns, reasoning_effort=s.effort,
+                           script=prompt.script, max_tokens=s.max_tokens,
+                           ephemeral_system_prompt=s.ephemeral_system_prompt, prefill_messages=s.prefill_messages,
+                           provider=s.provider, base_url=s.base_url)
 
     def fill(self) -> None:
         """Hand pending prompts to the executor while fewer than ``num_workers`` run."""
@@ -166,14 +172,15 @@ class BatchRun:
         self.ending.add(o.index)
         result = o.result or {}
         trajectory = result.get("trajectory") if isinstance(result.get("trajectory"), dict) else None
-        partial = o.status == "timed_out" or result.get("exit_reason") == "max_turns"
-        sample = trajectory is not None and (o.status == "completed" or partial)
+        partial = result.get("exit_reason") == "invalid_tool_calls"
+        stopped = o.status == "timed_out" or result.get("exit_reason") == "max_turns" or partial
+        sample = trajectory is not None and (o.status == "completed" or stopped)
         if not sample and o.shutdown:
             self.pending.appendleft(self.prompts[o.index])
             return
         try:
             if sample:
-                self._sample(o, result, trajectory, completed=o.status == "completed")
+                self._sample(o, result, trajectory, completed=o.status == "completed", partial=partial)
             else:
                 self._failure(o, result)
             self.save()
@@ -183,7 +190,8 @@ class BatchRun:
         self.settled_now += 1
         self.emit("batch.progress", self.progress())
 
-    def _sample(self, o: ItemOutcome, result: dict[str, Any], trajectory: dict[str, Any], *, completed: bool) -> None:
+    def _sample(self, o: ItemOutcome, result: dict[str, Any], trajectory: dict[str, Any], *, completed: bool,
+                partial: bool) -> None:
         conversations = list(trajectory.get("conversations") or [])
         spent = {"api_calls": int(result.get("api_calls") or 0), "tokens": result.get("tokens") or {},
                  "duration_seconds": float(result.get("duration_seconds") or 0.0), "completed_at": o.completed_at}
@@ -191,16 +199,18 @@ class BatchRun:
         ckpt.failed.pop(o.index, None)
         self.failed_now.discard(o.index)
         if not output.has_reasoning(conversations):
-            ckpt.discarded[o.index] = {"reason": "no_reasoning", "completed": completed, "job": o.handle, **spent}
+            ckpt.discarded[o.index] = {"reason": "no_reasoning", "completed": completed, "partial": partial,
+                                       "job": o.handle, **spent}
             return
         s = self.settings
         meta = {"run_name": s.run_name, "job": o.handle, "model": result.get("model") or s.model,
                 "provider": result.get("provider"), "distribution": s.distribution, "started_at": o.started_at,
                 "exit_reason": result.get("exit_reason") or o.status, "synthetic": result.get("synthetic"), **spent}
-        line = output.build_line(index=o.index, batch=o.index // s.batch_size, conversations=conversations,
-                                 completed=completed, partial=not completed, api_calls=spent["api_calls"],
-                                 toolsets=self.request(self.prompts[o.index]).toolsets,
-                                 trace=list(result.get("trace") or []), metadata=meta)
+        prompt = self.prompts[o.index]
+        line = output.build_line(index=o.index, batch=o.index // s.batch_size, trajectory=trajectory,
+                                 completed=completed, partial=partial, api_calls=spent["api_calls"],
+                                 toolsets=self.request(prompt).toolsets, trace=list(result.get("trace") or []),
+                                 metadata=meta, extra=prompt.extra)
         files.append_line(output.batch_file(self.run_dir, o.index // s.batch_size), line)
         ckpt.done.add(o.index)
 
@@ -260,7 +270,9 @@ class BatchRun:
         """Merge the batch files into ``trajectories.jsonl`` (filtered), write
         ``statistics.json`` and the checkpoint; returns the statistics.  Raises ``OSError``."""
         lines, _ = output.load_lines(self.run_dir)
-        merged = output.merge(self.run_dir, lines)
+        merged = output.merge(self.run_dir, lines, allow_synthetic=self.settings.allow_synthetic,
+                              exclude_partial=self.settings.exclude_partial)
+        card.write(self.run_dir, self.settings.run_name)
         self.checkpoint.finished = finished
         self.save()
         stats = statistics.compute(settings=self.settings.to_dict(), job=self.job_id, scope=self.scope,

@@ -1,29 +1,38 @@
 """What a batch run writes: trajectory lines, batch files, the merged ``trajectories.jsonl``.
 
-A trajectory line (SPEC §6) — the same in ``batch_N.jsonl`` and in
-``trajectories.jsonl``, and always of one schema, so the Hugging Face
-``datasets`` JSON loader reads the file with one consistent set of columns::
+A trajectory line — the same in ``batch_N.jsonl`` and in ``trajectories.jsonl``.
+Every key of Hermes Agent's batch_runner.py line is there with its meaning
+(its source is the reference), hermesd's richer keys beside them::
 
     {"prompt_index": int,
-     "conversations": [{"from": "system"|"human"|"gpt"|"tool", "value": str}, ...],
-     "metadata": {"batch": int, "run_name": str, "job": str, "model": str,
-                  "provider": str, "distribution": str, "started_at": str,
-                  "completed_at": str, "duration_seconds": float,
-                  "exit_reason": str, "synthetic": bool,
-                  "tokens": {"input": int, "output": int}},
-     "completed": bool, "partial": bool, "api_calls": int,
-     "toolsets_used": [str],
-     "tool_stats": {tool: {"count": int, "success": int, "failure": int}}}
+     "conversations": [{"from": "system"|"human"|"gpt"|"tool", "value": str}, ...],   # Hermes' ShareGPT
+     "metadata": {"batch_num": int, "timestamp": str, "model": str,                    # Hermes
+                  "batch": int, "run_name": str, "job": str, "provider": str,
+                  "distribution": str, "started_at": str, "completed_at": str,
+                  "duration_seconds": float, "exit_reason": str, "synthetic": bool,
+                  "tokens": {"input": int, "output": int},
+                  "extra": {field: value}},          # the dataset line's other fields (task_id…)
+     "completed": bool,       # the agent gave its final answer
+     "partial": bool,         # Hermes' meaning: stopped for invalid tool calls (see child.agent)
+     "api_calls": int, "toolsets_used": [str],
+     "tool_stats": {tool: {"count", "success", "failure"}},   # Hermes: every known tool, zeros included
+     "tool_error_counts": {tool: int},                        # Hermes: failures per known tool
+     "messages": [{"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"}],
+     "tools": [{"type": "function", "function": {"name", "description", "parameters"}}],
+     "tool_usage": [{"name", "count", "success", "failure"}]}  # tool_stats as records
 
-Every value keeps its type on every line (strings are ``""`` rather than null)
-and ``tool_stats`` has every tool of :data:`KNOWN_TOOLS`, zeros included.  The
-conversations come from the child (``child.trajectory``: reasoning as
-``<think>…</think>``, calls as ``<tool_call>`` JSON, results as
-``<tool_response>`` JSON); this module only writes, merges, filters and counts.
+``messages`` and ``tools`` are the model-neutral view (``child.trajectory``);
+``tool_usage`` is ``tool_stats`` as a list, for tools whose Arrow schema must not
+depend on which tools exist.  Keys whose shape varies by tool or dataset
+(``tool_stats``, ``tool_error_counts``, ``tools``, ``metadata.extra``) are typed
+``json`` in the run's dataset card (``batch.card``), so runs with different tool
+sets and from different versions load and concatenate.
 
 Prompt ``i`` goes to ``batch_{i // batch_size}.jsonl``.  The merge keeps the
-first line of each prompt index and leaves out lines that call a tool name
-outside :data:`KNOWN_TOOLS` (hallucinated tools).
+first line of each prompt index and leaves out (counted by reason, see
+:data:`FILTER_REASONS`) lines that call a tool the sample was not offered or
+hold a ``<tool_call>`` that does not parse, synthetic samples unless the run
+allows them, and partial samples when the run excludes them.
 """
 
 from __future__ import annotations
@@ -45,12 +54,17 @@ KNOWN_TOOLS: tuple[str, ...] = (
 keys of ``tool_stats``.  Kept equal to ``child.tools.registry.known_tool_names()``
 (the daemon side does not import ``child/``; a test checks they agree)."""
 
-REASONING_MARKERS = ("<think>", "<REASONING_SCRATCHPAD>")
-"""A ``gpt`` turn containing one of these shows reasoning."""
+REASONING_MARKERS = ("<REASONING_SCRATCHPAD>",)
+"""Text that shows reasoning in a ``gpt`` turn (Hermes' rule: a scratchpad or native
+thinking); a ``<think>`` block counts when it is not empty (every turn has one)."""
+
+FILTER_REASONS = ("tool_not_offered", "unparseable_tool_call", "synthetic", "partial")
+"""Why a written line is left out of ``trajectories.jsonl``, in the order they are checked."""
 
 TRAJECTORIES = "trajectories.jsonl"
 _BATCH_FILE = re.compile(r"^batch_(\d+)\.jsonl$")
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_THINK = re.compile(r"<think>(.*?)</think>", re.S)
 
 
 def batch_file(run_dir: Path, number: int) -> Path:
@@ -80,14 +94,28 @@ def tool_stats(trace: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return stats
 
 
+def tool_error_counts(stats: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Hermes' ``tool_error_counts``: ``{tool: failures}`` for every tool of ``stats``."""
+    return {name: int(entry.get("failure") or 0) for name, entry in stats.items()}
+
+
+def tool_usage(stats: dict[str, dict[str, int]], offered: list[str]) -> list[dict[str, Any]]:
+    """``tool_stats`` as records ``[{"name", "count", "success", "failure"}]`` for the
+    tools offered or used (sorted by name): the same counts in a schema that does not
+    depend on which tools exist."""
+    names = sorted({n for n in offered if n in stats} | {n for n, e in stats.items() if e.get("count")})
+    return [{"name": n, **{k: int(stats[n].get(k) or 0) for k in ("count", "success", "failure")}} for n in names]
+
+
 def gpt_turns(conversations: list[dict[str, Any]]) -> list[str]:
     """The values of the ``gpt`` turns of a conversation."""
     return [str(t.get("value", "")) for t in conversations if t.get("from") == "gpt"]
 
 
 def shows_reasoning(value: str) -> bool:
-    """True when a ``gpt`` turn's value contains one of :data:`REASONING_MARKERS`."""
-    return any(marker in value for marker in REASONING_MARKERS)
+    """True when a ``gpt`` turn's value contains one of :data:`REASONING_MARKERS` or a
+    ``<think>`` block that is not empty."""
+    return any(marker in value for marker in REASONING_MARKERS) or any(b.strip() for b in _THINK.findall(value))
 
 
 def has_reasoning(conversations: list[dict[str, Any]]) -> bool:
@@ -95,43 +123,78 @@ def has_reasoning(conversations: list[dict[str, Any]]) -> bool:
     return any(shows_reasoning(v) for v in gpt_turns(conversations))
 
 
-def called_tools(conversations: list[dict[str, Any]]) -> list[str]:
-    """Names of every ``<tool_call>`` in the ``gpt`` turns, in order (calls whose
-    JSON does not parse or has no name are skipped)."""
-    names = []
+def tool_calls(conversations: list[dict[str, Any]]) -> tuple[list[str], int]:
+    """``(names, unparseable)``: the names of every ``<tool_call>`` in the ``gpt``
+    turns, in order, and how many calls do not parse (not a JSON object with a
+    string ``name`` and an object ``arguments``)."""
+    names, unparseable = [], 0
     for value in gpt_turns(conversations):
         for body in _TOOL_CALL.findall(value):
             try:
                 call = json.loads(body)
             except json.JSONDecodeError:
+                unparseable += 1
                 continue
-            if isinstance(call, dict) and isinstance(call.get("name"), str):
+            if isinstance(call, dict) and isinstance(call.get("name"), str) and isinstance(call.get("arguments"), dict):
                 names.append(call["name"])
-    return names
+            else:
+                unparseable += 1
+    return names, unparseable
 
 
-def invalid_tools(line: dict[str, Any]) -> list[str]:
-    """Tool names a line calls that are not in :data:`KNOWN_TOOLS` (sorted, unique)."""
-    return sorted(set(called_tools(line.get("conversations") or [])) - set(KNOWN_TOOLS))
+def offered_tools(line: dict[str, Any]) -> list[str]:
+    """The names of the tools a line's sample was offered (its ``tools``; every
+    known tool for a line written before hermesd recorded them)."""
+    tools = line.get("tools")
+    if not isinstance(tools, list):
+        return list(KNOWN_TOOLS)
+    return [str((t.get("function") or {}).get("name", "")) for t in tools if isinstance(t, dict)]
 
 
-def build_line(*, index: int, batch: int, conversations: list[dict[str, Any]], completed: bool, partial: bool,
-               api_calls: int, toolsets: list[str], trace: list[dict[str, Any]],
-               metadata: dict[str, Any]) -> dict[str, Any]:
-    """One trajectory line (see the module doc); ``metadata`` holds the keys after
-    ``batch`` (missing strings become ``""``, numbers ``0``)."""
+def filter_reason(line: dict[str, Any], *, allow_synthetic: bool = False,
+                  exclude_partial: bool = False) -> tuple[str, list[str]] | None:
+    """Why ``line`` stays out of ``trajectories.jsonl`` — ``(reason, detail)`` with a
+    reason of :data:`FILTER_REASONS` (detail: the tool names not offered) — or None."""
+    names, unparseable = tool_calls(line.get("conversations") or [])
+    not_offered = sorted(set(names) - set(offered_tools(line)))
+    if not_offered:
+        return "tool_not_offered", not_offered
+    if unparseable:
+        return "unparseable_tool_call", []
+    if (line.get("metadata") or {}).get("synthetic") and not allow_synthetic:
+        return "synthetic", []
+    if line.get("partial") and exclude_partial:
+        return "partial", []
+    return None
+
+
+def build_line(*, index: int, batch: int, trajectory: dict[str, Any], completed: bool, partial: bool,
+               api_calls: int, toolsets: list[str], trace: list[dict[str, Any]], metadata: dict[str, Any],
+               extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One trajectory line (see the module doc).  ``trajectory``: the child's
+    (``conversations``, ``messages``, ``tools``); ``metadata`` holds hermesd's
+    metadata keys (missing strings become ``""``, numbers ``0``); ``extra``: the
+    dataset line's other fields."""
     tokens = metadata.get("tokens") or {}
-    meta = {"batch": int(batch)}
-    for key in ("run_name", "job", "model", "provider", "distribution", "started_at", "completed_at"):
+    meta: dict[str, Any] = {"batch_num": int(batch), "timestamp": str(metadata.get("completed_at") or ""),
+                            "model": str(metadata.get("model") or ""), "batch": int(batch)}
+    for key in ("run_name", "job", "provider", "distribution", "started_at", "completed_at"):
         meta[key] = str(metadata.get(key) or "")
     meta["duration_seconds"] = float(metadata.get("duration_seconds") or 0.0)
     meta["exit_reason"] = str(metadata.get("exit_reason") or "")
     meta["synthetic"] = bool(metadata.get("synthetic"))
     meta["tokens"] = {"input": int(tokens.get("input") or 0), "output": int(tokens.get("output") or 0)}
-    turns = [{"from": str(t.get("from", "")), "value": str(t.get("value", ""))} for t in conversations]
-    return {"prompt_index": int(index), "conversations": turns, "metadata": meta, "completed": bool(completed),
+    meta["extra"] = dict(extra or {})
+    turns = [{"from": str(t.get("from", "")), "value": str(t.get("value", ""))}
+             for t in trajectory.get("conversations") or []]
+    tools = list(trajectory.get("tools") or [])
+    stats = tool_stats(trace)
+    line = {"prompt_index": int(index), "conversations": turns, "metadata": meta, "completed": bool(completed),
             "partial": bool(partial), "api_calls": int(api_calls), "toolsets_used": [str(t) for t in toolsets],
-            "tool_stats": tool_stats(trace)}
+            "tool_stats": stats, "tool_error_counts": tool_error_counts(stats),
+            "messages": list(trajectory.get("messages") or []), "tools": tools}
+    line["tool_usage"] = tool_usage(stats, offered_tools(line))
+    return line
 
 
 def load_lines(run_dir: Path, *, repair: bool = False) -> tuple[dict[int, dict[str, Any]], list[str]]:
@@ -157,20 +220,26 @@ def load_lines(run_dir: Path, *, repair: bool = False) -> tuple[dict[int, dict[s
 @dataclass
 class Merged:
     """The outcome of :func:`merge`: the lines kept (by prompt index) and the
-    indices filtered out for calling unknown tools (``{index: [names]}``)."""
+    indices left out, ``{index: {"reason": one of FILTER_REASONS, "tools": [names]}}``."""
 
     kept: list[dict[str, Any]] = field(default_factory=list)
-    filtered: dict[int, list[str]] = field(default_factory=dict)
+    filtered: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def count(self, reason: str) -> int:
+        """How many lines were left out for ``reason``."""
+        return sum(1 for f in self.filtered.values() if f["reason"] == reason)
 
 
-def merge(run_dir: Path, lines: dict[int, dict[str, Any]]) -> Merged:
+def merge(run_dir: Path, lines: dict[int, dict[str, Any]], *, allow_synthetic: bool = False,
+          exclude_partial: bool = False) -> Merged:
     """Write ``RUN_DIR/trajectories.jsonl`` from ``lines`` (prompt index → line),
-    ordered by index, without the lines that call unknown tools.  Atomic; raises ``OSError``."""
+    ordered by index, without the lines :func:`filter_reason` names.  Atomic;
+    raises ``OSError``."""
     merged = Merged()
     for index in sorted(lines):
-        bad = invalid_tools(lines[index])
-        if bad:
-            merged.filtered[index] = bad
+        why = filter_reason(lines[index], allow_synthetic=allow_synthetic, exclude_partial=exclude_partial)
+        if why:
+            merged.filtered[index] = {"reason": why[0], "tools": why[1]}
         else:
             merged.kept.append(lines[index])
     files.write_atomic(run_dir / TRAJECTORIES, "".join(files.dumps(line) + "\n" for line in merged.kept))

@@ -30,7 +30,9 @@ class ItemRequest:
     """One prompt to run: its ``index`` and ``batch`` number, the ``prompt``,
     ``cwd`` (None: a scratch directory), ``toolsets``, ``model`` (None: the
     daemon's), ``max_turns``, ``reasoning_effort`` (None: the daemon's) and the
-    scripted provider's ``script`` (None: none)."""
+    scripted provider's ``script`` (None: none); batch_runner's ``max_tokens``,
+    ``ephemeral_system_prompt``, ``prefill_messages``, ``provider`` and
+    ``base_url`` (None: the daemon's / none)."""
 
     index: int
     batch: int
@@ -41,6 +43,24 @@ class ItemRequest:
     max_turns: int
     reasoning_effort: str | None
     script: list[dict[str, Any]] | None = None
+    max_tokens: int | None = None
+    ephemeral_system_prompt: str | None = None
+    prefill_messages: list[dict[str, str]] | None = None
+    provider: str | None = None
+    base_url: str | None = None
+
+
+WORKDIR_PLACEHOLDER = "."
+"""What a batch item's system prompt shows for its working directory (tools run
+there), so the system turn is the same for every sample with the same tools."""
+
+INVALID_TOOL_CALL_RETRIES = 3
+"""Replies with invalid tool calls in a row that end a batch item as *partial*
+(Hermes Agent's limit; see ``child.agent.Agent.loop``)."""
+
+OPTIONAL_SPEC_KEYS = ("reasoning_effort", "script", "max_tokens", "ephemeral_system_prompt", "prefill_messages",
+                      "provider", "base_url")
+"""Request fields passed to the item's job spec when set."""
 
 
 @dataclass(frozen=True)
@@ -159,8 +179,10 @@ class SupervisorExecutor:
         """Admit a ``batch_item`` job (parent: the batch) that starts when its pools have room."""
         handle = self.d.jobs.new_id("batch_item")
         spec: dict[str, Any] = {"max_turns": request.max_turns, "record_trajectory": True,
-                                "prompt_index": request.index, "batch": request.batch}
-        for key in ("reasoning_effort", "script"):
+                                "prompt_index": request.index, "batch": request.batch,
+                                "workdir_placeholder": WORKDIR_PLACEHOLDER,
+                                "invalid_tool_call_retries": INVALID_TOOL_CALL_RETRIES}
+        for key in OPTIONAL_SPEC_KEYS:
             if getattr(request, key) is not None:
                 spec[key] = getattr(request, key)
         self.items[handle] = _Live(owner, request.index)

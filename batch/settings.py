@@ -8,6 +8,8 @@ the same one).
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,12 +19,86 @@ FIXED = ("dataset_file", "batch_size", "distribution")
 prompts are the dataset's lines, and toolsets are drawn by the distribution."""
 
 
+PREFILL_ROLES = ("system", "user", "assistant")
+"""Roles a prefill message may have (batch_runner's ``--prefill_messages_file``: a JSON
+list of ``{role, content}``); ``system`` ones are added to the system prompt."""
+
+
+class PrefillError(ValueError):
+    """``--prefill_messages_file`` is not a JSON list of messages (the message is ``FILE: reason``)."""
+
+
+def load_prefill(path: str) -> list[dict[str, str]]:
+    """Read a prefill file: a JSON list of ``{"role": "system"|"user"|"assistant",
+    "content": str}`` objects (other keys ignored), returned as ``{role, content}``.
+
+    Raises :class:`PrefillError` ``FILE: reason`` (reason naming the item and key)
+    for anything else: unreadable, not JSON, not a list, a bad item.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise PrefillError(f"{path}: cannot read the prefill messages: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise PrefillError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise PrefillError(f"{path}: expected a JSON list of messages, got {type(data).__name__}")
+    out = []
+    for number, item in enumerate(data):
+        where = f"{path}: message {number}"
+        if not isinstance(item, dict):
+            raise PrefillError(f"{where}: expected an object with 'role' and 'content', got {type(item).__name__}")
+        if item.get("role") not in PREFILL_ROLES:
+            raise PrefillError(f"{where}: 'role' must be one of {', '.join(PREFILL_ROLES)}, not {item.get('role')!r}")
+        if not isinstance(item.get("content"), str):
+            raise PrefillError(f"{where}: 'content' must be a string")
+        out.append({"role": item["role"], "content": item["content"]})
+    return out
+
+
+def flag_options(args: dict[str, Any]) -> dict[str, Any]:
+    """The batch_runner flags of a ``batch.run`` request beyond the basic ones, as
+    :class:`Settings` keywords; the prefill file is read and checked here, before
+    anything starts.  Raises ``ProtocolError(bad_request)`` naming the field."""
+    from hermesd.config import PROVIDERS
+    from hermesd.protocol import ProtocolError, arg
+
+    prefill_file = arg(args, "prefill_messages_file", str, None)
+    if prefill_file is not None and not os.path.isabs(prefill_file):
+        raise ProtocolError("bad_request", f"argument 'prefill_messages_file' must be an absolute path, not "
+                            f"{prefill_file!r}", {"field": "prefill_messages_file"})
+    try:
+        prefill = load_prefill(prefill_file) if prefill_file else None
+    except PrefillError as exc:
+        raise ProtocolError("bad_request", str(exc), {"field": "prefill_messages_file", "file": prefill_file}) from None
+    max_tokens = arg(args, "max_tokens", int, None)
+    if max_tokens is not None and max_tokens < 1:
+        raise ProtocolError("bad_request", f"argument 'max_tokens' must be >= 1, not {max_tokens}",
+                            {"field": "max_tokens"})
+    return {"ephemeral_system_prompt": arg(args, "ephemeral_system_prompt", str, None) or None,
+            "prefill_messages_file": prefill_file, "prefill_messages": prefill, "max_tokens": max_tokens,
+            "reasoning_disabled": arg(args, "reasoning_disabled", bool, False),
+            "provider": arg(args, "provider", str, None, choices=PROVIDERS),
+            "base_url": arg(args, "base_url", str, None) or None,
+            "allow_synthetic": arg(args, "allow_synthetic", bool, False),
+            "exclude_partial": arg(args, "exclude_partial", bool, False)}
+
+
 @dataclass(frozen=True)
 class Settings:
     """``run_name``; ``dataset_file`` and ``output_dir`` (absolute paths);
     ``batch_size``, ``num_workers``, ``max_turns`` (>= 1); ``distribution``
     (a name of ``batch.distributions``); ``reasoning_effort``, ``max_samples``
-    and ``model`` (None: the daemon's default / the whole dataset)."""
+    and ``model`` (None: the daemon's default / the whole dataset).
+
+    batch_runner's other flags: ``ephemeral_system_prompt`` (the model sees it,
+    the trajectory never does), ``prefill_messages_file`` (absolute) and the
+    ``prefill_messages`` read from it (:func:`load_prefill`), ``max_tokens``
+    (per model reply), ``reasoning_disabled`` (reasoning effort ``none``),
+    ``provider`` and ``base_url`` (None: the daemon's).  hermesd's:
+    ``allow_synthetic`` (samples of the ``scripted`` provider go into
+    ``trajectories.jsonl``) and ``exclude_partial`` (partial samples do not)."""
 
     run_name: str
     dataset_file: str
@@ -34,6 +110,20 @@ class Settings:
     reasoning_effort: str | None = None
     max_samples: int | None = None
     model: str | None = None
+    ephemeral_system_prompt: str | None = None
+    prefill_messages_file: str | None = None
+    prefill_messages: list[dict[str, str]] | None = None
+    max_tokens: int | None = None
+    reasoning_disabled: bool = False
+    provider: str | None = None
+    base_url: str | None = None
+    allow_synthetic: bool = False
+    exclude_partial: bool = False
+
+    @property
+    def effort(self) -> str | None:
+        """The reasoning effort the items run with: ``none`` when ``reasoning_disabled``."""
+        return "none" if self.reasoning_disabled else self.reasoning_effort
 
     @property
     def run_dir(self) -> Path:

@@ -10,12 +10,20 @@ after a crash reports exactly what its files hold:
   API calls and tokens count too (they were spent), and the run's active time;
 * the merge gives the lines filtered out for calling unknown tools.
 
-Shape::
+Shape — the keys of Hermes Agent's batch_runner.py ``statistics.json`` first,
+with its meanings (rates there are percentages with 2 decimals, over the calls
+with a result; tools that were never called are left out), then hermesd's::
 
-    {"run_name", "job", "dataset_file", "model", "distribution", "batch_size", "generated_at",
-     "prompts": {"total", "bad_lines", "written", "completed", "partial", "discarded_no_reasoning",
-                 "filtered_invalid_tools", "in_trajectories", "failed", "pending"},
-     "filtered": {"INDEX": [unknown tool names]},
+    {"run_name", "distribution", "total_prompts", "total_batches", "batch_size", "model",
+     "completed_at", "duration_seconds",
+     "tool_statistics": {tool: {"count", "success", "failure", "success_rate", "failure_rate"}},
+     "reasoning_statistics": {"total_assistant_turns", "turns_with_reasoning", "turns_without_reasoning"},
+     "job", "dataset_file", "model", "distribution", "batch_size", "generated_at",
+     "prompts": {"total", "bad_lines", "written", "completed", "partial", "incomplete",
+                 "discarded_no_reasoning", "filtered_invalid_tools", "filtered_tool_not_offered",
+                 "filtered_unparseable_tool_call", "filtered_synthetic", "filtered_partial",
+                 "in_trajectories", "failed", "pending"},
+     "filtered": {"INDEX": {"reason", "tools"}},
      "tool_stats": {tool: {"count", "success", "failure", "success_rate", "failure_rate"}},
      "tool_calls": {"total", "success", "failure", "success_rate"},
      "reasoning": {"samples_with_reasoning", "samples_without_reasoning", "coverage",
@@ -24,7 +32,10 @@ Shape::
      "duration": {"wall_seconds", "prompt_seconds_total", "prompt_seconds_mean"},
      "toolsets_used": {toolset: samples}}
 
-Rates are fractions in [0, 1] (0.0 when nothing was counted).  ``model`` is the
+hermesd's rates are fractions in [0, 1] (0.0 when nothing was counted).
+``partial`` counts Hermes' partial samples (stopped for invalid tool calls),
+``incomplete`` every written sample without a final answer (``completed`` false).
+The Hermes totals cover the whole run, resumed parts included.  ``model`` is the
 run's ``--model``, else the models its lines were made with (most used first).
 """
 
@@ -51,6 +62,22 @@ def _tools(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {name: {"count": c["count"], "success": c["success"], "failure": c["failure"],
                    "success_rate": _rate(c["success"], c["count"]), "failure_rate": _rate(c["failure"], c["count"])}
             for name, c in totals.items()}
+
+
+def _percent(part: int, whole: int) -> float:
+    return round(part / whole * 100, 2) if whole else 0.0
+
+
+def _hermes_tools(tools: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Hermes' ``tool_statistics``: the tools called, rates in percent of the calls with a result."""
+    out = {}
+    for name, t in tools.items():
+        if t["count"]:
+            answered = t["success"] + t["failure"]
+            out[name] = {"count": t["count"], "success": t["success"], "failure": t["failure"],
+                         "success_rate": _percent(t["success"], answered),
+                         "failure_rate": _percent(t["failure"], answered)}
+    return out
 
 
 def _spent(lines: list[dict[str, Any]], checkpoint: Checkpoint) -> tuple[Counter, int]:
@@ -90,13 +117,24 @@ def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: i
     durations += [float(d.get("duration_seconds") or 0.0) for d in checkpoint.discarded.values()]
     failed = set(checkpoint.failed) & scope
     samples_with = sum(1 for line in written if output.has_reasoning(line.get("conversations") or []))
+    size = int(settings.get("batch_size") or 1)
+    now = clock.now_iso()
+    filtered = {f"filtered_{reason}": merged.count(reason) for reason in output.FILTER_REASONS}
     return {
-        "run_name": settings.get("run_name"), "job": job, "dataset_file": settings.get("dataset_file"),
-        "model": settings.get("model") or _models_used(written), "distribution": settings.get("distribution"),
-        "batch_size": settings.get("batch_size"), "generated_at": clock.now_iso(),
+        "run_name": settings.get("run_name"), "distribution": settings.get("distribution"),
+        "total_prompts": len(scope), "total_batches": len({i // size for i in scope}),
+        "batch_size": settings.get("batch_size"), "model": settings.get("model") or _models_used(written),
+        "completed_at": now, "duration_seconds": round(checkpoint.active_seconds, 2),
+        "tool_statistics": _hermes_tools(tools),
+        "reasoning_statistics": {"total_assistant_turns": len(turns), "turns_with_reasoning": with_reasoning,
+                                 "turns_without_reasoning": len(turns) - with_reasoning},
+        "job": job, "dataset_file": settings.get("dataset_file"), "generated_at": now,
         "prompts": {"total": len(scope), "bad_lines": bad_lines, "written": len(written), "completed": completed,
-                    "partial": len(written) - completed, "discarded_no_reasoning": discarded,
-                    "filtered_invalid_tools": len(merged.filtered), "in_trajectories": len(merged.kept),
+                    "partial": sum(1 for line in written if line.get("partial")),
+                    "incomplete": len(written) - completed, "discarded_no_reasoning": discarded,
+                    "filtered_invalid_tools": filtered["filtered_tool_not_offered"]
+                    + filtered["filtered_unparseable_tool_call"], **filtered,
+                    "in_trajectories": len(merged.kept),
                     "failed": len(failed), "pending": len(scope - checkpoint.settled() - failed)},
         "filtered": {str(k): v for k, v in merged.filtered.items()},
         "tool_stats": tools,

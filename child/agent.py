@@ -33,8 +33,9 @@ DEFAULTS: dict[str, Any] = JobSpec().to_wire()
 
 Batch items (``batch.runner_iface``) also set: ``ephemeral_system_prompt`` (added
 to the system prompt the model sees, never to the trajectory),
-``prefill_messages`` (``[{"role": "user"|"assistant", "content": str}]`` put before
-the conversation at every model call, never recorded — Hermes' prefill),
+``prefill_messages`` (``[{"role": "system"|"user"|"assistant", "content": str}]``:
+user and assistant ones put before the conversation at every model call, system
+ones added to the system prompt; never recorded — Hermes' prefill),
 ``workdir_placeholder`` (shown instead of the working directory, and the tool
 list left to the API's tool definitions, so every sample's system prompt is the
 same) and ``invalid_tool_call_retries`` (see :meth:`Agent.loop`)."""
@@ -89,8 +90,10 @@ class Agent:
         self.api_calls, self.tokens, self.trace = 0, {"input": 0, "output": 0}, []
         self.provider: Any = None
         self.system, self.model_system, self.tools = "", "", []
+        prefill = [p for p in self.spec["prefill_messages"] or [] if isinstance(p, dict)]
         self.prefill = [m.user(str(p["content"])) if p.get("role") == "user" else m.assistant([m.text(str(p["content"]))])
-                        for p in self.spec["prefill_messages"] or []]
+                        for p in prefill if p.get("role") in ("user", "assistant")]
+        self.prefill_system = "\n\n".join(str(p["content"]) for p in prefill if p.get("role") == "system")
         self.started = time.monotonic()
         self.activity = "starting"  # what the run is doing now (kept as it was when a stop came)
 
@@ -101,8 +104,8 @@ class Agent:
             registry = importlib.import_module("child.tools.registry")
             self.tools = [t.spec() for t in registry.tools_for(list(self.spec["toolsets"]), self.spec["role"])]
             self.system = system_prompt(self.spec, self.tools)
-            ephemeral = str(self.spec["ephemeral_system_prompt"] or "").strip()
-            self.model_system = f"{self.system}\n\n{ephemeral}" if ephemeral else self.system
+            unrecorded = [str(self.spec["ephemeral_system_prompt"] or "").strip(), self.prefill_system.strip()]
+            self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
             self.add(m.user(first_message(self.spec)))
             self.provider = make_provider(self.spec, stop=self.stop)
             return self.loop(registry)

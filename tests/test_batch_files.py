@@ -110,27 +110,55 @@ def test_write_atomic_replaces_the_whole_file(tmp_path):
 # lines, filters, merge, statistics -------------------------------------------------
 
 
-def _line(index, *, think=True, tools=(), trace=(), completed=True, tokens=(10, 5)):
-    gpt = ("<think>\nplan\n</think>\n" if think else "") + "answer"
+TERMINAL_ONLY = [{"type": "function", "function": {"name": "terminal", "description": "", "parameters": {}}}]
+
+
+def _line(index, *, think=True, tools=(), trace=(), completed=True, partial=False, tokens=(10, 5), raw="",
+          synthetic=False, offered=TERMINAL_ONLY):
+    gpt = ("<think>\nplan\n</think>\n" if think else "<think>\n</think>\n") + "answer" + raw
     for name in tools:
         gpt += "\n<tool_call>\n" + json.dumps({"name": name, "arguments": {}}) + "\n</tool_call>"
     conversations = [{"from": "system", "value": "s"}, {"from": "human", "value": f"p{index}"},
                      {"from": "gpt", "value": gpt}]
-    return output.build_line(index=index, batch=index // 2, conversations=conversations, completed=completed,
-                             partial=not completed, api_calls=2, toolsets=["terminal"], trace=list(trace),
+    return output.build_line(index=index, batch=index // 2, trajectory={"conversations": conversations,
+                                                                        "tools": offered},
+                             completed=completed, partial=partial, api_calls=2, toolsets=["terminal"],
+                             trace=list(trace), extra={"task_id": f"T/{index}"},
                              metadata={"model": None, "tokens": {"input": tokens[0], "output": tokens[1]},
-                                       "duration_seconds": 1.5})
+                                       "duration_seconds": 1.5, "synthetic": synthetic})
 
 
 def test_a_line_has_one_schema_whatever_is_missing():
     line = _line(3, trace=[{"name": "terminal", "ok": True}, {"name": "terminal", "ok": False},
                            {"name": "fly", "ok": False}])
     assert set(line) == {"prompt_index", "conversations", "metadata", "completed", "partial", "api_calls",
-                         "toolsets_used", "tool_stats"}
-    assert line["metadata"]["model"] == "" and line["metadata"]["batch"] == 1
+                         "toolsets_used", "tool_stats", "tool_error_counts", "messages", "tools", "tool_usage"}
+    assert line["metadata"]["model"] == "" and line["metadata"]["batch"] == line["metadata"]["batch_num"] == 1
+    assert line["metadata"]["extra"] == {"task_id": "T/3"}
+    assert line["tool_error_counts"]["terminal"] == 1 and list(line["tool_error_counts"]) == list(output.KNOWN_TOOLS)
+    assert line["tool_usage"] == [{"name": "terminal", "count": 2, "success": 1, "failure": 1}]
     assert list(line["tool_stats"]) == list(output.KNOWN_TOOLS)
     assert line["tool_stats"]["terminal"] == {"count": 2, "success": 1, "failure": 1}
     assert line["tool_stats"]["read_file"] == {"count": 0, "success": 0, "failure": 0}
+
+
+def test_filters_check_the_tools_each_sample_was_offered():
+    assert output.filter_reason(_line(0, tools=["terminal"])) is None
+    assert output.filter_reason(_line(0, tools=["web_search"])) == ("tool_not_offered", ["web_search"])  # known, not offered
+    bad = '\n<tool_call>\n{"name": "terminal", "arguments": {oops}\n</tool_call>'
+    assert output.filter_reason(_line(0, raw=bad)) == ("unparseable_tool_call", [])
+    assert output.filter_reason(_line(0, synthetic=True)) == ("synthetic", [])
+    assert output.filter_reason(_line(0, synthetic=True), allow_synthetic=True) is None
+    assert output.filter_reason(_line(0, partial=True, completed=False)) is None
+    assert output.filter_reason(_line(0, partial=True, completed=False), exclude_partial=True) == ("partial", [])
+    old = _line(0, tools=["web_search"])
+    del old["tools"]  # a line of an older version: every known tool counts as offered
+    assert output.filter_reason(old) is None
+
+
+def test_reasoning_means_a_scratchpad_or_a_think_block_that_is_not_empty():
+    assert output.shows_reasoning("<think>\nplan\n</think>\nx") and output.shows_reasoning("<REASONING_SCRATCHPAD>")
+    assert not output.shows_reasoning("<think>\n</think>\nanswer")
 
 
 def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
@@ -141,7 +169,7 @@ def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
     loaded, problems = output.load_lines(tmp_path)
     assert loaded == lines and problems == []
     merged = output.merge(tmp_path, loaded)
-    assert merged.filtered == {1: ["fly_to_moon"]}
+    assert merged.filtered == {1: {"reason": "tool_not_offered", "tools": ["fly_to_moon"]}}
     assert [json.loads(t)["prompt_index"] for t in (tmp_path / "trajectories.jsonl").read_text().splitlines()] == [0, 3]
     ckpt = Checkpoint(tmp_path)
     ckpt.done = set(lines)
@@ -151,9 +179,19 @@ def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
     settings = Settings(run_name="r", dataset_file="/d", output_dir=str(tmp_path), batch_size=2).to_dict()
     stats = statistics.compute(settings=settings, job="batch_r", scope={0, 1, 2, 3, 4, 5}, bad_lines=1,
                                lines=loaded, merged=merged, checkpoint=ckpt)
-    assert stats["prompts"] == {"total": 6, "bad_lines": 1, "written": 3, "completed": 2, "partial": 1,
-                                "discarded_no_reasoning": 1, "filtered_invalid_tools": 1, "in_trajectories": 2,
+    assert stats["prompts"] == {"total": 6, "bad_lines": 1, "written": 3, "completed": 2, "partial": 0,
+                                "incomplete": 1, "discarded_no_reasoning": 1, "filtered_invalid_tools": 1,
+                                "filtered_tool_not_offered": 1, "filtered_unparseable_tool_call": 0,
+                                "filtered_synthetic": 0, "filtered_partial": 0, "in_trajectories": 2,
                                 "failed": 1, "pending": 1}
+    # Hermes' keys, with Hermes' meanings (rates in percent)
+    assert {k: stats[k] for k in ("run_name", "total_prompts", "total_batches", "batch_size")} == {
+        "run_name": "r", "total_prompts": 6, "total_batches": 3, "batch_size": 2}
+    assert stats["tool_statistics"] == {"terminal": {"count": 1, "success": 1, "failure": 0, "success_rate": 100.0,
+                                                     "failure_rate": 0.0}}
+    assert stats["reasoning_statistics"] == {"total_assistant_turns": 3, "turns_with_reasoning": 3,
+                                             "turns_without_reasoning": 0}
+    assert {"distribution", "model", "completed_at", "duration_seconds"} <= set(stats)
     assert stats["tool_stats"]["terminal"]["success_rate"] == 1.0 and stats["tool_calls"]["total"] == 1
     assert stats["tokens"] == {"input": 37, "output": 16, "total": 53}
     assert stats["api_calls"] == 7
@@ -171,10 +209,16 @@ def test_repeated_indices_keep_the_first_line(tmp_path):
 def test_checkpoint_round_trip_and_corruption(tmp_path):
     ckpt = Checkpoint(tmp_path)
     ckpt.done, ckpt.discarded, ckpt.failed = {3, 1}, {2: {"reason": "no_reasoning"}}, {5: {"error": "x"}}
+    ckpt.settings, ckpt.skipped = {"batch_size": 2}, {1}
     ckpt.save()
     again = Checkpoint.load(tmp_path)
     assert (again.done, again.discarded, again.failed) == ({1, 3}, {2: {"reason": "no_reasoning"}}, {5: {"error": "x"}})
     assert again.settled() == {1, 2, 3}
+    data = json.loads((tmp_path / "checkpoint.json").read_text())  # Hermes' keys
+    assert data["completed_prompts"] == [1, 2, 3] and data["last_updated"] and data["run_name"] == ""
+    assert data["batch_stats"] == {"0": {"processed": 0, "skipped": 1, "discarded_no_reasoning": 0},
+                                   "1": {"processed": 2, "skipped": 0, "discarded_no_reasoning": 1},
+                                   "2": {"processed": 1, "skipped": 0, "discarded_no_reasoning": 0}}
     (tmp_path / "checkpoint.json").write_text("{broken")
     with pytest.raises(CheckpointError, match="checkpoint.json: cannot read"):
         Checkpoint.load(tmp_path)

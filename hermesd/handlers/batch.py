@@ -13,7 +13,7 @@ from typing import Any
 
 from batch import distributions
 from batch.service import BatchService
-from batch.settings import Settings
+from batch.settings import Settings, flag_options
 from hermesd import config as config_mod
 from hermesd.context import Context
 from hermesd.handlers.jobs import ended
@@ -98,7 +98,8 @@ def settings_from(ctx: Context, args: dict[str, Any]) -> Settings:
                     num_workers=_positive(args, "num_workers", ctx.config.batch.num_workers),
                     max_turns=_positive(args, "max_turns", ctx.config.batch.max_turns), distribution=distribution,
                     reasoning_effort=arg(args, "reasoning_effort", str, None, choices=config_mod.REASONING_EFFORTS),
-                    max_samples=_positive(args, "max_samples"), model=arg(args, "model", str, None))
+                    max_samples=_positive(args, "max_samples"), model=arg(args, "model", str, None),
+                    **flag_options(args))
 
 
 @op("batch.run", work=True)
@@ -111,12 +112,17 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``batch.max_turns``, 10), ``distribution`` (default ``default``; see
     ``batch.distributions``), ``reasoning_effort``, ``max_samples`` (use only
     the first K usable prompts), ``model``, ``output_dir`` (absolute; default
-    ``batch.output_dir`` under ``HERMES_HOME``).  The run writes
+    ``batch.output_dir`` under ``HERMES_HOME``); batch_runner's
+    ``ephemeral_system_prompt``, ``prefill_messages_file`` (absolute; a JSON list
+    of ``{role, content}``, refused as ``FILE: reason``), ``max_tokens``,
+    ``reasoning_disabled``, ``provider``, ``base_url``; and ``allow_synthetic``,
+    ``exclude_partial`` (see ``batch.settings``).  The run writes
     ``OUTPUT_DIR/RUN_NAME/``.  Returns the batch record (see ``batch.status``).
     Errors: ``bad_request`` (a bad argument, an unreadable dataset, a
     ``docker_image`` line, a resume whose batch_size/dataset/distribution
-    differ), ``invalid_state`` (already running; the directory holds a run and
-    ``resume`` is off).
+    differ, a bad prefill file), ``invalid_state`` (already running; the directory
+    holds a run and ``resume`` is off), ``not_found`` (``resume`` of a run that
+    does not exist).
     """
     settings = settings_from(ctx, args)
     return _service(ctx).run(settings, resume=arg(args, "resume", bool, False))
