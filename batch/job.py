@@ -188,7 +188,21 @@ class BatchRun:
             self.finish("failed", f"cannot write the run's files in {self.run_dir}: {exc}")
             return
         self.settled_now += 1
-        self.emit("batch.progress", self.progress())
+        self.emit("batch.progress", {**self.progress(), "item": self._item_report(o, sample, partial)})
+
+    def _item_report(self, o: ItemOutcome, sample: bool, partial: bool) -> dict[str, Any]:
+        """What became of one prompt, for ``--verbose``: ``index``, ``job``, ``outcome``
+        (``written``, ``discarded`` or ``failed``), ``detail``, ``toolsets``."""
+        if not sample:
+            outcome, detail = "failed", str(self.checkpoint.failed.get(o.index, {}).get("error") or o.status)
+        elif o.index in self.checkpoint.discarded:
+            outcome, detail = "discarded", "no reasoning in any assistant turn"
+        else:
+            outcome = "written"
+            detail = "partial (invalid tool calls)" if partial else ("completed" if o.status == "completed"
+                                                                      else f"not completed ({o.status})")
+        return {"index": o.index, "job": o.handle, "outcome": outcome, "detail": detail,
+                "toolsets": self.request(self.prompts[o.index]).toolsets}
 
     def _sample(self, o: ItemOutcome, result: dict[str, Any], trajectory: dict[str, Any], *, completed: bool,
                 partial: bool) -> None:

@@ -91,7 +91,8 @@ class BatchService:
         """Start batch ``s.run_name`` (or continue it with ``resume``); returns its record.
 
         Raises ``ProtocolError``: ``invalid_state`` when it is already running or
-        its directory holds a run and ``resume`` is off; ``bad_request`` for an
+        its directory holds a run and ``resume`` is off; ``bad_request`` for a
+        ``resume`` of a run that does not exist (naming its directory), an
         unreadable dataset, a ``docker_image`` line, a checkpoint whose fixed
         settings differ, or an unusable output directory.
         """
@@ -101,15 +102,19 @@ class BatchService:
             raise ProtocolError("invalid_state", f"batch {s.run_name} is already {row['status']} (job {job_id}); "
                                 f"follow it with `hermesctl batch status {s.run_name}` or stop it with "
                                 f"`hermesctl batch cancel {s.run_name}`", {"job": job_id, "status": row["status"]})
-        data = self._dataset(s)
         try:
             stored = Checkpoint.load(s.run_dir)
         except CheckpointError as exc:
             raise ProtocolError("bad_request", str(exc), {"field": "run_name"}) from None
+        if resume and stored is None and not batch_files(s.run_dir):
+            raise ProtocolError("bad_request", f"cannot resume {s.run_name!r}: {s.run_dir} holds no run (no "
+                                "checkpoint.json, no batch files); check --run_name and --output_dir, or start it "
+                                "without --resume", {"field": "resume", "run_dir": str(s.run_dir)})
         if (stored is not None or batch_files(s.run_dir)) and not resume:
             raise ProtocolError("invalid_state", f"{s.run_dir} already holds run {s.run_name!r}; pass --resume to "
                                 "continue it (nothing finished runs again), or choose another --run_name or "
                                 "--output_dir", {"field": "run_name", "run_dir": str(s.run_dir)})
+        data = self._dataset(s)
         conflicts = s.conflicts(stored.settings) if stored is not None else []
         if conflicts:
             raise ProtocolError("bad_request", f"cannot resume {s.run_name!r}: " + "; ".join(conflicts),

@@ -25,9 +25,9 @@ from typing import Any, Callable
 import click
 
 from client import render
-from client.common import (COMPLETION_HELP, TERMINAL, Ctl, conn, exit_for, global_options, is_json, json_option,
+from client.common import (COMPLETION_HELP, TERMINAL, Ctl, conn, exit_for, fail, global_options, is_json, json_option,
                            out, show, stopped_watching)
-from hermesd.config import REASONING_EFFORTS
+from hermesd.config import PROVIDERS, REASONING_EFFORTS
 
 batch_group = click.Group("batch", help="Batch runs: trajectories over a JSONL dataset of prompts.")
 
@@ -55,6 +55,19 @@ RUN_OPTIONS = [
     _flag("list_distributions", is_flag=True, help="Print the toolset distributions and exit."),
     _flag("max_samples", type=click.IntRange(min=1), default=None, help="Use only the first K prompts."),
     _flag("output_dir", default="data", show_default=True, help="Directory of the run directories."),
+    _flag("ephemeral_system_prompt", default=None,
+          help="System prompt the model sees during the run; never written into the trajectories."),
+    _flag("prefill_messages_file", default=None,
+          help="JSON list of {role, content} messages put before each prompt (not in the trajectories)."),
+    _flag("max_tokens", type=click.IntRange(min=1), default=None, help="Most tokens per model reply."),
+    _flag("reasoning_disabled", is_flag=True, help="No reasoning/thinking tokens (reasoning effort none)."),
+    _flag("provider", type=click.Choice(PROVIDERS), default=None, help="Model provider of this run (default: the daemon's)."),
+    _flag("base_url", default=None, help="Model server of this run (default: the daemon's)."),
+    _flag("allow_synthetic", is_flag=True,
+          help="Let samples of the scripted provider into trajectories.jsonl (left out and counted otherwise)."),
+    _flag("exclude_partial", is_flag=True,
+          help="Leave partial samples (stopped for invalid tool calls) out of trajectories.jsonl (counted)."),
+    _flag("verbose", is_flag=True, help="Print what became of each prompt."),
     _flag("detach", is_flag=True, help="Print the job id and return; the batch runs on."),
 ]
 
@@ -109,8 +122,11 @@ class ProgressView:
             out(f"{self.job}: {p['processed']}/{p['total']} · {progress_text(p)}")
 
     def note(self, text: str) -> None:
-        """A remark between progress updates (stderr)."""
-        out(f"{self.job}: {text}", err=True)
+        """A remark between progress updates (stderr; above the bar on a terminal)."""
+        if self.bar is not None:
+            self.bar.console.print(f"{self.job}: {text}", markup=False, highlight=False)
+        else:
+            out(f"{self.job}: {text}", err=True)
 
     def close(self) -> None:
         """Stop the live display."""
@@ -118,8 +134,15 @@ class ProgressView:
             self.bar.stop()
 
 
-def follow(record: dict[str, Any]) -> dict[str, Any]:
-    """Show the run's progress until its job is terminal; returns its final record."""
+def item_text(item: dict[str, Any]) -> str:
+    """One settled prompt (``--verbose``): ``prompt 7 (batch_item_…, toolsets terminal,file): written: completed``."""
+    return (f"prompt {item.get('index')} ({item.get('job')}, toolsets {','.join(item.get('toolsets') or []) or '-'}): "
+            f"{item.get('outcome')}: {item.get('detail')}")
+
+
+def follow(record: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
+    """Show the run's progress until its job is terminal (with ``verbose``, a line per
+    settled prompt); returns its final record."""
     job = record["id"]
     if record["status"] in TERMINAL:
         return record
@@ -130,6 +153,8 @@ def follow(record: dict[str, Any]) -> dict[str, Any]:
                 continue
             data = event.get("data") or {}
             if event["type"] == "batch.progress":
+                if verbose and data.get("item") and view.mode != "json":
+                    view.note(item_text(data["item"]))
                 view.update(data)
             elif event["type"] == "batch.restarting":
                 view.note("hermesd restarted; the batch continues from its files")
@@ -178,10 +203,18 @@ def _distributions() -> None:
 
 def _fill_from_checkpoint(flags: dict[str, Any]) -> None:
     """With ``--resume``: the fixed settings not given (dataset file, batch size,
-    distribution) are the run's own, read from OUTPUT_DIR/RUN_NAME/checkpoint.json."""
-    path = Path(os.path.expanduser(flags["output_dir"])) / flags["run_name"] / "checkpoint.json"
+    distribution) are the run's own, read from OUTPUT_DIR/RUN_NAME/checkpoint.json.
+    A run that does not exist is refused here (exit 2, naming its directory) when
+    the flags do not say what to start."""
+    run_dir = Path(os.path.abspath(os.path.expanduser(flags["output_dir"]))) / flags["run_name"]
+    path = run_dir / "checkpoint.json"
     try:
         stored = json.loads(path.read_text()).get("settings") or {}
+    except FileNotFoundError:
+        if not any(run_dir.glob("batch_*.jsonl")):
+            fail("bad_request", f"cannot resume {flags['run_name']!r}: {run_dir} holds no run (no checkpoint.json, "
+                     "no batch files); check --run_name and --output_dir, or start it without --resume")
+        return
     except (OSError, ValueError, AttributeError):
         return  # no readable checkpoint: the daemon says what is wrong, or the usage error below
     for key in ("dataset_file", "batch_size", "distribution"):
@@ -199,10 +232,11 @@ def run_batch(flags: dict[str, Any]) -> None:
     if missing:
         raise click.UsageError(f"missing required option(s): {', '.join(missing)}"
                                + (" (no checkpoint to take them from)" if flags.get("resume") else ""))
-    detach = flags.pop("detach")
+    detach, verbose = flags.pop("detach"), flags.pop("verbose")
     args = {k: v for k, v in flags.items() if v is not None and v is not False}
-    for key in ("dataset_file", "output_dir"):
-        args[key] = os.path.abspath(os.path.expanduser(args[key]))
+    for key in ("dataset_file", "output_dir", "prefill_messages_file"):
+        if key in args:
+            args[key] = os.path.abspath(os.path.expanduser(args[key]))
     record = conn().call("batch.run", **args)
     for message in record.get("errors") or []:
         out(message, err=True)
@@ -210,7 +244,7 @@ def run_batch(flags: dict[str, Any]) -> None:
         out(f"… {record['bad_lines']} bad lines in all (skipped)", err=True)
     if detach:
         return show(record, lambda r: r["id"])
-    final = follow(record)
+    final = follow(record, verbose)
     show(final, record_text)
     exit_for(final)
 

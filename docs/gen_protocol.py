@@ -57,7 +57,8 @@ EVENT_MEANINGS = {
     "session.turn": "A session turn ended and its messages were stored. `data`: `status`, `reply`, "
     "`notification` (the delivered job id, for a delivery turn).",
     "batch.progress": "Progress of a batch run: `total`, `done`, `discarded`, `failed`, `running`, `pending`, "
-    "`processed`, `rate_per_minute`, `eta_seconds`.",
+    "`processed`, `rate_per_minute`, `eta_seconds`; after a prompt settled, `item`: `index`, `job`, `outcome` "
+    "(`written`, `discarded`, `failed`), `detail`, `toolsets`.",
     "kanban.created": "A task was put on a board. `data`: `task`, `board`, `title`, `by`, `assignee`, `parents`, "
     "`priority`.",
     "kanban.status": "A task changed status. `data`: `task`, `board`, `title`, `status`, `previous`, `reason`, "

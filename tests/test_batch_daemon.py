@@ -17,15 +17,17 @@ from hermesd.protocol import ProtocolError
 from tests.harness import wait_for
 
 THINK = {"thinking": "I plan the answer.", "tool_calls": [{"name": "terminal", "input": {"command": "echo hi"}}]}
+FLY = {"thinking": "I call a tool.", "tool_calls": [{"name": "fly_to_moon", "input": {}}]}
+WEB = {"thinking": "I search.", "tool_calls": [{"name": "web_search", "input": {"query": "x"}}]}  # known, not offered
 SCRIPTS = {
     "normal": [THINK, {"text": "done"}],
     "no_reasoning": [{"text": "an answer without any reasoning"}],
-    "hallucinated": [{"thinking": "I call a tool.", "tool_calls": [{"name": "fly_to_moon", "input": {}}]},
-                     {"text": "done"}],
+    # Hermes' partial: three replies in a row with invalid tool calls (never kept) end the sample
+    "hallucinated": [THINK, FLY, WEB, FLY, {"text": "never reached"}],
     "failing": [{"error": "the model exploded"}],
-    "partial": [THINK, THINK, THINK, {"text": "never reached"}],
+    "incomplete": [THINK] * 6 + [{"text": "never reached"}],  # out of turns: not completed, not partial
 }
-MIX = {3: "no_reasoning", 5: "hallucinated", 7: "failing", 9: "partial"}
+MIX = {3: "no_reasoning", 5: "hallucinated", 7: "failing", 9: "incomplete"}
 """Prompt kind by ``i % 10`` in :func:`mixed_dataset` (the rest are ``normal``)."""
 
 
@@ -45,7 +47,7 @@ def mixed_dataset(path: Path, n: int) -> tuple[Path, dict[int, str]]:
             entries.append("{not json" if len(entries) == 1 else json.dumps({"no_prompt": True}))
         kind = MIX.get(i % 10, "normal")
         kinds[len(entries)] = kind
-        entries.append({"prompt": f"prompt number {i}", "script": SCRIPTS[kind]})
+        entries.append({"prompt": f"prompt number {i}", "script": SCRIPTS[kind], "task_id": f"T{len(entries)}"})
     return write_dataset(path, entries), kinds
 
 
@@ -102,7 +104,7 @@ def check_consistent(run: dict[str, Any], batch_size: int) -> None:
 def run_mixed(make_daemon, tmp_path: Path, n: int, load_with_datasets: bool) -> None:
     daemon = make_daemon({"supervisor": {"max_children": 4}})
     dataset, kinds = mixed_dataset(tmp_path / "prompts.jsonl", n)
-    record = start(daemon, dataset, "mixed", num_workers=4, max_turns=2)
+    record = start(daemon, dataset, "mixed", num_workers=4, max_turns=5, allow_synthetic=True, distribution="no_web")
     assert record["bad_lines"] == 2 and record["errors"][0].startswith(f"{dataset}:2: invalid JSON")
     final = finish(daemon, record, timeout=60 + n * 2)
     assert final["status"] == "completed", final
@@ -110,28 +112,35 @@ def run_mixed(make_daemon, tmp_path: Path, n: int, load_with_datasets: bool) -> 
     check_consistent(run, 10)
     by_kind = {k: {i for i, kind in kinds.items() if kind == k} for k in SCRIPTS}
     written = {line["prompt_index"]: line for lines in run["batches"].values() for line in lines}
-    assert set(written) == by_kind["normal"] | by_kind["hallucinated"] | by_kind["partial"]
+    assert set(written) == by_kind["normal"] | by_kind["hallucinated"] | by_kind["incomplete"]
     assert {int(i) for i in run["checkpoint"]["discarded"]} == by_kind["no_reasoning"]
     assert {int(i) for i in run["checkpoint"]["failed"]} == by_kind["failing"]
-    assert {int(i) for i in run["statistics"]["filtered"]} == by_kind["hallucinated"]
+    assert run["statistics"]["filtered"] == {}  # synthetic samples allowed; invalid calls were never kept
     assert run["statistics"]["model"] == "scripted"  # no --model: the one the lines were made with
-    assert all(written[i]["partial"] and not written[i]["completed"] for i in by_kind["partial"])
+    assert all(written[i]["partial"] and not written[i]["completed"] for i in by_kind["hallucinated"])
+    assert all(written[i]["metadata"]["exit_reason"] == "invalid_tool_calls" for i in by_kind["hallucinated"])
+    assert all("fly_to_moon" not in json.dumps(written[i]["conversations"]) for i in by_kind["hallucinated"])
+    assert all(not written[i]["partial"] and not written[i]["completed"] for i in by_kind["incomplete"])
     assert all(written[i]["completed"] for i in by_kind["normal"])
+    assert run["statistics"]["prompts"]["partial"] == len(by_kind["hallucinated"])
+    assert run["statistics"]["prompts"]["incomplete"] == len(by_kind["hallucinated"] | by_kind["incomplete"])
+    assert written[min(by_kind["normal"])]["metadata"]["extra"] == {"task_id": f"T{min(by_kind['normal'])}"}
     assert final["progress"]["done"] == len(written) and final["progress"]["pending"] == 0
     line = written[min(by_kind["normal"])]
     assert [t["from"] for t in line["conversations"]] == ["system", "human", "gpt", "tool", "gpt"]
     assert line["conversations"][2]["value"].startswith("<think>\nI plan the answer.\n</think>")
     assert '"name": "terminal"' in line["conversations"][2]["value"] and "<tool_response>" in line["conversations"][3]["value"]
     assert line["tool_stats"]["terminal"] == {"count": 1, "success": 1, "failure": 0}
-    assert line["metadata"]["synthetic"] is True and line["toolsets_used"] == ["terminal", "file", "web"]
+    assert line["metadata"]["synthetic"] is True and line["toolsets_used"] == ["terminal", "file"]
+    systems = {t["conversations"][0]["value"] for t in run["trajectories"]}
+    assert len(systems) == 1 and str(daemon.base) not in systems.pop()  # one system turn, no host path
     if load_with_datasets:
         import datasets
 
-        loaded = datasets.load_dataset("json", data_files=str(Path(final["run_dir"]) / "trajectories.jsonl"),
-                                       split="train", cache_dir=str(tmp_path / "hf"))
+        loaded = datasets.load_dataset(final["run_dir"], split="train", cache_dir=str(tmp_path / "hf"))
         assert len(loaded) == len(run["trajectories"])
-        assert set(loaded.features["tool_stats"]) == set(line["tool_stats"])
         assert loaded[0]["prompt_index"] == run["trajectories"][0]["prompt_index"]
+        assert loaded[0]["tool_stats"] == run["trajectories"][0]["tool_stats"]
 
 
 def test_mixed_run_files_filters_statistics_and_datasets_loader(make_daemon, tmp_path):
@@ -299,13 +308,15 @@ def test_hermes_batch_command_line(daemon, tmp_path):
     assert missing.returncode == 2 and "--batch_size, --run_name" in missing.stderr
     assert not (daemon.work / "data").exists()
     done = hermes_batch(daemon, "--dataset_file", str(dataset), "--batch_size", "2", "--run_name", "cli",
-                        "--num_workers", "2")
+                        "--num_workers", "2", "--allow_synthetic", "--verbose")
     assert done.returncode == 0, done.stderr
     assert f"{dataset}:1: invalid JSON" in done.stderr
     assert "batch_cli  completed" in done.stdout and "4 of 4 prompts written" in done.stdout
     assert "batch_cli: 4/4 · done 4" in done.stdout  # the plain progress line (stdout is not a TTY)
+    assert "prompt 1 (item_" in done.stderr and ": written: completed" in done.stderr  # --verbose
     assert sorted(p.name for p in (daemon.work / "data" / "cli").iterdir()) == [
-        "batch_0.jsonl", "batch_1.jsonl", "batch_2.jsonl", "checkpoint.json", "statistics.json", "trajectories.jsonl"]
+        "README.md", "batch_0.jsonl", "batch_1.jsonl", "batch_2.jsonl", "checkpoint.json", "statistics.json",
+        "trajectories.jsonl"]
     detached = hermes_batch(daemon, "--dataset_file", str(dataset), "--batch-size", "2", "--run-name", "cli2",
                             "--detach", "--json")
     record = json.loads(detached.stdout)
@@ -320,6 +331,11 @@ def test_hermes_batch_command_line(daemon, tmp_path):
     resumed = hermes_batch(daemon, "--run_name", "cli", "--resume")  # dataset and batch size from the checkpoint
     assert resumed.returncode == 0 and "4 of 4 prompts written" in resumed.stdout, resumed.stderr
     nothing = hermes_batch(daemon, "--run_name", "never", "--resume")
-    assert nothing.returncode == 2 and "no checkpoint to take them from" in nothing.stderr
+    never = daemon.work / "data" / "never"
+    assert nothing.returncode == 2 and f"cannot resume 'never': {never} holds no run" in nothing.stderr
+    nothing = hermes_batch(daemon, "--run_name", "never", "--resume", "--dataset_file", str(dataset),
+                           "--batch_size", "2")
+    assert nothing.returncode == 2 and str(never) in nothing.stderr and not never.exists()
+    assert daemon.call("batch.list")["batches"][-1]["id"] != "batch_never"
     cancel = daemon.ctl("batch", "cancel", "cli", "--json")
     assert cancel.returncode == 6 and json.loads(cancel.stdout)["error"]["code"] == "invalid_state"

@@ -120,9 +120,9 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``OUTPUT_DIR/RUN_NAME/``.  Returns the batch record (see ``batch.status``).
     Errors: ``bad_request`` (a bad argument, an unreadable dataset, a
     ``docker_image`` line, a resume whose batch_size/dataset/distribution
-    differ, a bad prefill file), ``invalid_state`` (already running; the directory
-    holds a run and ``resume`` is off), ``not_found`` (``resume`` of a run that
-    does not exist).
+    differ, a bad prefill file, ``resume`` of a run that does not exist),
+    ``invalid_state`` (already running; the directory holds a run and ``resume``
+    is off).
     """
     settings = settings_from(ctx, args)
     return _service(ctx).run(settings, resume=arg(args, "resume", bool, False))
