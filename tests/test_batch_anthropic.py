@@ -1,9 +1,11 @@
 """A batch over the real HumanEval prompts with the Anthropic provider against the
 fake Messages API: real thinking blocks become ``<think>``, a reply without
-reasoning is discarded, a hallucinated tool is filtered out."""
+reasoning is discarded, a model that keeps calling a tool it does not have ends
+partial; the provider, base URL and batch_runner's run flags are per run."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -41,18 +43,29 @@ def test_humaneval_prompts_all_read():
 
 
 def test_humaneval_batch_with_the_fake_anthropic_server(make_daemon, tmp_path):
+    prefill = tmp_path / "prefill.json"
+    prefill.write_text(json.dumps([{"role": "user", "content": "PREFILL: answer in Python."},
+                                   {"role": "assistant", "content": "Understood."}]))
     with FakeAnthropic() as api:
         api.default = _reply
-        daemon = make_daemon({"provider": "anthropic", "base_url": api.url, "supervisor": {"max_children": 4}})
+        daemon = make_daemon({"supervisor": {"max_children": 4}})  # the provider and its URL are the run's
         record = start(daemon, HUMANEVAL, "humaneval", batch_size=3, num_workers=4, max_samples=6,
-                       model="claude-fake-1", distribution="no_web", reasoning_effort="low")
+                       model="claude-fake-1", distribution="no_web", reasoning_effort="low", provider="anthropic",
+                       base_url=api.url, ephemeral_system_prompt="EPHEMERAL: be brief.", max_tokens=777,
+                       prefill_messages_file=str(prefill))
         final = finish(daemon, record, timeout=180)
     assert final["status"] == "completed", final
     run = read_run(Path(record["run_dir"]))
     check_consistent(run, 3)
-    assert set(run["checkpoint"]["discarded"]) == {"3"}  # below_zero
-    assert run["statistics"]["filtered"] == {"2": ["fly_to_moon"]}  # truncate_number
+    # truncate_number: fly_to_moon three times (never kept), so no reasoning is left: discarded; below_zero too
+    assert set(run["checkpoint"]["discarded"]) == {"2", "3"} and run["checkpoint"]["discarded"]["2"]["partial"]
+    assert run["statistics"]["filtered"] == {}
     assert [t["prompt_index"] for t in run["trajectories"]] == [0, 1, 4, 5]
+    for sent in (r.body for r in api.requests):
+        assert sent["system"].endswith("\n\nEPHEMERAL: be brief.") and sent["max_tokens"] == 777 + 2048
+        assert sent["messages"][0]["content"][0]["text"] == "PREFILL: answer in Python."
+    text = json.dumps(run["trajectories"])
+    assert "EPHEMERAL" not in text and "PREFILL" not in text and "Understood." not in text
     line = run["trajectories"][0]
     assert line["metadata"]["model"] == "claude-fake-1" and line["metadata"]["provider"] == "anthropic"
     assert line["metadata"]["synthetic"] is False and line["toolsets_used"] == ["terminal", "file"]
@@ -60,6 +73,6 @@ def test_humaneval_batch_with_the_fake_anthropic_server(make_daemon, tmp_path):
     assert "<think>\nI write the function, then check it.\n</think>" in line["conversations"][2]["value"]
     assert line["tool_stats"]["terminal"] == {"count": 1, "success": 1, "failure": 0}
     assert run["statistics"]["model"] == "claude-fake-1"
-    assert run["statistics"]["tokens"]["input"] > 0 and run["statistics"]["reasoning"]["coverage"] == 0.8333  # 5 of 6
+    assert run["statistics"]["tokens"]["input"] > 0 and run["statistics"]["reasoning"]["coverage"] == 0.6667  # 4 of 6
     sent = api.requests[0].body
     assert sent["model"] == "claude-fake-1" and sent["thinking"]["type"] == "enabled"
