@@ -133,7 +133,10 @@ def run_mixed(make_daemon, tmp_path: Path, n: int, load_with_datasets: bool) -> 
     assert line["tool_stats"]["terminal"] == {"count": 1, "success": 1, "failure": 0}
     assert line["metadata"]["synthetic"] is True and line["toolsets_used"] == ["terminal", "file"]
     systems = {t["conversations"][0]["value"] for t in run["trajectories"]}
-    assert len(systems) == 1 and str(daemon.base) not in systems.pop()  # one system turn, no host path
+    assert len(systems) == 1  # one system turn for the run: no host path, each tool once
+    system = systems.pop()
+    assert str(daemon.base) not in system and "Working directory: ." in system
+    assert system.count('"name": "terminal"') == 1 and "Tools you can call" not in system
     if load_with_datasets:
         import datasets
 
@@ -215,6 +218,18 @@ def test_bad_arguments_are_refused_before_anything_starts(daemon, tmp_path):
     (tmp_path / "bad.jsonl").write_text("oops\n{bad\n")
     with pytest.raises(ProtocolError, match=r"no usable prompt \(2 bad line\(s\); the first: .*bad.jsonl:1: invalid"):
         start(daemon, tmp_path / "bad.jsonl", "r")
+    prefill = tmp_path / "prefill.json"
+    for content, reason in (('{"role": "user"}', "expected a JSON list of messages, got dict"),
+                            ('[{"role": "robot", "content": "x"}]', "message 0: 'role' must be one of"),
+                            ('[{"role": "user", "content": 3}]', "message 0: 'content' must be a string"),
+                            ("[oops", "not JSON")):
+        prefill.write_text(content)
+        with pytest.raises(ProtocolError) as err:
+            start(daemon, dataset, "r", prefill_messages_file=str(prefill))
+        assert err.value.code == "bad_request" and err.value.message.startswith(f"{prefill}: {reason}"), content
+    with pytest.raises(ProtocolError) as err:
+        start(daemon, dataset, "r", resume=True)
+    assert err.value.code == "bad_request" and f"{daemon.base / 'out' / 'r'} holds no run" in err.value.message
     assert daemon.call("batch.list")["batches"] == [] and not (daemon.base / "out").exists()
 
 

@@ -225,6 +225,11 @@ def test_checkpoint_round_trip_and_corruption(tmp_path):
     assert Checkpoint.load(tmp_path / "nowhere") is None
 
 
+def test_reasoning_disabled_means_effort_none():
+    s = Settings(run_name="r", dataset_file="/d", output_dir="/o", batch_size=10, reasoning_effort="high")
+    assert s.effort == "high" and Settings(**{**s.to_dict(), "reasoning_disabled": True}).effort == "none"
+
+
 def test_resume_conflicts_name_the_fixed_settings():
     s = Settings(run_name="r", dataset_file="/d", output_dir="/o", batch_size=10)
     assert s.conflicts({**s.to_dict(), "num_workers": 9}) == []
