@@ -40,7 +40,7 @@ def _processed(daemon, at_least: int) -> bool:
 def test_kill9_at_several_points_then_everything_exactly_once(make_daemon, tmp_path):
     daemon = make_daemon({"supervisor": {"max_children": 3}})  # one item always waits: restarts re-own it
     dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": f"prompt {i}", "script": _script(i)} for i in range(N)])
-    record = start(daemon, dataset, "crash", batch_size=BATCH_SIZE, num_workers=4)
+    record = start(daemon, dataset, "crash", batch_size=BATCH_SIZE, num_workers=4, allow_synthetic=True)
     run_dir = Path(record["run_dir"])
     discarded_seen: set[str] = set()
     restarts: list[str] = []
