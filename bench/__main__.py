@@ -1,10 +1,10 @@
-"""``python -m bench``: every benchmark of issues 8, 14 and 15 in one run, figures printed as they come.
+"""``python -m bench``: every benchmark of issues 8, 14, 15 and 20 in one run, figures printed as they come.
 
-``--quick`` shrinks the batch benchmark (100 prompts instead of 1,000) for a
-look that takes minutes, not the better part of an hour; ``--only-default``
-runs only the figures of issue 15 (:mod:`bench.bench_warm_start`: batch
-overhead with the default configuration, event-loop stalls while the zygote
-is killed).  Each benchmark can
+``--quick`` shrinks the batch benchmark (100 prompts instead of 1,000) and the
+long-run one (200 prompts instead of 2,000) for a look that takes minutes, not
+the better part of an hour; ``--only-default`` runs only the figures of issue 15
+(:mod:`bench.bench_warm_start`: batch overhead with the default configuration,
+event-loop stalls while the zygote is killed).  Each benchmark can
 also be run on its own (``bench/bench_*.py --help``).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import (bench_batch, bench_batch_scheduling, bench_control, bench_events, bench_local_model,  # noqa: E402
+from bench import (bench_batch, bench_batch_scheduling, bench_control, bench_events, bench_local_model, bench_longrun,  # noqa: E402
                    bench_memory, bench_spawn, bench_warm_start)
 from child.providers import local  # noqa: E402
 from bench.common import machine  # noqa: E402
@@ -46,6 +46,7 @@ def main() -> None:
               flush=True)
     else:
         print(f"embedded model: not installed ({local.INSTALL_HINT})", flush=True)
+    print(bench_longrun.report(bench_longrun.run(200 if args.quick else 2000, 10, 100_000, 500)), flush=True)
     print(f"\n# done · {machine()}")
 
 

@@ -34,7 +34,7 @@ def daemon(config: dict[str, Any] | None = None, env: dict[str, str] | None = No
     with tempfile.TemporaryDirectory(prefix="hermes-bench-") as tmp:
         proc = DaemonProc(Path(tmp), forkserver(config) if warm else config, env)
         try:
-            (warm_on_start(proc) if warm else proc).start()
+            (warm_on_start(proc) if warm else proc).start(120.0)  # a loaded machine starts slowly
             yield proc
         finally:
             proc.cleanup()

@@ -48,6 +48,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from hermesd import rlimits
 from hermesd.prctl import set_death_signal
 from hermesd.warm.wire import MARK_ENV, read_request, send_msg
 
@@ -145,7 +146,8 @@ def _spare_main(cmd_fd: int, sock: socket.socket, middle: int) -> None:
         os.close(cmd_fd)
         try:
             _redirect(request["cwd"], request["log_path"])
-        except OSError as exc:
+            rlimits.apply_env(request["env"])  # the job's rlimits, before its first instruction
+        except (OSError, ValueError, KeyError) as exc:
             print(f"hermes-child: could not start: {exc}", file=sys.stderr, flush=True)
             os._exit(127)
         _fresh_environment(request["env"], ENTRY, request["zygote"], area)

@@ -13,6 +13,8 @@ so before the first request, and every :data:`LIVENESS_SECONDS` while a reply
 is awaited, :func:`daemon_gone` looks for proof that nobody serves it (no
 process listens on the socket, or the pid in ``hermesd.lock`` is gone) and the
 call fails with ``daemon_not_running`` instead of waiting out its timeout.
+Events the daemon's retention removed are not silently skipped: ``follow``
+yields one :data:`GAP_EVENT` marker saying which seqs are gone.
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ from hermesd.protocol import ProtocolError
 
 LIVENESS_SECONDS = 0.5
 """How often a call awaiting its reply checks that the daemon is still there."""
+
+GAP_EVENT = "events.removed"
+"""Type of the marker :meth:`Connection.follow` yields where retention removed
+events: ``seq`` is the last removed one, ``data`` is ``{since, oldest_seq}``."""
+
+
+def gap_marker(gap: dict[str, int]) -> dict[str, Any]:
+    """The marker event for an ``events_since`` reply's ``gap`` (``{since, oldest_seq}``)."""
+    return {"v": protocol.PROTOCOL_VERSION, "seq": gap["oldest_seq"] - 1, "type": GAP_EVENT,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "job": None, "session": None,
+            "data": dict(gap)}
+
 
 RESTART_GRACE_SECONDS = 10.0
 """How long :meth:`Connection.wait_job` gives a daemon that stopped under it to come back
@@ -148,6 +162,7 @@ class Connection:
         (``daemon_not_running`` at once, also when the daemon dies while the reply is
         awaited, ``timeout``).
         """
+        protocol.check_ints(args)  # a number msgpack or the daemon cannot hold: bad_request naming it
         sock = self._socket()
         req_id, frame = protocol.encode_request(op, args)
         sock.send(frame)
@@ -189,7 +204,9 @@ class Connection:
                stop_after: float | None = None) -> Iterator[dict[str, Any]]:
         """Yield every event with ``seq > since`` in order, exactly once.
 
-        ``follow=False`` stops at the end of the backlog.  While following, an
+        Where the daemon's retention removed events after ``since`` (or after
+        the last one yielded), one marker (:func:`gap_marker`, type
+        :data:`GAP_EVENT`) comes first instead of them.  ``follow=False`` stops at the end of the backlog.  While following, an
         idle period of ``idle`` seconds triggers a backlog check, so events
         published while the SUB socket was reconnecting are not missed; a
         daemon restart is survived (errors while it is down are retried).
@@ -278,10 +295,34 @@ class Connection:
     def _backlog(self, since: int) -> Iterator[dict[str, Any]]:
         while True:
             page = self.call("events_since", since=since, limit=1000)
+            if page.get("gap"):
+                yield gap_marker(page["gap"])
             for event in page["events"]:
                 since = event["seq"]
                 yield event
-            if len(page["events"]) < 1000 and not page.get("more"):
+            if not page.get("more"):
+                return
+
+    def jobs(self, **args: Any) -> Iterator[dict[str, Any]]:
+        """Every job ``ps`` lists with ``args``, page after page (``cursor=next``)
+        for as long as a reply says ``more``."""
+        while True:
+            page = self.call("ps", **args)
+            yield from page["jobs"]
+            if not page.get("more") or page.get("next") is None:
+                return
+            args["cursor"] = page["next"]
+
+    def events_newest_first(self, types: list[str] | None = None) -> Iterator[dict[str, Any]]:
+        """Every kept event, newest first, page after page (``events_since`` with
+        ``order=newest``)."""
+        before = None
+        while True:
+            page = self.call("events_since", order="newest", before=before, types=types, limit=1000)
+            for event in page["events"]:
+                before = event["seq"]
+                yield event
+            if not page.get("more"):
                 return
 
     def close(self) -> None:

@@ -12,8 +12,9 @@ top of the client's imports: it adds the command families of
 from __future__ import annotations
 
 import os
+import re
 import time
-from typing import Any
+from typing import Any, Callable
 
 import click
 from click.shell_completion import CompletionItem
@@ -21,26 +22,28 @@ from click.shell_completion import CompletionItem
 from client import batch, kanban, render, sessions, top
 from client.common import (COMPLETION_HELP, Ctl, conn, exit_for, global_options, is_json, json_option, out, read_text,
                            show, split, stopped_watching, text_input, wait_job, working_dir)
-from client.connection import ClientError, Connection
+from client.connection import GAP_EVENT, ClientError, Connection
 from hermesd.contract import PROVIDERS, ROLES
 from hermesd.protocol import ProtocolError
 
 
 def complete_job_id(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[Any]:
-    """Shell completion of a job id (click's ``shell_complete``): the daemon's
-    jobs whose id starts with ``incomplete``, each with its status and goal.
-    Nothing when the daemon does not answer within 2 s."""
+    """Shell completion of a job id (click's ``shell_complete``): every job of the
+    daemon whose id starts with ``incomplete``, newest first, each with its status
+    and goal (the daemon filters by prefix and pages).  What arrived when the
+    daemon stops answering within 2 s."""
     runtime_dir = ctx.find_root().params.get("runtime_dir")
+    jobs: list[dict[str, Any]] = []
     try:
         connection = Connection(runtime_dir, timeout=2.0)
         try:
-            jobs = connection.call("ps", all=True, limit=200)["jobs"]
+            for job in connection.jobs(all=True, order="newest", prefix=incomplete or None):
+                jobs.append(job)
         finally:
             connection.close()
     except (ClientError, ProtocolError, OSError):
-        return []
-    return [CompletionItem(j["id"], help=f"{j['status']}: {j.get('goal') or ''}"[:70])
-            for j in jobs if j["id"].startswith(incomplete)]
+        pass
+    return [CompletionItem(j["id"], help=f"{j['status']}: {j.get('goal') or ''}"[:70]) for j in jobs]
 
 
 @click.group(cls=Ctl, context_settings={"help_option_names": ["-h", "--help"]}, epilog=COMPLETION_HELP)
@@ -70,19 +73,41 @@ def status() -> None:
     out(f"  state: {st['state_db']}  runtime: {st['runtime_dir']}")
 
 
+def oldest_first_option(fn: Callable) -> Callable:
+    """``--oldest-first``: the order scripts want (people get the newest first)."""
+    return click.option("--oldest-first", is_flag=True, help="Oldest first (default: newest first).")(fn)
+
+
+def limit_option(what: str) -> Callable:
+    """``--limit N``: show at most N (default: all, page after page)."""
+    return click.option("--limit", type=click.IntRange(min=1), default=None,
+                        help=f"Show at most this many {what} (default: all); says so when more exist.")
+
+
+def take(items: Any, limit: int | None, what: str) -> list[Any]:
+    """The first ``limit`` of ``items`` (an iterator; all when None), with a note on
+    stderr when more exist."""
+    taken = []
+    for item in items:
+        if limit is not None and len(taken) == limit:
+            out(f"hermesctl: more {what} exist than --limit {limit} shows", err=True)
+            break
+        taken.append(item)
+    return taken
+
+
 @cli.command()
 @json_option
 @click.option("--all", "show_all", is_flag=True, help="Every job, not only running and queued ones.")
 @click.option("--kind", default=None, help="Only jobs of this kind.")
-def ps(show_all: bool, kind: str | None) -> None:
-    """List running and queued jobs (or every job with --all)."""
-    args = {"all": show_all}
+@oldest_first_option
+@limit_option("jobs")
+def ps(show_all: bool, kind: str | None, oldest_first: bool, limit: int | None) -> None:
+    """List running and queued jobs (or every job with --all), newest first."""
+    args: dict[str, Any] = {"all": show_all, "order": "oldest" if oldest_first else "newest"}
     if kind:
         args["kind"] = kind
-    answer = conn().call("ps", **args)
-    records = answer["jobs"]
-    if answer.get("more"):
-        out("hermesctl: more jobs than one reply holds; the oldest are shown (narrow with --kind)", err=True)
+    records = take(conn().jobs(**args), limit, "jobs")
     if is_json():
         for rec in records:
             render.emit_json(rec)
@@ -105,9 +130,15 @@ def ps(show_all: bool, kind: str | None) -> None:
 @click.option("--max-turns", type=click.IntRange(min=1), default=None)
 @click.option("--cwd", default=None, type=click.Path(file_okay=False, exists=True),
               help="Working directory of the subagent (default: the current directory).")
+@click.option("--memory-limit", "memory_limit_mb", type=click.IntRange(min=1), default=None, metavar="MIB",
+              help="Memory limit of the child and all it starts, in MiB (at most child_limits.memory_mb).")
+@click.option("--cpu-limit", "cpu_limit_seconds", type=click.IntRange(min=1), default=None, metavar="SECONDS",
+              help="CPU seconds per process of the job (at most child_limits.cpu_seconds).")
+@click.option("--max-processes", type=click.IntRange(min=1), default=None, help="Processes (at most child_limits.processes).")
+@click.option("--max-open-files", type=click.IntRange(min=1), default=None, help="Open files per process.")
 def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, context: str | None, toolsets: str | None,
              model: str | None, provider: str | None, role: str | None, max_turns: int | None,
-             cwd: str | None) -> None:
+             cwd: str | None, **resources: int | None) -> None:
     """Hand GOAL to a subagent ('-' or --goal-file: read it).  Foreground: wait, showing
     that it waits on a terminal, and print the result (Ctrl-C stops watching; the
     job goes on).  --background: print the job record (id, status) at once."""
@@ -115,7 +146,7 @@ def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, co
     args: dict[str, Any] = {"goal": goal, "background": background, "queue": queue,
                             "cwd": os.path.abspath(cwd or working_dir())}
     for key, value in (("context", context), ("toolsets", split(toolsets)), ("model", model),
-                       ("provider", provider), ("role", role), ("max_turns", max_turns)):
+                       ("provider", provider), ("role", role), ("max_turns", max_turns), *resources.items()):
         if value is not None:
             args[key] = value
     record = conn().call("delegate", **args)
@@ -198,18 +229,61 @@ def _print_log(job_id: str, follow: bool) -> None:
 
 @cli.command()
 @json_option
-@click.option("--since", type=click.IntRange(min=0), default=0, help="Only events with seq greater than this.")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new events (survives daemon restarts).")
+@click.option("--since", type=click.IntRange(min=0), default=None,
+              help="Only events with seq greater than this, oldest first.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events, oldest first (survives daemon restarts).")
 @click.option("--type", "types", multiple=True, help="Only events of this type (repeatable).")
-def events(since: int, follow: bool, types: tuple[str, ...]) -> None:
-    """Print events from the log (each with seq, type, time, job); --follow for new ones."""
-    for event in conn().follow(since, follow=follow):
-        if types and event["type"] not in types:
-            continue
+@oldest_first_option
+@limit_option("events")
+def events(since: int | None, follow: bool, types: tuple[str, ...], oldest_first: bool, limit: int | None) -> None:
+    """Print events from the log (each with seq, type, time, job), newest first;
+    --since, --follow or --oldest-first: in order.  Where retention removed
+    events a line says so (type events.removed)."""
+    if since is None and not follow and not oldest_first:
+        stream = conn().events_newest_first(list(types) or None)
+    else:
+        stream = (e for e in conn().follow(since or 0, follow=follow)
+                  if not types or e["type"] in types or e["type"] == GAP_EVENT)
+    for event in (stream if follow else take(stream, limit, "events")):
         if is_json():
             render.emit_json(event)
         else:
             out(render.event_text(event))
+
+
+class Duration(click.ParamType):
+    """A duration: ``90`` (seconds), ``45s``, ``30m``, ``12h``, ``7d``, ``2w``, or sums
+    such as ``1d12h``; converted to seconds."""
+
+    name = "duration"
+    UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        text = str(value).strip().lower()
+        parts = re.fullmatch(r"(?:\d+(?:\.\d+)?[smhdw]?)+", text) and re.findall(r"(\d+(?:\.\d+)?)([smhdw]?)", text)
+        if not parts:
+            self.fail(f"{value!r} is not a duration (e.g. 90, 45s, 30m, 12h, 7d, 2w, 1d12h)", param, ctx)
+        return sum(float(n) * self.UNITS[unit or "s"] for n, unit in parts)
+
+
+@cli.command()
+@json_option
+@click.option("--older-than", type=Duration(), default=None,
+              help="Finished jobs that ended longer ago than this (e.g. 30d, 12h); default: the config's "
+                   "retention policy.")
+@click.option("--dry-run", is_flag=True, help="Only count what would be removed.")
+def clean(older_than: float | None, dry_run: bool) -> None:
+    """Remove finished jobs with their folders and events (never a running job, an undelivered
+    notification, or what a running batch needs)."""
+    args: dict[str, Any] = {"dry_run": dry_run}
+    if older_than is not None:
+        args["older_than_seconds"] = older_than
+    answer = conn().call("clean", _timeout=max(conn().timeout, 600.0), **args)
+    verb = "would remove" if dry_run else "removed"
+    show(answer, lambda a: f"{verb} {a['jobs']} job(s), {a['events']} event(s)"
+         + ("" if dry_run else f", {a['folders']} folder(s)") + f"; oldest event kept: seq {a['oldest_seq']}")
 
 
 @cli.command()

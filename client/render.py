@@ -241,4 +241,7 @@ def event_text(event: dict[str, Any]) -> str:
     head = f"{event['seq']:>6} {event['time']} {event['type']:<18} {event_subject(event):<8}"
     if event["type"] == "async_delegation":
         return f"{head}\n{(event.get('data') or {}).get('block', '')}"
+    if event["type"] == "events.removed":
+        data = event.get("data") or {}
+        return f"{head} events {data.get('since', 0) + 1}..{event['seq']} were removed by retention"
     return f"{head} {event_what(event)}".rstrip()

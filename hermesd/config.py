@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from hermesd import paths
 from hermesd.contract import PROVIDERS
-from hermesd.protocol import TOOLSETS
+from hermesd.protocol import INT64_MAX, TOOLSETS
 
 if TYPE_CHECKING:
     import yaml
@@ -55,8 +55,8 @@ class ConfigError(Exception):
         return {"file": self.file, "line": self.line, "key": self.key, "reason": self.reason}
 
 
-def _min(n: float) -> dict[str, Any]:
-    return {"min": n}
+def _min(n: float, most: float | None = None) -> dict[str, Any]:
+    return {"min": n} if most is None else {"min": n, "max": most}
 
 
 def _choices(*values: str) -> dict[str, Any]:
@@ -122,6 +122,38 @@ class Kanban:
 
 
 @dataclass(frozen=True)
+class Retention:
+    """``retention:`` — which finished jobs go, with their folders and events (see
+    :mod:`hermesd.retention`); both rules off by default (nothing is removed)."""
+
+    max_age_days: float | None = field(default=None, metadata=_min(0))
+    max_jobs: int | None = field(default=None, metadata=_min(1))
+    interval_seconds: float = field(default=300.0, metadata=_min(1))
+    batch_size: int = field(default=200, metadata=_min(1, 100_000))
+
+
+@dataclass(frozen=True)
+class Logs:
+    """``logs:`` — the cap of each job's log (see :mod:`hermesd.logcap`)."""
+
+    max_bytes: int = field(default=10 * 1024 * 1024, metadata=_min(4096))
+    keep: int = field(default=2, metadata=_min(0, 100))
+    check_interval_seconds: float = field(default=1.0, metadata=_min(0.05))
+
+
+@dataclass(frozen=True)
+class ChildLimits:
+    """``child_limits:`` — resource limits of each child and everything it starts
+    (see :mod:`hermesd.limits`); unset: unlimited.  A job may ask for lower ones."""
+
+    memory_mb: int | None = field(default=None, metadata=_min(16, 1 << 40))
+    cpu_seconds: int | None = field(default=None, metadata=_min(1, 1 << 40))
+    processes: int | None = field(default=None, metadata=_min(1, 1 << 22))
+    open_files: int | None = field(default=None, metadata=_min(16, 1 << 30))
+    cgroup: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole ``config.yaml``.  ``source`` is the file it came from (or None for defaults)."""
 
@@ -135,6 +167,9 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     batch: Batch = field(default_factory=Batch)
     kanban: Kanban = field(default_factory=Kanban)
+    retention: Retention = field(default_factory=Retention)
+    logs: Logs = field(default_factory=Logs)
+    child_limits: ChildLimits = field(default_factory=ChildLimits)
     source: str | None = field(default=None, metadata={"internal": True})
 
     def state_dir(self) -> Path:
@@ -194,6 +229,8 @@ def _describe(hint: Any, meta: dict[str, Any]) -> str:
     if "choices" in meta:
         return "one of " + ", ".join(meta["choices"])
     base = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, "a list of strings")
+    if "max" in meta:
+        return base + f" from {meta['min']} to {meta['max']}"
     return base + (f" >= {meta['min']}" if "min" in meta else "")
 
 
@@ -218,6 +255,8 @@ def _convert(value: Any, hint: Any, meta: dict[str, Any]) -> Any:
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
     if ok and "min" in meta:
         ok = value >= meta["min"]
+    if ok and isinstance(value, (int, float)) and not isinstance(value, bool):
+        ok = value <= meta.get("max", INT64_MAX) and value == value and value != float("inf")
     if ok and "choices" in meta:
         ok = value in meta["choices"]
     if not ok:

@@ -16,6 +16,7 @@ import asyncio
 from typing import Any, Callable
 
 from hermesd import clock, protocol
+from hermesd.protocol import INT64_MAX
 from hermesd.store import Store
 
 FLUSH_SECONDS = 0.05
@@ -114,17 +115,32 @@ class EventLog:
         for listener in list(self.listeners):
             listener(event)
 
-    def since(self, seq: int, limit: int = 1000, types: list[str] | None = None) -> list[dict[str, Any]]:
-        """Committed events with ``seq > seq``, oldest first, at most ``limit``."""
+    def since(self, seq: int, limit: int = 1000, types: list[str] | None = None, *,
+              newest_first: bool = False) -> list[dict[str, Any]]:
+        """Committed events with ``seq > seq``, oldest first, at most ``limit``;
+        ``newest_first``: those with ``seq < seq`` (None: any), newest first."""
         self.flush()
-        sql = "SELECT * FROM events WHERE seq > ?"
-        params: list[Any] = [seq]
+        sql = "SELECT * FROM events WHERE " + ("seq < ?" if newest_first else "seq > ?")
+        params: list[Any] = [INT64_MAX if newest_first and seq is None else seq]
         if types:
             sql += f" AND type IN ({', '.join('?' for _ in types)})"
             params += types
-        sql += " ORDER BY seq LIMIT ?"
+        sql += f" ORDER BY seq {'DESC' if newest_first else 'ASC'} LIMIT ?"
         params.append(limit)
         return [_wire(r) for r in self.store.all(sql, params)]
+
+    def oldest_seq(self) -> int:
+        """The lowest seq still kept (retention removes events oldest first; 0 when none)."""
+        row = self.store.one("SELECT MIN(seq) AS seq FROM events")
+        return (row or {}).get("seq") or 0
+
+    def gap(self, since: int) -> dict[str, int] | None:
+        """``{"since", "oldest_seq"}`` when events after ``since`` were removed by
+        retention (the oldest kept is not ``since + 1``), else None.  Seqs are
+        contiguous (``AUTOINCREMENT``; a rolled-back insert gives its seq back),
+        and retention removes only a prefix and always keeps the newest event."""
+        oldest = self.oldest_seq()
+        return {"since": since, "oldest_seq": oldest} if oldest > since + 1 else None
 
     def last_seq(self) -> int:
         """The highest committed seq (0 when there is none)."""

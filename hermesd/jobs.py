@@ -74,6 +74,22 @@ def record(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _filtered(select: str, within: dict[str, tuple[str, ...] | None],
+              equal: dict[str, Any]) -> tuple[str, list[Any]]:
+    """``select`` with ``WHERE``: each column of ``within`` in its values (when given),
+    each of ``equal`` equal to its value (when not None); returns ``(sql, params)``."""
+    sql, params = select + " WHERE 1=1", []
+    for column, values in within.items():
+        if values:
+            sql += f" AND {column} IN ({', '.join('?' for _ in values)})"
+            params += list(values)
+    for column, value in equal.items():
+        if value is not None:
+            sql += f" AND {column} = ?"
+            params.append(value)
+    return sql, params
+
+
 class JobTable:
     """All jobs: create, read, and move through the state machine.
 
@@ -114,18 +130,35 @@ class JobTable:
              session: str | None = None, kinds: tuple[str, ...] | None = None,
              limit: int = 1000) -> list[dict[str, Any]]:
         """Rows filtered by status, parent, session and kind, oldest first."""
-        sql, params = "SELECT * FROM jobs WHERE 1=1", []
-        for column, values in (("status", statuses), ("kind", kinds)):
-            if values:
-                sql += f" AND {column} IN ({', '.join('?' for _ in values)})"
-                params += list(values)
-        for column, value in (("parent", parent), ("session", session)):
-            if value is not None:
-                sql += f" AND {column} = ?"
-                params.append(value)
+        sql, params = _filtered("SELECT * FROM jobs", {"status": statuses, "kind": kinds},
+                                {"parent": parent, "session": session})
         sql += " ORDER BY dispatched_at, rowid LIMIT ?"
         params.append(limit)
         return self.store.all(sql, params)
+
+    def page(self, *, statuses: tuple[str, ...] | None = None, kind: str | None = None,
+             session: str | None = None, prefix: str | None = None, newest_first: bool = True,
+             after: int | None = None, limit: int = 1000) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
+        """One page of rows in insertion order (``rowid``), newest or oldest first.
+
+        ``after``: a cursor from an earlier page (this page continues past it);
+        ``prefix``: only ids starting with it.  Returns ``([(cursor, row)…],
+        more)``: each row with its cursor, and whether rows beyond this page
+        exist.  A page costs an index walk of ``limit`` rows, whatever the
+        table's size.
+        """
+        sql, params = _filtered("SELECT rowid AS cursor_, * FROM jobs", {"status": statuses},
+                                {"kind": kind, "session": session})
+        if prefix:
+            sql += " AND id >= ? AND id < ?"  # a range on the primary key, unlike LIKE
+            params += [prefix, prefix + "\U0010ffff"]
+        if after is not None:
+            sql += " AND rowid < ?" if newest_first else " AND rowid > ?"
+            params.append(after)
+        sql += f" ORDER BY rowid {'DESC' if newest_first else 'ASC'} LIMIT ?"
+        params.append(limit + 1)
+        rows = self.store.all(sql, params)
+        return [(row.pop("cursor_"), row) for row in rows[:limit]], len(rows) > limit
 
     def create(self, kind: str, *, replace_ended: bool = False, **fields: Any) -> dict[str, Any]:
         """Insert a new ``queued`` job and publish ``job.queued``; returns its row.

@@ -39,6 +39,8 @@ from typing import Any, Callable, Protocol
 
 import psutil
 
+from hermesd import limits, rlimits
+
 SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 SUPERVISOR_ENV = "HERMES_SUPERVISOR"
 
@@ -49,11 +51,14 @@ class OS:
     def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
         """Start ``argv`` in a new session; returns a handle with ``.pid``.
 
-        Raises ``OSError`` when the program or ``cwd`` cannot be used.
+        The rlimits named in ``env`` (:data:`hermesd.rlimits.ENV`) are set in the
+        child before it runs.  Raises ``OSError`` when the program or ``cwd``
+        cannot be used.
         """
         with open(log_path, "ab", buffering=0) as log:
             return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                    preexec_fn=rlimits.preexec(env))  # the job's rlimits, before exec
 
     def kill(self, pid: int, sig: int) -> bool:
         """Send ``sig`` to ``pid``; False when it is already gone."""
@@ -180,6 +185,8 @@ class Child:
     stop_reason: str | None = None
     timers: list[Any] = field(default_factory=list)
     returncode: int | None = None
+    limits: limits.Limits = field(default_factory=limits.Limits)
+    oom_killed: bool = False
 
 
 ExitCallback = Callable[[Child], None]
@@ -205,20 +212,27 @@ class ProcessManager:
         self.supervisor_id = supervisor_id
         self.children: dict[str, Child] = {}
         self._by_pid: dict[int, Child] = {}
+        self.cgroups: limits.Cgroups | None = None  # set when the daemon has a delegated cgroup
 
-    def start(self, job: str, *, cwd: str, log_path: Path, env: dict[str, str], title: list[str] = ()) -> Child:
+    def start(self, job: str, *, cwd: str, log_path: Path, env: dict[str, str], title: list[str] = (),
+              resources: limits.Limits | None = None) -> Child:
         """Start the child of ``job`` with the spawner.  Raises ``OSError`` when it cannot start.
 
         ``title`` words follow ``python -m child`` in argv: they show in ``ps``
         from the first instant and reserve the room setproctitle then rewrites
         (``SPT_NOENV=1`` keeps it from clobbering the environment, which must
         stay readable in ``/proc/PID/environ`` for the leftover sweep).
+        ``resources``: the child's limits — rlimits through its environment,
+        and its own cgroup when the daemon has a delegated one.
         """
         argv = [sys.executable, "-m", "child", job, *title]
+        resources = resources or limits.Limits()
         extra = {"HERMES_JOB_ID": job, SUPERVISOR_ENV: self.supervisor_id, "HERMES_DAEMON_PID": str(os.getpid()),
-                 "SPT_NOENV": "1"}
+                 "SPT_NOENV": "1", **resources.env()}
         handle = self.spawner.spawn(argv, cwd=cwd, env=child_env(os.environ, {**env, **extra}), log_path=log_path)
-        child = Child(job, handle.pid, handle)
+        child = Child(job, handle.pid, handle, limits=resources)
+        if self.cgroups is not None and (resources.memory_mb or resources.processes):
+            self.cgroups.attach(job, child.pid, resources)
         self.children[job] = child
         self._by_pid[child.pid] = child
         return child
@@ -267,6 +281,9 @@ class ProcessManager:
                 timer.cancel()
             self.children.pop(child.job, None)
             self.cleanup_group(child)
+            if self.cgroups is not None:
+                child.oom_killed = self.cgroups.oom_killed(child.job)
+                self.cgroups.remove(child.job)
             self.on_exit(child)
 
     def cleanup_group(self, child: Child) -> None:

@@ -34,6 +34,8 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 The daemon's sockets read frames up to :data:`MAX_FRAME_READ` to say so; past
 that, ZeroMQ drops the connection and the sender gets no reply."""
 MAX_FRAME_READ = 2 * MAX_MESSAGE_BYTES
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+"""The integers a frame may carry anywhere: SQLite's signed 64-bit range."""
 REPLY_BUDGET = MAX_MESSAGE_BYTES // 2
 """Bytes of list items a reply may carry (see :func:`fit`); the rest of the frame is headroom."""
 
@@ -177,6 +179,7 @@ def decode_request(frame: bytes) -> Request:
             args = {}
         if not isinstance(args, dict):
             raise ProtocolError("bad_request", "request field 'args' must be a map")
+        check_ints(args)
         return Request(req_id, op, args)
     except ProtocolError as err:
         err.req_id = req_id if isinstance(req_id, (str, int)) and not isinstance(req_id, bool) else None
@@ -218,14 +221,48 @@ def encode_event(event: dict[str, Any]) -> list[bytes]:
     return [EVENT_TOPIC, packb(event)]
 
 
+def check_ints(value: Any, where: str = "", depth: int = 0) -> None:
+    """Raise ``bad_request`` naming the field (``tasks[2].max_turns``) when any
+    integer inside ``value`` (maps and lists, nested) is outside the signed
+    64-bit range SQLite stores (:data:`INT64_MIN` … :data:`INT64_MAX`); msgpack
+    carries unsigned 64-bit integers, which would otherwise fail deep inside
+    the daemon.  Floats that are not finite are refused the same way."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ProtocolError("bad_request", f"argument '{where}' is out of range (signed 64-bit integers only)",
+                                {"field": where})
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ProtocolError("bad_request", f"argument '{where}' must be a finite number", {"field": where})
+    elif depth < 32 and isinstance(value, dict):
+        for key, item in value.items():
+            check_ints(item, f"{where}.{key}" if where else str(key), depth + 1)
+    elif depth < 32 and isinstance(value, list):
+        for i, item in enumerate(value):
+            check_ints(item, f"{where}[{i}]", depth + 1)
+
+
+def in_range(value: Any, name: str, lo: float | None = None, hi: float | None = None) -> Any:
+    """``value`` when ``lo <= value <= hi`` (either bound optional; None passes);
+    else ``ProtocolError(bad_request)`` naming ``name`` and the range."""
+    if value is None or ((lo is None or value >= lo) and (hi is None or value <= hi)):
+        return value
+    bounds = (f"between {lo} and {hi}" if lo is not None and hi is not None
+              else f">= {lo}" if lo is not None else f"<= {hi}")
+    raise ProtocolError("bad_request", f"argument '{name}' must be {bounds}, not {value}", {"field": name})
+
+
 def arg(args: dict[str, Any], name: str, types: type | tuple[type, ...], default: Any = ...,
-        *, choices: tuple[Any, ...] | None = None) -> Any:
+        *, choices: tuple[Any, ...] | None = None, lo: float | None = None, hi: float | None = None) -> Any:
     """Fetch and type-check one request argument.
 
     ``default`` omitted means the argument is required.  Booleans are never
-    accepted where integers are expected.  Raises :class:`ProtocolError`
+    accepted where integers are expected; numbers must lie within ``lo`` …
+    ``hi`` when given (see :func:`in_range`).  Raises :class:`ProtocolError`
     (``bad_request``) naming the argument when it is missing, of the wrong
-    type, or not one of ``choices``.
+    type, out of range, or not one of ``choices``.
     """
     if name not in args or args[name] is None:
         if default is ...:
@@ -240,7 +277,7 @@ def arg(args: dict[str, Any], name: str, types: type | tuple[type, ...], default
     if choices is not None and value not in choices:
         raise ProtocolError("bad_request", f"argument '{name}' must be one of {', '.join(map(str, choices))}",
                             {"field": name})
-    return value
+    return in_range(value, name, lo, hi)
 
 
 def fit(items: list[Any], budget: int = REPLY_BUDGET) -> tuple[list[Any], bool]:

@@ -21,7 +21,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Protocol
 
-from hermesd import exits
+from hermesd import exits, limits
 from hermesd.config import Config
 from hermesd.contract import STOP_REASONS, TERMINAL, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import JobTable
@@ -181,7 +181,9 @@ class Runner:
                                      log_path=self.log_path(job_id),
                                      env={"HERMES_CHILD_SOCKET": str(self.children_socket),
                                           "HERMES_CHILD_TOKEN": token},
-                                     title=[row["kind"], one_line(row.get("goal"))[:80]])
+                                     title=[row["kind"], one_line(row.get("goal"))[:80]],
+                                     resources=limits.effective(limits.ceiling(self.config.child_limits),
+                                                                (row.get("spec") or {}).get("resources")))
         except (OSError, ValueError) as exc:  # ValueError: what exec refuses, e.g. a NUL byte
             self._fail_start(job_id, str(exc))
             return
@@ -270,7 +272,10 @@ class Runner:
         self._terminal(job_id, result, child.stop_reason if child else None)
 
     def _terminal(self, job_id: str, result: dict[str, Any] | None, stop_reason: str | None,
-                  returncode: int | None = None) -> None:
+                  returncode: int | None = None, limit: str | None = None) -> None:
+        """The terminal transition: the child's report, overridden by the daemon's
+        ``stop_reason``; without either, ``limit`` (the limit that killed it, from
+        :func:`hermesd.limits.exceeded`) or the exit status and the log's tail."""
         row = self.jobs.require(job_id)
         result = result or {}
         status = result.get("status") if result.get("status") in TERMINAL else None
@@ -278,6 +283,9 @@ class Runner:
         if stop is not None and stop.status is not None:
             status = stop.status
         error = result.get("error")
+        if status is None and limit is not None:  # killed for exceeding a limit: named, not a signal number
+            status, error = "failed", limit
+            result = {**result, "exit_reason": "resource_limit"}
         doing = self._doing.get(job_id) or exits.Doing()
         if status is None:
             status = JobStatus.FAILED
@@ -361,7 +369,8 @@ class Runner:
         job_id = child.job
         row = self.jobs.get(job_id)
         if row is not None and row["status"] not in TERMINAL:
-            self._terminal(job_id, self.results.get(job_id), child.stop_reason, child.returncode)
+            self._terminal(job_id, self.results.get(job_id), child.stop_reason, child.returncode,
+                           limits.exceeded(child.limits, child.returncode, child.oom_killed))
         self._finished(job_id)
 
     def _finished(self, job_id: str) -> None:

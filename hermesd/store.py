@@ -141,6 +141,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX kanban_comments_task ON kanban_comments(task, id)
     """,
+    # 3: retention (hermesd.retention) finds a job's first event without reading them all
+    """
+    CREATE INDEX events_job ON events(job, seq)
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

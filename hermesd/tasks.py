@@ -7,14 +7,17 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from hermesd import config as config_mod
+from hermesd import limits
 from hermesd.contract import PROVIDERS, ROLES
-from hermesd.protocol import ProtocolError, arg, expand_toolsets
+from hermesd.protocol import ProtocolError, arg, expand_toolsets, in_range
 
 if TYPE_CHECKING:
     from hermesd.context import Context
 
 MAX_GOAL_BYTES = 256 * 1024
 MAX_CONTEXT_BYTES = 256 * 1024
+MAX_TURNS = 100_000
+MAX_TIMEOUT_SECONDS = 366 * 86400.0
 SPEC_ARGS = {"max_turns": int, "timeout_seconds": (int, float), "script": list, "reasoning_effort": str,
              "system_prompt": str}
 
@@ -25,7 +28,9 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     ``goal`` (required, non-empty), ``context``, ``toolsets`` (list), ``role``
     (``leaf``/``orchestrator``), ``model``, ``provider``, ``cwd`` (absolute),
     and the spec extras ``max_turns``, ``timeout_seconds``, ``script``,
-    ``reasoning_effort``, ``system_prompt``.  Raises ``ProtocolError``
+    ``reasoning_effort``, ``system_prompt``, and the resource limits
+    ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes``,
+    ``max_open_files`` (see :mod:`hermesd.limits`; at most the config's).  Raises ``ProtocolError``
     (``bad_request``/``too_large``) naming the field.
     """
     goal = arg(args, "goal", str)
@@ -54,8 +59,11 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     if spec.get("reasoning_effort") not in (None, *config_mod.REASONING_EFFORTS):
         raise ProtocolError("bad_request", f"reasoning_effort must be one of {', '.join(config_mod.REASONING_EFFORTS)}",
                             {"field": "reasoning_effort"})
-    if "max_turns" in spec and spec["max_turns"] < 1:
-        raise ProtocolError("bad_request", "max_turns must be >= 1", {"field": "max_turns"})
+    resources = limits.requested(args, limits.ceiling(ctx.config.child_limits))
+    if resources:
+        spec["resources"] = resources
+    in_range(spec.get("max_turns"), "max_turns", 1, MAX_TURNS)
+    in_range(spec.get("timeout_seconds"), "timeout_seconds", 0.1, MAX_TIMEOUT_SECONDS)
     return {
         "goal": goal, "context": context, "toolsets": expand_toolsets(toolsets),
         "role": arg(args, "role", str, "leaf", choices=ROLES),

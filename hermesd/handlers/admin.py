@@ -45,20 +45,30 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("events_since")
 async def events_since(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    """Committed events after ``since`` (seq, default 0), at most ``limit`` (default 1000, max 10000).
+    """Committed events after ``since`` (seq, default 0), oldest first, at most ``limit``
+    (at least 1, default 1000, more than 10000 served as 10000).
 
-    Optional ``types`` (list of event types) filters.  Returns ``{events, last_seq, more}``
-    (``more``: the page was cut to fit a frame; ask again after its last seq);
-    a client that reconnects subscribes first, then fetches this backlog, then
-    de-duplicates by seq, and so loses nothing.
+    Optional ``types`` (list of event types) filters.  ``order: newest`` pages
+    backwards instead: the events before ``before`` (a seq; default: the
+    newest), newest first.  Returns ``{events, last_seq, oldest_seq, more,
+    gap}``: ``more`` is true when events beyond this page exist (ask again
+    from its last seq); ``gap`` is ``{since, oldest_seq}`` when retention
+    removed events after ``since`` — they are gone, the page starts at
+    ``oldest_seq`` — and null otherwise, so a client is never handed a silent
+    gap.  A client that reconnects subscribes first, then fetches this
+    backlog, then de-duplicates by seq, and so loses nothing that is kept.
     """
-    since = arg(args, "since", int, 0)
-    limit = min(arg(args, "limit", int, 1000), 10000)
+    since = arg(args, "since", int, 0, lo=0)
+    before = arg(args, "before", int, None, lo=0)
+    limit = min(arg(args, "limit", int, 1000, lo=1), 10000)  # more is served as 10000 (older clients ask so)
+    newest = arg(args, "order", str, "oldest", choices=("oldest", "newest")) == "newest"
     types = arg(args, "types", list, None)
     if types is not None and not all(isinstance(t, str) for t in types):
         raise protocol.ProtocolError("bad_request", "argument 'types' must be a list of strings", {"field": "types"})
-    events, complete = protocol.fit(ctx.events.since(since, limit, types))
-    return {"events": events, "last_seq": ctx.events.last_seq(), "more": not complete}
+    page = ctx.events.since(before if newest else since, limit + 1, types, newest_first=newest)
+    events, complete = protocol.fit(page[:limit])
+    return {"events": events, "last_seq": ctx.events.last_seq(), "oldest_seq": ctx.events.oldest_seq(),
+            "more": len(page) > limit or not complete, "gap": None if newest else ctx.events.gap(since)}
 
 
 @op("reload")

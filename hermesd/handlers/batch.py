@@ -69,11 +69,12 @@ def _absolute(args: dict[str, Any], name: str, default: str | None = None) -> st
     return value
 
 
+MAX_COUNT = 10_000_000
+"""Largest batch_size, num_workers, max_turns or max_samples accepted."""
+
+
 def _positive(args: dict[str, Any], name: str, default: int | None = None) -> int | None:
-    value = arg(args, name, int, default)
-    if value is not None and value < 1:
-        raise ProtocolError("bad_request", f"argument '{name}' must be >= 1, not {value}", {"field": name})
-    return value
+    return arg(args, name, int, default, lo=1, hi=MAX_COUNT)
 
 
 def settings_from(ctx: Context, args: dict[str, Any]) -> Settings:

@@ -25,6 +25,8 @@ async def ended(ctx: Context, job_id: str, timeout: float = END_WAIT_SECONDS) ->
         return await asyncio.wait_for(asyncio.shield(ctx.jobs.wait(job_id)), timeout)
     except asyncio.TimeoutError:
         return ctx.jobs.require(job_id)
+MAX_PAGE = 1000
+"""Most jobs one ``ps`` page holds."""
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
@@ -39,16 +41,22 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
 async def ps(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """List jobs: running and queued, or every job with ``all=true``.
 
-    Optional ``kind``, ``session`` and ``limit`` (default 1000).  Returns ``{jobs: [record…], more}``,
-    oldest first; ``more``: the list was cut to fit a frame.
+    Optional ``kind``, ``session``, ``prefix`` (ids starting with it), ``order``
+    (``oldest``, the default, or ``newest``: first), ``limit`` (at least 1, default
+    and most 1000) and ``cursor`` (the ``next`` of the page before).  Returns
+    ``{jobs: [record…], more, next}``: ``more`` is true when jobs beyond this
+    page exist (also when the page was cut to fit a frame); ask again with
+    ``cursor=next`` for them.
     """
     show_all = arg(args, "all", bool, False)
     kind = arg(args, "kind", str, None, choices=tuple(ctx.jobs.kinds))
-    rows = ctx.jobs.list(statuses=None if show_all else LIVE,
-                       kinds=(kind,) if kind else None, session=arg(args, "session", str, None),
-                       limit=arg(args, "limit", int, 1000))
-    jobs, complete = fit([public(r) for r in rows])
-    return {"jobs": jobs, "more": not complete}
+    newest = arg(args, "order", str, "oldest", choices=("oldest", "newest")) == "newest"
+    rows, more = ctx.jobs.page(statuses=None if show_all else LIVE, kind=kind,
+                               session=arg(args, "session", str, None), prefix=arg(args, "prefix", str, None),
+                               newest_first=newest, after=arg(args, "cursor", int, None),
+                               limit=min(arg(args, "limit", int, MAX_PAGE, lo=1), MAX_PAGE))
+    jobs, complete = fit([public(row) for _, row in rows])
+    return {"jobs": jobs, "more": more or not complete, "next": rows[len(jobs) - 1][0] if jobs else None}
 
 
 @op("job")
@@ -79,7 +87,7 @@ async def wait(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     Returns ``{done: bool, job: record}``; clients loop on ``done=false``.
     """
     job_id = arg(args, "id", str)
-    timeout = min(float(arg(args, "timeout", (int, float), 30.0)), MAX_WAIT_SECONDS)
+    timeout = min(float(arg(args, "timeout", (int, float), 30.0, lo=0)), MAX_WAIT_SECONDS)
     fut = ctx.jobs.wait(job_id)
     try:
         row = await asyncio.wait_for(asyncio.shield(fut), timeout)
@@ -103,17 +111,18 @@ async def cancel(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("logs")
 async def logs(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    """Read job ``id``'s log from byte ``offset`` (default 0; negative = from the end),
-    at most ``limit`` bytes (default 65536).  Returns ``{data, offset, size, done}``
-    where ``offset`` is where to continue and ``done`` tells the job is terminal."""
-    row = ctx.jobs.require(arg(args, "id", str))
+    """Read job ``id``'s log from byte ``offset`` (default 0; negative = from the end;
+    past the end: from 0, the log was rotated), at most ``limit`` bytes (default 65536).
+    Returns ``{data, offset, size, done}`` where ``offset`` is where to continue and
+    ``done`` tells the job is terminal."""
     offset = arg(args, "offset", int, 0)
-    limit = max(1, min(arg(args, "limit", int, 65536), 1 << 20))
+    limit = min(arg(args, "limit", int, 65536, lo=1), 1 << 20)
+    row = ctx.jobs.require(arg(args, "id", str))
     path = ctx.runner.log_path(row["id"])
     try:
         with open(path, "rb") as fh:
             size = fh.seek(0, 2)
-            start = max(0, size + offset) if offset < 0 else min(offset, size)
+            start = max(0, size + offset) if offset < 0 else offset if offset <= size else 0  # past the end: rotated
             fh.seek(start)
             data = fh.read(limit)
     except FileNotFoundError:

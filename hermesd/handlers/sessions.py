@@ -141,7 +141,7 @@ async def session_history(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     service.require(session)
     return {"messages": [{"role": m["role"], "content": display_text(m["content"]), "blocks": m["content"],
                           "time": m["time"], "job": m["job"], "notification": m["notification"]}
-                         for m in service.history(session, arg(args, "limit", int, 10000))]}
+                         for m in service.history(session, arg(args, "limit", int, 10000, lo=1))]}
 
 
 @op("session.configure")

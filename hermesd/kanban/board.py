@@ -44,7 +44,7 @@ from hermesd.events import EventLog
 from hermesd.kanban import profiles
 from hermesd.kanban.actors import PERSON, Actor  # noqa: F401  (PERSON: re-exported)
 from hermesd.kanban.liveness import Liveness
-from hermesd.protocol import ProtocolError
+from hermesd.protocol import ProtocolError, in_range
 from hermesd.store import Store
 
 STATUSES = tuple(KanbanStatus)
@@ -64,6 +64,8 @@ BOARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """A board name: letters, digits, ``_``, ``.``, ``-`` (it names the board's work directory)."""
 
 MAX_TITLE = 500
+MAX_PRIORITY = 1_000_000_000
+"""Priorities lie within ±this (higher runs first)."""
 MAX_TEXT = 64 * 1024
 """Longest title and longest body, comment or result, in characters."""
 
@@ -229,6 +231,7 @@ class Board:
         board = board_arg(board)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise ProtocolError("bad_request", "argument 'priority' must be an integer", {"field": "priority"})
+        in_range(priority, "priority", -MAX_PRIORITY, MAX_PRIORITY)
         if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
             raise ProtocolError("bad_request", f"argument 'cwd' must be an absolute path, not {cwd!r}", {"field": "cwd"})
         profiles.load(text_arg(assignee, "assignee", limit=64))

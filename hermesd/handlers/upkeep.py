@@ -1,0 +1,66 @@
+"""Upkeep of a daemon that runs for months: the ``clean`` op, and a plugin without job
+kinds whose hooks detect the cgroup delegation (:mod:`hermesd.limits`) and run the
+timers that apply the retention policy (:mod:`hermesd.retention`) and cap job logs
+(:mod:`hermesd.logcap`) in the background."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hermesd import limits, logcap
+from hermesd import retention as retention_mod
+from hermesd.plugin import Plugin
+from hermesd.protocol import ProtocolError, arg
+from hermesd.router import op
+
+if TYPE_CHECKING:
+    from hermesd.context import Context
+
+
+class UpkeepPlugin(Plugin):
+    """No job kinds: the cgroup delegation (at start, before any child), retention and
+    the log cap (timers from restore to shutdown)."""
+
+    def __init__(self, ctx: "Context"):
+        super().__init__(ctx)
+        ctx.procs.cgroups = limits.Cgroups.detect() if ctx.config.child_limits.cgroup else None
+        self.retention = ctx.provide(retention_mod.Retention(ctx.store, ctx.events, ctx.runner.job_dir,
+                                                             ctx.config.retention.batch_size))
+        self.sweeper = retention_mod.Sweeper(self.retention, lambda: retention_mod.policy_of(ctx.config),
+                                             lambda: ctx.config.retention.interval_seconds, ctx.loop)
+        self.logcap = logcap.LogCap(lambda: ctx.procs.children, ctx.runner.log_path,
+                                    lambda: (ctx.config.logs.max_bytes, ctx.config.logs.keep),
+                                    lambda: ctx.config.logs.check_interval_seconds, ctx.loop)
+
+    def restore(self) -> None:
+        """Start the retention and log-cap timers."""
+        self.sweeper.start()
+        self.logcap.start()
+
+    def shutdown(self) -> None:
+        """Stop them."""
+        self.sweeper.stop()
+        self.logcap.stop()
+
+
+@op("clean")
+async def clean(ctx: "Context", args: dict[str, Any]) -> dict[str, Any]:
+    """Remove finished jobs with their folders and events now: those that ended more than
+    ``older_than_seconds`` ago, or, without it, what the config's ``retention:`` policy
+    selects.  ``dry_run=true`` only counts.  Never removes a job that is not terminal,
+    one whose notification is not yet delivered, or one whose parent (a batch) is not
+    terminal.  Returns ``{jobs, folders, events, oldest_seq, sample, dry_run}``
+    (``sample``: up to 20 ids; ``events`` of a dry run: the events below the current
+    floor).  ``bad_request`` when there is neither an argument nor a policy;
+    ``invalid_state`` while another clean-up runs."""
+    older = arg(args, "older_than_seconds", (int, float), None, lo=0, hi=1e11)
+    dry_run = arg(args, "dry_run", bool, False)
+    service = ctx.service(retention_mod.Retention)
+    service.batch_size = ctx.config.retention.batch_size
+    policy = retention_mod.Policy(max_age_seconds=float(older)) if older is not None else retention_mod.policy_of(ctx.config)
+    if not policy.active:
+        raise ProtocolError("bad_request", "no retention policy in the config (retention.max_age_days, "
+                            "retention.max_jobs); give older_than_seconds", {"field": "older_than_seconds"})
+    report = await service.apply(policy, dry_run=dry_run,
+                                 run_in_thread=lambda fn, *a: ctx.loop.run_in_executor(None, fn, *a))
+    return {**report.to_dict(), "dry_run": dry_run}

@@ -1,0 +1,220 @@
+"""Per-child resource limits: memory, CPU seconds, processes, open files.
+
+Where they come from: ``child_limits:`` in the config (the ceiling) and, per
+job, ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes`` and
+``max_open_files`` on ``delegate`` (``hermesctl delegate --memory-limit …``),
+which may only lower them.  The limits of a job are in force from its
+child's first instruction and are inherited by every process it starts:
+
+* **rlimits, everywhere** (setrlimit(2)): ``RLIMIT_AS`` (memory: address
+  space, so a Python child needs some hundreds of MiB of it), ``RLIMIT_CPU``
+  (soft at the limit, which sends ``SIGXCPU``; hard :data:`CPU_GRACE` seconds
+  later, ``SIGKILL``; per process), ``RLIMIT_NPROC`` (processes: counted per
+  user by the kernel, so it is a ceiling for the user's processes, not the
+  job's — the job's own count is the cgroup's ``pids.max``) and
+  ``RLIMIT_NOFILE``.  They travel in the child's environment
+  (:data:`hermesd.rlimits.ENV`, ``as=BYTES,cpu=SOFT:HARD,…``) and are set by
+  whoever becomes the child: ``preexec_fn`` between fork and exec for a cold
+  start, the spare once it has read its job for a warm start
+  (:mod:`hermesd.rlimits`, a leaf the child side may import) — one encoding,
+  read in both places.
+* **cgroup v2, where the daemon has a delegated cgroup** (systemd
+  ``Delegate=yes``): :class:`Cgroups` moves the daemon into a leaf
+  ``hermesd/`` (the "no internal processes" rule), enables the ``memory`` and
+  ``pids`` controllers for its children and gives each job a cgroup
+  ``job-ID/`` with ``memory.max`` (and ``memory.swap.max`` 0), ``pids.max``;
+  the child is moved in right after the spawn, before it runs any tool.
+  Without a writable delegation (``cgroup.subtree_control`` not writable,
+  controllers missing, cgroup v1) it is skipped, and said once in the log.
+
+A child killed for exceeding a limit ends ``failed`` with the limit named
+(:func:`exceeded`): ``SIGXCPU`` is "CPU time limit 10 s exceeded", a
+``SIGKILL`` counted in the cgroup's ``memory.events`` ``oom_kill`` is
+"memory limit 256 MiB exceeded".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hermesd import rlimits
+from hermesd.protocol import arg
+
+log = logging.getLogger("hermesd")
+
+CPU_GRACE = 5
+"""Seconds of CPU between ``SIGXCPU`` (the soft limit) and ``SIGKILL`` (the hard one)."""
+MIB = 1024 * 1024
+REQUEST_FIELDS = {"memory_limit_mb": "memory_mb", "cpu_limit_seconds": "cpu_seconds",
+                  "max_processes": "processes", "max_open_files": "open_files"}
+"""``delegate`` arguments → :class:`Limits` fields."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One child's limits; None is unlimited (units: MiB, CPU seconds, counts)."""
+
+    memory_mb: int | None = None
+    cpu_seconds: int | None = None
+    processes: int | None = None
+    open_files: int | None = None
+
+    def any(self) -> bool:
+        """True when at least one limit is set."""
+        return any(v is not None for v in asdict(self).values())
+
+    def to_dict(self) -> dict[str, int]:
+        """The set limits (for the job's spec and the child)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def env(self) -> dict[str, str]:
+        """The rlimits for the child's environment (:func:`hermesd.rlimits.encode`; empty without any)."""
+        items = {}
+        if self.memory_mb is not None:
+            items["as"] = (self.memory_mb * MIB, self.memory_mb * MIB)
+        if self.cpu_seconds is not None:
+            items["cpu"] = (self.cpu_seconds, self.cpu_seconds + CPU_GRACE)
+        if self.processes is not None:
+            items["nproc"] = (self.processes, self.processes)
+        if self.open_files is not None:
+            items["nofile"] = (self.open_files, self.open_files)
+        return rlimits.encode(items)
+
+
+def ceiling(section: Any) -> Limits:
+    """The config's ``child_limits:`` section as :class:`Limits`."""
+    return Limits(section.memory_mb, section.cpu_seconds, section.processes, section.open_files)
+
+
+def requested(args: dict[str, Any], ceiling_: Limits) -> dict[str, int]:
+    """The limits a ``delegate`` request asks for (see :data:`REQUEST_FIELDS`), checked:
+    integers ≥ 1 and not above the config's ceiling.  Raises ``ProtocolError(bad_request)``
+    naming the field."""
+    out = {}
+    for name, key in REQUEST_FIELDS.items():
+        most = getattr(ceiling_, key)
+        value = arg(args, name, int, None, lo=1, hi=most if most is not None else 1 << 40)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def effective(ceiling_: Limits, job: dict[str, Any] | None) -> Limits:
+    """A job's limits: the lower of the config's and the job's own (``spec["resources"]``)."""
+    job = job or {}
+    values = {}
+    for key, most in asdict(ceiling_).items():
+        mine = job.get(key)
+        values[key] = most if mine is None else mine if most is None else min(most, mine)
+    return Limits(**values)
+
+
+def exceeded(limits: Limits, returncode: int | None, oom_killed: bool) -> str | None:
+    """Which limit killed a child that exited with ``returncode`` (negative: a signal),
+    as a sentence for the job's ``error``; None when none did."""
+    if returncode == -signal.SIGXCPU and limits.cpu_seconds is not None:
+        return f"CPU time limit {limits.cpu_seconds} s exceeded (SIGXCPU)"
+    if returncode == -signal.SIGXCPU:
+        return "CPU time limit exceeded (SIGXCPU)"
+    if oom_killed:
+        size = f" {limits.memory_mb} MiB" if limits.memory_mb is not None else ""
+        return f"memory limit{size} exceeded (killed by the kernel's OOM killer in its cgroup)"
+    return None
+
+
+class Cgroups:
+    """Per-job cgroups under the daemon's delegated cgroup v2 directory ``base``.
+
+    Use :meth:`detect`; then :meth:`create` / :meth:`attach` per job,
+    :meth:`oom_killed` and :meth:`remove` once it is reaped.  Every write is a
+    plain file write; an ``OSError`` in one job's cgroup is logged and that
+    job runs with its rlimits only.
+    """
+
+    CONTROLLERS = ("memory", "pids")
+
+    def __init__(self, base: Path):
+        self.base = base
+
+    @classmethod
+    def detect(cls, mount: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc/self/cgroup")) -> "Cgroups | None":
+        """The delegation this process has, set up for per-job cgroups; None (and one line in
+        the log) when there is none it may write to.  Moves this process (with its threads)
+        into ``base/hermesd`` first."""
+        try:
+            line = next((x for x in proc.read_text().splitlines() if x.startswith("0::")), None)
+            if line is None:
+                raise OSError("no cgroup v2 (unified) hierarchy for this process")
+            if line[3:].strip("/") == "":
+                raise OSError("this process is in the root cgroup, which is nobody's delegation")
+            base = mount / line[3:].lstrip("/")
+            available = (base / "cgroup.controllers").read_text().split()
+            missing = [c for c in cls.CONTROLLERS if c not in available]
+            if missing:
+                raise OSError(f"controllers {', '.join(missing)} not delegated to {base}")
+            if not os.access(base / "cgroup.subtree_control", os.W_OK) or not os.access(base, os.W_OK):
+                raise OSError(f"{base} is not writable (no Delegate=yes)")
+            me = base / "hermesd"
+            me.mkdir(exist_ok=True)
+            (me / "cgroup.procs").write_text(f"{os.getpid()}\n")
+            (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in cls.CONTROLLERS))
+        except (OSError, StopIteration) as exc:
+            log.info("per-job cgroups off: %s (rlimits still apply)", exc)
+            return None
+        log.info("per-job cgroups under %s (memory.max, pids.max)", base)
+        return cls(base)
+
+    def path(self, job: str) -> Path:
+        """``base/job-ID``."""
+        return self.base / f"job-{job}"
+
+    def create(self, job: str, limits: Limits) -> Path | None:
+        """Make the job's cgroup with its limits; None when that failed (logged)."""
+        path = self.path(job)
+        try:
+            path.mkdir(exist_ok=True)
+            if limits.memory_mb is not None:
+                (path / "memory.max").write_text(str(limits.memory_mb * MIB))
+                if (path / "memory.swap.max").exists():
+                    (path / "memory.swap.max").write_text("0")
+            if limits.processes is not None:
+                (path / "pids.max").write_text(str(limits.processes))
+            return path
+        except OSError as exc:
+            log.warning("cgroup of %s: %s", job, exc)
+            return None
+
+    def attach(self, job: str, pid: int, limits: Limits) -> bool:
+        """Create the job's cgroup and move ``pid`` into it (before it starts anything)."""
+        path = self.create(job, limits)
+        if path is None:
+            return False
+        try:
+            (path / "cgroup.procs").write_text(f"{pid}\n")
+            return True
+        except OSError as exc:
+            log.warning("moving %s (pid %d) into %s: %s", job, pid, path, exc)
+            return False
+
+    def oom_killed(self, job: str) -> bool:
+        """True when the kernel killed a process of the job for its ``memory.max``."""
+        try:
+            text = (self.path(job) / "memory.events").read_text()
+        except OSError:
+            return False
+        counts = dict(line.split() for line in text.splitlines() if line.strip())
+        return int(counts.get("oom_kill", 0)) > 0
+
+    def remove(self, job: str) -> None:
+        """Remove the job's cgroup (empty once its processes are reaped; ``EBUSY`` is logged)."""
+        try:
+            self.path(job).rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("cgroup of %s not removed: %s", job, exc)

@@ -1,0 +1,50 @@
+"""Each job's log is capped: a child flooding its log is rotated, the cap shows in the log."""
+
+from __future__ import annotations
+
+import os
+
+from hermesd.logcap import rotate, rotated
+from tests.harness import wait_for
+
+
+def test_rotate_copies_the_tail_truncates_and_says_so(tmp_path):
+    path = tmp_path / "log"
+    path.write_bytes(b"a" * 6000 + b"b" * 4000)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # as the child holds it
+    try:
+        assert rotate(path, 5000, 2) == 10000
+        assert rotated(path, 1).read_bytes() == b"a" * 1000 + b"b" * 4000
+        os.write(fd, b"after\n")
+        text = path.read_text()
+        assert text.startswith("[hermesd ") and "log rotated at 10000 bytes" in text and "5000 before them dropped" in text
+        assert text.endswith("after\n") and path.stat().st_size < 300, "the child's next write lands at the new end"
+        path.write_bytes(b"c" * 6000)
+        rotate(path, 5000, 2)
+        assert rotated(path, 2).read_bytes().endswith(b"b" * 4000) and rotated(path, 1).read_bytes() == b"c" * 5000
+        assert rotate(path, 5000, 2) == 0, "under the cap: nothing to do"
+        path.write_bytes(b"d" * 6000)
+        rotate(path, 5000, 0)
+        assert "dropped" in path.read_text() and not rotated(path, 3).exists()
+    finally:
+        os.close(fd)
+
+
+def test_a_flooding_child_never_outgrows_the_cap(make_daemon):
+    d = make_daemon(config={"logs": {"max_bytes": 65536, "keep": 1, "check_interval_seconds": 0.1}})
+    flood = "for i in $(seq 1 400); do head -c 65536 /dev/zero | tr '\\\\0' x >> /proc/$PPID/fd/1; sleep 0.02; done"
+    rec = d.delegate("flood", toolsets=["terminal"], timeout_seconds=120,
+                     script=[{"tool_calls": [{"name": "terminal", "input": {"command": flood, "timeout": 100}}]},
+                             {"text": "done"}])
+    log = d.home / "jobs" / rec["id"] / "log"
+    biggest = 0
+    while d.call("job", id=rec["id"])["status"] not in ("completed", "failed"):
+        if log.exists():
+            biggest = max(biggest, log.stat().st_size)
+        wait_for(lambda: True, 0.05)
+    folder = sum(p.stat().st_size for p in log.parent.iterdir())
+    assert biggest < 65536 + 3_000_000, biggest
+    assert folder < 2 * (65536 + 3_000_000), "400 × 64 KiB = 26 MB were written; the folder holds a fraction"
+    text = d.call("logs", id=rec["id"])["data"]
+    assert "log rotated" in text
+    assert rotated(log, 1).exists() and not rotated(log, 2).exists()
