@@ -81,6 +81,8 @@ STOP_REASONS: dict[str, StopReason] = {r.name: r for r in (
     StopReason("parent_stop", JobStatus.INTERRUPTED, "interrupted", "parent_stop"),
     StopReason("kanban_archive", None, None, "kanban_archive"),
     StopReason("kanban_reclaim", None, None, "kanban_reclaim"),
+    # not the daemon's stop but the kernel's, for a child_limits limit (hermesd.limits names which)
+    StopReason("resource_limit", JobStatus.FAILED, "resource_limit", "a resource limit was exceeded"),
 )}
 """Every reason the daemon stops a job for (``Runner.stop(job, reason)``), by name."""
 

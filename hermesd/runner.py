@@ -283,10 +283,11 @@ class Runner:
         if stop is not None and stop.status is not None:
             status = stop.status
         error = result.get("error")
-        if status is None and limit is not None:  # killed for exceeding a limit: named, not a signal number
-            status, error = "failed", limit
-            result = {**result, "exit_reason": "resource_limit"}
         doing = self._doing.get(job_id) or exits.Doing()
+        if status is None and limit is not None:  # killed for exceeding a limit: named, not a signal number
+            killed = STOP_REASONS["resource_limit"]
+            status, error = killed.status, limit + (f" while {doing.where()}" if doing.where() else "")
+            result = {**result, "exit_reason": killed.exit_reason}
         if status is None:
             status = JobStatus.FAILED
             tail = log_tail(self.log_path(job_id)).strip()

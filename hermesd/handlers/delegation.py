@@ -39,8 +39,13 @@ async def delegate(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
     ``background=true``: a background delegation, admitted under
     ``delegation.max_async_children`` — beyond it ``capacity_reached`` (never
-    silently queued) unless ``queue=true``.  Returns the job record; for a
-    background job ``status`` is its state and ``delegation_id`` its id.
+    silently queued) unless ``queue=true``.  Resource limits of the child and
+    everything it starts, at most the config's ``child_limits``:
+    ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes``,
+    ``max_open_files`` (a child killed by one ends ``failed`` with
+    ``exit_reason: resource_limit`` and the limit named in ``error``).
+    Returns the job record; for a background job ``status`` is its state and
+    ``delegation_id`` its id.
     """
     background = arg(args, "background", bool, False)
     queue = arg(args, "queue", bool, False)
