@@ -3,17 +3,26 @@
 One short loop whatever the provider (in the spirit of mini-swe-agent): the run
 is a plain list of messages (:mod:`child.messages`); each turn is one model call
 followed by the tool calls it asked for; the run ends with a final answer (a
-reply that calls no tool), at ``max_turns``, at the wall-clock timeout, on the
+reply that calls no tool; with an ``output_schema`` it must validate, after one
+repair turn at most: :mod:`child.output`), at ``max_turns``, at the opt-in
+wall-clock timeout, on the
 stop flag (SIGINT/SIGTERM), or on a provider error.  The model call runs in a
 worker thread so that a stop or the timeout ends the run at once even while a
 request is in flight; tools are called in this thread and watch the stop flag
 themselves.  Every tool_use gets its tool_result, so the new messages are a
 valid conversation to continue (sessions store them).
+
+Liveness: every model call, streamed event, tool and tool output is activity
+(:mod:`child.activity`), reported to hermesd, throttled, so that a busy child
+is never taken for a stale one.  Steering: before each model call the loop
+fetches the messages the agent that started it sent (``child.inbox``) and
+adds them to the conversation.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 import threading
@@ -22,6 +31,8 @@ import traceback
 from typing import Any, Callable
 
 from child import messages as m
+from child import output
+from child.activity import Activity
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
 from hermesd.contract import JobSpec
@@ -96,6 +107,9 @@ class Agent:
         self.prefill_system = "\n\n".join(str(p["content"]) for p in prefill if p.get("role") == "system")
         self.started = time.monotonic()
         self.activity = "starting"  # what the run is doing now (kept as it was when a stop came)
+        self.turn = 0
+        self.liveness = Activity(self.report_activity, float(self.spec["activity_interval_seconds"]))
+        self.structured: Any = None
 
     def run(self) -> dict[str, Any]:
         """The whole run: set up, loop, and the result map whatever happens."""
@@ -108,6 +122,7 @@ class Agent:
             self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
             self.add(m.user(first_message(self.spec)))
             self.provider = make_provider(self.spec, stop=self.stop)
+            self.provider.activity = self.liveness
             return self.loop(registry)
         except ProviderError as exc:
             return self.finish("failed", "error", error=str(exc))
@@ -130,7 +145,10 @@ class Agent:
         """
         ctx = self.tool_context(registry)
         retries, invalid = self.spec["invalid_tool_call_retries"], 0
-        for turn in range(1, int(self.spec["max_turns"]) + 1):
+        turns, repaired = int(self.spec["max_turns"]), False
+        while self.turn < turns:
+            self.turn = turn = self.turn + 1
+            self.read_inbox()
             reply = self.query(turn)
             if reply is None:
                 return self.finish_stopped()
@@ -147,9 +165,21 @@ class Agent:
             calls = m.tool_uses(self.new[-1])
             log(f"turn {turn}: model replied ({reply.usage.get('input', 0)} in / {reply.usage.get('output', 0)} out"
                 " tokens): " + (f"calls {', '.join(c['name'] for c in calls)}" if calls else "final answer"))
-            if not calls:
+            if calls:
+                self.add(m.user(*[self.execute(registry, ctx, call, turn) for call in calls]))
+                continue
+            schema = self.spec["output_schema"]
+            if schema is None:
                 return self.finish("completed", "completed")
-            self.add(m.user(*[self.execute(registry, ctx, call, turn) for call in calls]))
+            self.structured, problem = output.check(m.final_text(self.new[-1]), schema)
+            if problem is None:
+                return self.finish("completed", "completed")
+            if repaired:
+                return self.finish("failed", "output_schema", error=f"the final answer does not match "
+                                   f"output_schema after one repair turn: {problem}")
+            log(f"turn {turn}: final answer does not match output_schema ({problem}); one repair turn")
+            repaired, turns = True, max(turns, turn + 1)
+            self.add(m.user(output.repair_prompt(problem, schema)))
         return self.finish("failed", "max_turns",
                            error=f"no final answer within max_turns={self.spec['max_turns']}")
 
@@ -176,7 +206,7 @@ class Agent:
                 reply = call_until_stopped(lambda: self.provider.complete(
                     self.model_system, self.prefill + self.history + self.new, self.tools,
                     max_tokens=int(self.spec["max_tokens"]),
-                    reasoning_effort=self.spec["reasoning_effort"]), self.stop)
+                    reasoning_effort=self.spec["reasoning_effort"]), self.stop, tick=self.liveness.tick)
             except ProviderError as exc:
                 if not exc.retryable or not delays:
                     raise
@@ -221,24 +251,54 @@ class Agent:
         return registry.ToolContext(cwd=s["cwd"] or os.getcwd(), limits=dict(s["limits"]),
                                     auto_approve=bool(s["auto_approve"]), stop=self.stop, channel=self.channel,
                                     job=s["job"], depth=int(s["depth"]), max_spawn_depth=int(s["max_spawn_depth"]),
-                                    role=s["role"])
+                                    role=s["role"], heartbeat=self.heartbeat)
 
     def add(self, message: dict[str, Any]) -> None:
         """Append a message to this run's conversation."""
         self.new.append(message)
 
     def progress(self, turn: int, tool: str | None, **extra: Any) -> None:
-        """Report ``child.progress`` to the daemon (no reply awaited)."""
+        """Report ``child.progress`` to the daemon (no reply awaited); it is activity too."""
+        self.liveness.touch()
         if self.channel is not None:
             self.channel.notify("child.progress", turn=turn, tool=tool, api_calls=self.api_calls,
                                 tokens=dict(self.tokens), **extra)
 
     def doing(self, turn: int, activity: str) -> None:
         """Say what the run does now (``activity``), to the daemon too, with the provider
-        and model: a timeout, or a crash of the process, is then reported with it."""
+        and model: a timeout, a stale stop or a crash of the process is then reported with it."""
         self.activity = activity
-        self.progress(turn, None, activity=activity, provider=getattr(self.provider, "name", None),
-                      model=getattr(self.provider, "model", None))
+        self.liveness.begin(activity)
+
+    def report_activity(self, what: str) -> None:
+        """Report ``child.progress`` with the activity ``what`` (:class:`child.activity.Activity`'s report)."""
+        if self.channel is not None:  # not through progress(): a report is no activity of its own
+            self.channel.notify("child.progress", turn=self.turn, tool=None, api_calls=self.api_calls,
+                                tokens=dict(self.tokens), activity=what,
+                                provider=getattr(self.provider, "name", None),
+                                model=getattr(self.provider, "model", None))
+
+    def heartbeat(self, what: str) -> None:
+        """A running tool shows life (``ToolContext.heartbeat``, main thread): record, report throttled."""
+        self.liveness.touch(what)
+        self.liveness.tick()
+    def read_inbox(self) -> None:
+        """Add the messages the agent that started this one sent it (``steer``) to the conversation:
+        into the last user message (tool results) as text, so roles still alternate."""
+        if self.channel is None or not self.spec["job"]:
+            return
+        try:
+            messages = self.channel.call("child.inbox", timeout=10.0).get("messages") or []
+        except Exception as exc:  # noqa: BLE001 - no steering this step; the run goes on
+            log(f"could not read messages from hermesd: {exc}")
+            return
+        for text in messages:
+            log(f"message from the agent that started this one: {one_line(text, 100)}")
+            note = m.text(f"[Message from the agent that started you, sent while you work]\n{text}")
+            if self.new and self.new[-1]["role"] == "user":
+                self.new[-1]["content"].append(note)
+            else:
+                self.add(m.user(note))
 
     def finish_stopped(self) -> dict[str, Any]:
         """The result after the stop flag: ``timed_out`` for the timeout, else ``interrupted``."""
@@ -252,6 +312,8 @@ class Agent:
         log(f"finished: {status} ({exit_reason}) after {self.api_calls} model call(s)" + (f": {error}" if error else ""))
         replies = [m.final_text(msg) for msg in self.new if msg["role"] == "assistant"]
         summary = replies[-1] if status == "completed" else "\n\n".join(r for r in replies if r)
+        if status == "completed" and self.spec["output_schema"] is not None:
+            summary = json.dumps(self.structured, ensure_ascii=False)  # the value alone, fences dropped
         result = {
             "status": status, "exit_reason": exit_reason, "summary": summary, "error": error,
             "api_calls": self.api_calls, "tokens": dict(self.tokens), "trace": list(self.trace),
@@ -309,9 +371,10 @@ def first_message(spec: dict[str, Any]) -> str:
     return f"{goal}\n\nContext:\n{context}" if context.strip() else goal
 
 
-def call_until_stopped(fn: Callable[[], Any], stop: Any) -> Any:
+def call_until_stopped(fn: Callable[[], Any], stop: Any, tick: Callable[[], None] | None = None) -> Any:
     """Return ``fn()`` run in a worker thread, or ``None`` as soon as ``stop.is_set()``
-    (also when ``fn`` returned just as the flag was set).
+    (also when ``fn`` returned just as the flag was set).  ``tick()`` is called in
+    this thread while it waits (every :data:`POLL_SECONDS`): activity reports.
 
     Re-raises what ``fn`` raised.  A call abandoned on stop finishes in its
     (daemon) thread and its value is dropped.
@@ -328,7 +391,8 @@ def call_until_stopped(fn: Callable[[], Any], stop: Any) -> Any:
 
     threading.Thread(target=work, name="model-call", daemon=True).start()
     while not done.wait(POLL_SECONDS) and not stop.is_set():
-        pass
+        if tick is not None:
+            tick()
     if stop.is_set():  # the stop wins, even over a reply that arrived at the same moment
         return None
     if "error" in box:

@@ -68,6 +68,13 @@ def status() -> None:
     out(f"  children: {st['children']} running, {st['queued']} queued")
     for pool, use in st["caps"].items():
         out(f"  cap {pool}: {use['used']}/{use['limit'] if use['limit'] is not None else '-'}")
+    queue = st.get("queue") or {}
+    if queue.get("paused"):
+        out(f"  queue: PAUSED since {queue.get('paused_at')} (hermesctl resume)")
+    if queue.get("waiting_for_jobs"):
+        out(f"  waiting for other jobs (--after): {queue['waiting_for_jobs']}")
+    if (st.get("hooks") or {}).get("on_job_end"):
+        out("  hooks: on_job_end set")
     out("  jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"))
     out(f"  start: {render.start_method(st.get('start') or {})}")
     out(f"  state: {st['state_db']}  runtime: {st['runtime_dir']}")
@@ -136,25 +143,88 @@ def ps(show_all: bool, kind: str | None, oldest_first: bool, limit: int | None) 
               help="CPU seconds per process of the job (at most child_limits.cpu_seconds).")
 @click.option("--max-processes", type=click.IntRange(min=1), default=None, help="Processes (at most child_limits.processes).")
 @click.option("--max-open-files", type=click.IntRange(min=1), default=None, help="Open files per process.")
+@click.option("--timeout-seconds", type=float, default=None,
+              help="Wall-clock limit (default: none; a child without activity for delegation.stale_after_seconds "
+                   "is stopped anyway).")
+@click.option("--after", default=None, metavar="ID[,ID]",
+              help="Start once these jobs completed (fail if one does not).")
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="Set a variable for the subagent (repeatable).")
+@click.option("--output-schema", type=click.File("r", encoding="utf-8"), default=None, metavar="FILE",
+              help="JSON Schema the final answer must validate against ('-': standard input).")
 def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, context: str | None, toolsets: str | None,
              model: str | None, provider: str | None, role: str | None, max_turns: int | None,
-             cwd: str | None, **resources: int | None) -> None:
+             cwd: str | None, timeout_seconds: float | None, after: str | None, env: tuple[str, ...],
+             output_schema: Any, **resources: int | None) -> None:
     """Hand GOAL to a subagent ('-' or --goal-file: read it).  Foreground: wait, showing
     that it waits on a terminal, and print the result (Ctrl-C stops watching; the
-    job goes on).  --background: print the job record (id, status) at once."""
+    job goes on).  --background: print the job record (id, status) at once.
+    While the queue is paused (hermesctl pause) the job is accepted and waits."""
     goal = read_text(goal, goal_file, "goal")
     args: dict[str, Any] = {"goal": goal, "background": background, "queue": queue,
                             "cwd": os.path.abspath(cwd or working_dir())}
     for key, value in (("context", context), ("toolsets", split(toolsets)), ("model", model),
-                       ("provider", provider), ("role", role), ("max_turns", max_turns), *resources.items()):
+                       ("provider", provider), ("role", role), ("max_turns", max_turns),
+                       ("timeout_seconds", timeout_seconds), ("after", split(after)),
+                       ("env", env_pairs(env) or None), ("output_schema", json_file(output_schema, "--output-schema")),
+                       *resources.items()):
         if value is not None:
             args[key] = value
     record = conn().call("delegate", **args)
+    if record.get("queue_paused") and not is_json():
+        out(f"{record['id']} queued: the queue is paused (hermesctl resume)", err=True)
     if background:
         return show(record, lambda r: f"{r['id']} {r['status']}")
     record = wait_job(record["id"])
     show(record, render.job_text)
     exit_for(record)
+
+
+def env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``("A=1", "B=x=y")`` → ``{"A": "1", "B": "x=y"}``; raises :class:`click.BadParameter` without ``=``."""
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env")
+        env[name] = value
+    return env
+
+
+def json_file(file: Any, option: str) -> Any:
+    """The JSON value in ``file`` (None for None); raises :class:`click.BadParameter` naming the line."""
+    if file is None:
+        return None
+    import json
+
+    try:
+        return json.loads(file.read())
+    except ValueError as exc:
+        raise click.BadParameter(f"{file.name}: not JSON: {exc}", param_hint=option) from None
+
+
+@cli.command()
+@json_option
+def pause() -> None:
+    """Pause the queue: no job starts (running ones go on; new requests wait queued).
+    Stays paused across a daemon restart, until hermesctl resume."""
+    show(conn().call("pause"), lambda q: f"queue paused since {q['paused_at']}")
+
+
+@cli.command()
+@json_option
+def resume() -> None:
+    """Resume the queue: queued jobs start as the caps allow."""
+    show(conn().call("resume"), lambda q: "queue running")
+
+
+@cli.command()
+@json_option
+@click.argument("job_id", shell_complete=complete_job_id)
+def retry(job_id: str) -> None:
+    """Run the ended job JOB_ID again as a new job (same goal, settings and environment);
+    prints the new job's record (retry_of: JOB_ID)."""
+    record = conn().call("retry", id=job_id)
+    show(record, lambda r: f"{r['id']} {r['status']} (retry of {job_id})")
 
 
 @cli.command()

@@ -69,17 +69,31 @@ URL = {"url": True}
 
 @dataclass(frozen=True)
 class Delegation:
-    """``delegation:`` — caps and rules of SPEC §4."""
+    """``delegation:`` — caps and rules of SPEC §4.
+
+    ``child_timeout_seconds``: an opt-in wall-clock limit of every child (none by
+    default); ``stale_after_seconds``: a child that shows no activity (model call,
+    streamed reply, tool, tool output) this long is interrupted as stale.
+    """
 
     max_async_children: int = field(default=3, metadata=_min(1))
     max_concurrent_children: int = field(default=3, metadata=_min(1))
     max_spawn_depth: int = field(default=1, metadata=_min(0))
     max_tasks_per_call: int = field(default=8, metadata=_min(1))
-    child_timeout_seconds: float = field(default=600.0, metadata=_min(0.1))
+    child_timeout_seconds: float | None = field(default=None, metadata=_min(0.1))
+    stale_after_seconds: float = field(default=600.0, metadata=_min(0.1))
     subagent_auto_approve: bool = False
     max_turns: int = field(default=10, metadata=_min(1))
     model: str | None = None
     provider: str | None = field(default=None, metadata=_choices(*PROVIDERS))
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """``hooks:`` — operator callbacks (:mod:`hermesd.hooks`)."""
+
+    on_job_end: str | None = None
+    timeout_seconds: float = field(default=30.0, metadata=_min(0.1))
 
 
 @dataclass(frozen=True)
@@ -170,6 +184,7 @@ class Config:
     retention: Retention = field(default_factory=Retention)
     logs: Logs = field(default_factory=Logs)
     child_limits: ChildLimits = field(default_factory=ChildLimits)
+    hooks: Hooks = field(default_factory=Hooks)
     source: str | None = field(default=None, metadata={"internal": True})
 
     def state_dir(self) -> Path:

@@ -75,10 +75,12 @@ class StopReason:
 
 STOP_REASONS: dict[str, StopReason] = {r.name: r for r in (
     StopReason("cancel", JobStatus.CANCELLED, "interrupted", "cancelled by request"),
-    StopReason("timeout", JobStatus.TIMED_OUT, "timeout", "child_timeout_seconds reached"),
+    StopReason("timeout", JobStatus.TIMED_OUT, "timeout", "wall-clock limit reached"),
     StopReason("shutdown", JobStatus.INTERRUPTED, "interrupted", "hermesd shut down"),
     StopReason("session_stop", JobStatus.INTERRUPTED, "interrupted", "stopped by /stop in its session"),
     StopReason("parent_stop", JobStatus.INTERRUPTED, "interrupted", "parent_stop"),
+    StopReason("stale", JobStatus.INTERRUPTED, "stale", "stale: no activity"),
+    StopReason("agent_stop", JobStatus.INTERRUPTED, "interrupted", "stopped by the agent that started it"),
     StopReason("kanban_archive", None, None, "kanban_archive"),
     StopReason("kanban_reclaim", None, None, "kanban_reclaim"),
     # not the daemon's stop but the kernel's, for a child_limits limit (hermesd.limits names which)
@@ -111,12 +113,16 @@ class JobSpec:
 
     The daemon fills it from the job's row and the config (``Runner.child_spec``);
     a child given a partial map (a test, a direct run) takes these defaults.
-    ``timeout_seconds``/``max_turns`` bound the run; ``depth`` is the
+    ``timeout_seconds`` (an opt-in wall clock; None: none)/``max_turns`` bound the run; ``depth`` is the
     delegation depth of this agent (0: started by a person or a session);
     ``limits``: ``max_output_bytes``, ``max_file_bytes``,
     ``terminal_timeout_seconds``; ``history``: earlier messages (session
     turns); ``record_trajectory``: return the ShareGPT trajectory too (the daemon
-    asks it of every job it runs, so that ``result --trajectory`` has it).
+    asks it of every job it runs, so that ``result --trajectory`` has it);
+    ``output_schema``: a JSON Schema the final answer must validate against
+    (:mod:`child.output`); ``activity_interval_seconds``: least seconds between two
+    throttled activity reports (:mod:`child.activity`; the daemon makes it at most a
+    quarter of ``delegation.stale_after_seconds``).
     Batch items also set ``ephemeral_system_prompt``, ``prefill_messages``,
     ``workdir_placeholder`` and ``invalid_tool_call_retries`` (see ``child.agent``).
     """
@@ -147,6 +153,8 @@ class JobSpec:
     prefill_messages: list[dict[str, Any]] | None = None
     workdir_placeholder: str | None = None
     invalid_tool_call_retries: int | None = None
+    output_schema: dict[str, Any] | None = None
+    activity_interval_seconds: float = 2.0
 
     @classmethod
     def names(cls) -> frozenset[str]:

@@ -12,7 +12,11 @@ rules, checked here and nowhere else:
   rejected beyond it (the tool error tells the model to run in the foreground
   or wait); their completion returns to the parent's session as a new turn;
 * a foreground group runs at most ``delegation.max_concurrent_children`` at
-  once (a ``group:`` pool); results come back in task order.
+  once (a ``group:`` pool); results come back in task order;
+* an agent sees, steers and stops only its own children (``parent`` is its
+  job): any other id is ``not_found``.  A steer message waits in the child's
+  inbox until the child fetches it before its next model call
+  (``child.inbox``); a stopped child ends ``interrupted`` with its partial output.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ if TYPE_CHECKING:
     from hermesd.context import Context
 
 NEVER_FOR_CHILDREN = ("clarify", "memory")
+MAX_STEER_BYTES = 64 * 1024
+MAX_INBOX = 32
+"""Most steer messages waiting for one child."""
 RESULT_FIELDS = ("id", "status", "exit_reason", "summary", "error", "api_calls", "duration_seconds", "tokens", "trace")
 
 
@@ -108,3 +115,71 @@ def stop_foreground_children(ctx: Context, row: dict[str, Any] | None) -> None:
             ctx.runner.stop(child["id"], "parent_stop")
         except ProtocolError:
             pass
+
+
+class Inbox:
+    """Steer messages waiting for their child, by job id (in memory: a child does not outlive the daemon)."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, list[str]] = {}
+
+    def put(self, job: str, message: str) -> int:
+        """Queue ``message`` for ``job``; returns how many wait.  Raises ``capacity_reached`` past :data:`MAX_INBOX`."""
+        waiting = self.messages.setdefault(job, [])
+        if len(waiting) >= MAX_INBOX:
+            raise ProtocolError("capacity_reached", f"{job} has {len(waiting)} unread messages; wait for it to "
+                                "read them", {"job": job})
+        waiting.append(message)
+        return len(waiting)
+
+    def take(self, job: str) -> list[str]:
+        """The messages waiting for ``job``, removed."""
+        return self.messages.pop(job, [])
+
+
+def own_child(ctx: Context, parent_id: str, child_id: Any) -> dict[str, Any]:
+    """The row of ``child_id`` if ``parent_id`` started it; else ``not_found`` (whoever else's it is)."""
+    row = ctx.jobs.get(child_id) if isinstance(child_id, str) else None
+    if row is None or row.get("parent") != parent_id:
+        raise ProtocolError("not_found", f"you started no subagent {child_id!r} (list_subagents shows yours)",
+                            {"id": child_id})
+    return row
+
+
+def child_view(ctx: Context, row: dict[str, Any]) -> dict[str, Any]:
+    """What an agent sees of one of its children: id, goal, status, model calls, last activity."""
+    view = {"id": row["id"], "goal": row.get("goal"), "status": row["status"], "background": bool(row.get("background")),
+            "model_calls": row.get("api_calls") or 0, "started_at": row.get("started_at")}
+    view["last_activity"] = ctx.runner.doing(row["id"]).activity
+    view.update(ctx.runner.activity.describe(row["id"]))
+    if row["status"] in jobs_mod.TERMINAL:
+        view.update(summary=row.get("summary"), error=row.get("error"))
+    return view
+
+
+def list_children(ctx: Context, parent_id: str, include_ended: bool) -> dict[str, Any]:
+    """``child.children``: the agent's children (live ones, or all), oldest first."""
+    statuses = None if include_ended else LIVE
+    rows = ctx.jobs.list(parent=parent_id, statuses=statuses, limit=200)
+    return {"subagents": [child_view(ctx, r) for r in rows]}
+
+
+def steer_child(ctx: Context, parent_id: str, child_id: Any, message: Any) -> dict[str, Any]:
+    """``child.steer``: queue ``message`` for one of the agent's live children."""
+    row = own_child(ctx, parent_id, child_id)
+    if not isinstance(message, str) or not message.strip():
+        raise ProtocolError("bad_request", "argument 'message' must be a non-empty string", {"field": "message"})
+    if len(message.encode()) > MAX_STEER_BYTES:
+        raise ProtocolError("too_large", f"message exceeds {MAX_STEER_BYTES} bytes", {"field": "message"})
+    if row["status"] in jobs_mod.TERMINAL:
+        raise ProtocolError("invalid_state", f"{row['id']} has already ended ({row['status']})",
+                            {"id": row["id"], "status": row["status"]})
+    waiting = ctx.service(Inbox).put(row["id"], message)
+    return {"id": row["id"], "status": row["status"], "delivered": "before its next model call", "unread": waiting}
+
+
+def stop_child(ctx: Context, parent_id: str, child_id: Any) -> dict[str, Any]:
+    """``child.stop_child``: interrupt one of the agent's children (it ends ``interrupted``)."""
+    row = own_child(ctx, parent_id, child_id)
+    row = ctx.runner.stop(row["id"], "agent_stop", "stopped by the agent that started it")
+    return child_view(ctx, row)

@@ -213,6 +213,7 @@ class ProcessManager:
         self.children: dict[str, Child] = {}
         self._by_pid: dict[int, Child] = {}
         self.cgroups: limits.Cgroups | None = None  # set when the daemon has a delegated cgroup
+        self.watched: dict[int, Callable[[int], None]] = {}
 
     def start(self, job: str, *, cwd: str, log_path: Path, env: dict[str, str], title: list[str] = (),
               resources: limits.Limits | None = None) -> Child:
@@ -265,6 +266,10 @@ class ProcessManager:
         if child.returncode is None:
             self.os.killpg(child.pid, sig)
 
+    def watch(self, pid: int, callback: Callable[[int], None]) -> None:
+        """Call ``callback(returncode)`` when the process ``pid`` (ours, not a job's) is reaped."""
+        self.watched[pid] = callback
+
     def reap(self) -> None:
         """Reap every exited process; finish the bookkeeping of our children (the spawner
         hears of every exit: a zygote or a spare may be among them)."""
@@ -273,7 +278,10 @@ class ProcessManager:
         for pid, code in exits:
             child = self._by_pid.pop(pid, None)
             if child is None:
-                continue  # an orphaned grandchild re-parented to us: reaped, nothing else to do
+                callback = self.watched.pop(pid, None)
+                if callback is not None:  # a process of ours that is no job (an operator's hook)
+                    callback(code)
+                continue  # or an orphaned grandchild re-parented to us: reaped, nothing else to do
             child.returncode = code
             if hasattr(child.handle, "returncode"):
                 child.handle.returncode = code  # we reaped it; keep subprocess from waiting again

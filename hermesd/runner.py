@@ -12,6 +12,12 @@ the job table (state machine).  Its rules:
 * The slots of a job's own caps are released when it turns terminal, before
   that state is published; its ``global`` slot (a process) once it is reaped
   (see :mod:`hermesd.scheduler`).
+* Nothing starts while the queue is paused (:mod:`hermesd.pause`); a job with
+  ``after`` joins the queue once those jobs completed (:mod:`hermesd.dependencies`).
+* No healthy work is killed by a clock: a child is interrupted as ``stale``
+  after ``delegation.stale_after_seconds`` without activity
+  (:mod:`hermesd.staleness`); a wall-clock limit applies only when set
+  (``timeout_seconds`` of the job, else ``delegation.child_timeout_seconds``).
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ import secrets
 from pathlib import Path
 from typing import Any, Protocol
 
-from hermesd import exits, limits
+from hermesd import dependencies, exits, limits
 from hermesd.config import Config
 from hermesd.contract import STOP_REASONS, TERMINAL, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import JobTable
 from hermesd.procs import Child, ProcessManager
 from hermesd.protocol import ProtocolError, one_line
+from hermesd.pause import QueuePause
 from hermesd.scheduler import PROCESS_POOLS, Scheduler
+from hermesd.staleness import ActivityLog, stale_error
 
 log = logging.getLogger("hermesd")
 
@@ -103,6 +111,11 @@ class Runner:
         self._counters: dict[str, dict[str, Any]] = {}  # progress counters, written with the next group commit
         self._doing: dict[str, exits.Doing] = {}  # what each child last said it was doing
         jobs.events.flush_hooks.append(self._write_counters)
+        self.pause = QueuePause(jobs.store)
+        self.activity = ActivityLog()
+        self.stop_errors: dict[str, str] = {}  # why the daemon stopped a job, when it says more than the reason
+        self.waiting: set[str] = set()  # queued jobs waiting for the jobs of their ``after``
+        self._stale_timer: Any = None
 
     # admission -----------------------------------------------------------
 
@@ -129,9 +142,12 @@ class Runner:
             why = "is not a directory" if Path(cwd).exists() else "does not exist"
             raise ProtocolError("bad_request", f"cwd: working directory {cwd!r} {why}", {"field": "cwd"})
         job_id = fields.pop("id", None) or self.jobs.new_id(kind)
+        after = (fields.get("spec") or {}).get("after")
+        if after is not None:
+            fields["spec"]["after"] = dependencies.check(job_id, after, self.jobs.get)
         needs = ("global", *pools)
         if background:
-            if not self.scheduler.admit_background(job_id, queue=queue):
+            if after or not self.scheduler.admit_background(job_id, queue=queue):
                 needs = ("async", *needs)
         before = set(self.procs.children)
         try:
@@ -139,8 +155,8 @@ class Runner:
             # the reply.  The child is forked inside the transaction; if the commit fails, the
             # children started in it are killed (no row shows them) and the job was not admitted.
             with self.jobs.store.transaction():
-                self.jobs.create(kind, id=job_id, background=int(background), pools=list(pools), **fields)
-                self.scheduler.enqueue(job_id, needs)
+                row = self.jobs.create(kind, id=job_id, background=int(background), pools=list(pools), **fields)
+                self._enqueue(row, needs)
                 self.pump()
         except BaseException:
             for started in set(self.procs.children) - before:
@@ -155,11 +171,41 @@ class Runner:
         needs = ("global", *(row.get("pools") or []))
         if row.get("background"):
             needs = ("async", *needs)
-        self.scheduler.enqueue(row["id"], needs)
+        self._enqueue(row, needs)
+
+    def _enqueue(self, row: dict[str, Any], needs: tuple[str, ...]) -> None:
+        """Queue a job for its pools, or keep it waiting for its ``after`` jobs, or fail it when one failed."""
+        verdict, error = dependencies.state(row, self.jobs.get)
+        if verdict == "ready":
+            self.waiting.discard(row["id"])
+            self.scheduler.enqueue(row["id"], needs)
+        elif verdict == "wait":
+            self.waiting.add(row["id"])
+        else:
+            self.waiting.discard(row["id"])
+            self.scheduler.release(row["id"])
+            self.jobs.transition(row["id"], "failed", exit_reason="dependency", error=error)
+
+    def _release_dependents(self) -> None:
+        """A job ended: the jobs waiting for it join the queue, or fail (and so on, down the chain)."""
+        before = None
+        while before != self.waiting:
+            before = set(self.waiting)
+            for job_id in before:
+                row = self.jobs.get(job_id)
+                if row is None or row["status"] != "queued":
+                    self.waiting.discard(job_id)
+                    continue
+                needs = ("global", *(row.get("pools") or []))
+                self._enqueue(row, ("async", *needs) if row.get("background") else needs)
+
+    def queue_state(self) -> dict[str, Any]:
+        """``{paused, paused_at, waiting_for_jobs}``: the queue's state (``status``, ``pause``, ``resume``)."""
+        return {**self.pause.describe(), "waiting_for_jobs": len(self.waiting)}
 
     def pump(self) -> None:
-        """Start every queued job that now fits its caps."""
-        if not self.accepting:
+        """Start every queued job that now fits its caps (none while the queue is paused)."""
+        if not self.accepting or self.pause.paused:
             return
         for job_id in self.scheduler.take_startable():
             try:
@@ -179,7 +225,8 @@ class Runner:
             self.job_dir(job_id).mkdir(parents=True, exist_ok=True)
             child = self.procs.start(job_id, cwd=row.get("cwd") or str(self.job_dir(job_id)),
                                      log_path=self.log_path(job_id),
-                                     env={"HERMES_CHILD_SOCKET": str(self.children_socket),
+                                     env={**((row.get("spec") or {}).get("env") or {}),
+                                          "HERMES_CHILD_SOCKET": str(self.children_socket),
                                           "HERMES_CHILD_TOKEN": token},
                                      title=[row["kind"], one_line(row.get("goal"))[:80]],
                                      resources=limits.effective(limits.ceiling(self.config.child_limits),
@@ -196,12 +243,46 @@ class Runner:
         except BaseException:  # e.g. the disk is full: no child may run that its row does not show
             self.procs.kill_now(job_id, "cancel")
             raise
-        # the child enforces its own wall clock; the daemon's timer is the backstop
-        self._timeouts[job_id] = self.loop.call_later(self._timeout_of(row) + 5.0, self._on_timeout, job_id)
+        self.activity.seen(job_id)
+        self._arm_stale_check()
+        timeout = self._timeout_of(row)
+        if timeout is not None:  # opt-in: the child enforces its own wall clock; this timer is the backstop
+            self._timeouts[job_id] = self.loop.call_later(timeout + 5.0, self._on_timeout, job_id)
 
-    def _timeout_of(self, row: dict[str, Any]) -> float:
-        """The job's wall-clock limit in seconds (its spec's, else ``child_timeout_seconds``)."""
-        return float((row.get("spec") or {}).get("timeout_seconds") or self.config.delegation.child_timeout_seconds)
+    def _timeout_of(self, row: dict[str, Any]) -> float | None:
+        """The job's wall-clock limit in seconds: its ``timeout_seconds``, else
+        ``delegation.child_timeout_seconds``; None (the default) for none."""
+        limit = (row.get("spec") or {}).get("timeout_seconds") or self.config.delegation.child_timeout_seconds
+        return None if limit is None else float(limit)
+
+    def _arm_stale_check(self) -> None:
+        if self._stale_timer is None:
+            every = min(5.0, self.config.delegation.stale_after_seconds / 4)
+            self._stale_timer = self.loop.call_later(every, self.check_stale)
+
+    def doing(self, job_id: str) -> exits.Doing:
+        """What job ``job_id`` last said it was doing (an empty :class:`exits.Doing` when nothing)."""
+        return self._doing.get(job_id) or exits.Doing()
+
+    def check_stale(self) -> None:
+        """Timer: interrupt every child quiet for ``delegation.stale_after_seconds`` (and not
+        waiting for subagents of its own), with a reason that says what it was doing."""
+        self._stale_timer = None
+        limit = self.config.delegation.stale_after_seconds
+        for job_id, idle, since in self.activity.stale(limit):
+            if job_id not in self.procs.children or job_id in self.stop_errors:
+                continue
+            if self.jobs.list(parent=job_id, statuses=("queued", "starting", "running"), limit=1):
+                self.activity.seen(job_id)  # it waits for its subagents, which are watched themselves
+                continue
+            error = stale_error(idle, self.doing(job_id).where() or "starting", since, limit)
+            log.warning("%s: %s", job_id, error)
+            try:
+                self.stop(job_id, "stale", error)
+            except ProtocolError:
+                pass
+        if self.activity.jobs:
+            self._arm_stale_check()
 
     def _fail_start(self, job_id: str, error: str) -> None:
         """A job whose child could not be started: ``failed``, its token and slots given back."""
@@ -240,6 +321,7 @@ class Runner:
             model=row.get("model") or deleg.model or cfg.model,
             base_url=cfg.base_url, reasoning_effort=cfg.reasoning_effort,
             max_turns=deleg.max_turns, timeout_seconds=deleg.child_timeout_seconds,
+            activity_interval_seconds=min(2.0, deleg.stale_after_seconds / 4),
             cwd=row.get("cwd") or str(self.job_dir(row["id"])), depth=row.get("depth") or 0,
             max_spawn_depth=deleg.max_spawn_depth, auto_approve=deleg.subagent_auto_approve,
             limits={"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
@@ -247,7 +329,7 @@ class Runner:
             record_trajectory=True)
         names = JobSpec.names()
         for key, value in (row.get("spec") or {}).items():
-            if key in names:  # the rest (a batch item's prompt_index…) is the daemon's bookkeeping
+            if key in names:  # the rest (a batch item's prompt_index, after, env…) is the daemon's bookkeeping
                 setattr(spec, key, value)
         self.hooks.spec(row, spec)
         return spec.to_wire()
@@ -255,6 +337,7 @@ class Runner:
     def on_hello(self, job_id: str, pid: int | None) -> dict[str, Any]:
         """``child.hello``: the job goes ``running``; returns its spec."""
         row = self.jobs.require(job_id)
+        self.activity.seen(job_id)
         if row["status"] == "starting":
             row = self.jobs.transition(job_id, "running")
         elif row["status"] != "running":
@@ -295,12 +378,15 @@ class Runner:
                                      or self.config.provider)
             if tail:
                 error += f"; last log lines:\n{tail[-800:]}"
-        if stop_reason == "timeout" and not str(error or "").startswith("timed out"):
-            error = exits.timeout_error(self._timeout_of(row), doing)
+        if job_id in self.stop_errors:
+            error = self.stop_errors[job_id]
+        elif stop_reason == "timeout" and not str(error or "").startswith("timed out"):
+            error = exits.timeout_error(self._timeout_of(row) or 0.0, doing)
         if stop_reason and not error:
             error = stop.error if stop is not None else stop_reason
         tokens = result.get("tokens") or {}
-        exit_reason = result.get("exit_reason") or exit_reason_of(status)
+        exit_reason = ((stop.exit_reason if stop is not None and stop.status is not None else None)
+                       or result.get("exit_reason") or exit_reason_of(status))
         fields = {"exit_reason": exit_reason, "summary": result.get("summary") or row.get("summary"), "error": error,
                   "api_calls": int(result.get("api_calls") or row.get("api_calls") or 0),
                   "tokens_in": int(tokens.get("input") or row.get("tokens_in") or 0),
@@ -328,6 +414,7 @@ class Runner:
         if fields:
             self._counters.setdefault(job_id, {}).update(fields)
         self._doing.setdefault(job_id, exits.Doing()).update(args)
+        self.activity.seen(job_id)
         data = {k: args[k] for k in ("turn", "tool", "activity", "api_calls", "tokens", "text") if k in args}
         row = self.jobs.get(job_id)
         self.jobs.events.emit("job.progress", job=job_id, session=row.get("session") if row else None,
@@ -340,8 +427,9 @@ class Runner:
 
     # stopping and exit ---------------------------------------------------
 
-    def stop(self, job_id: str, reason: str) -> dict[str, Any]:
+    def stop(self, job_id: str, reason: str, error: str | None = None) -> dict[str, Any]:
         """Cancel a queued job at once, or begin the graceful stop of a live one.
+        ``error``: the job's error text, over whatever the child reports (why it was stopped).
 
         Returns the row.  Raises ``not_found``, or ``invalid_state`` for a job
         already terminal.
@@ -350,6 +438,8 @@ class Runner:
         if row["status"] in TERMINAL:
             raise ProtocolError("invalid_state", f"job {job_id} is already {row['status']}",
                                 {"job": job_id, "status": row["status"]})
+        if error is not None:
+            self.stop_errors[job_id] = error
         if row["status"] == "queued":
             self.scheduler.release(job_id)
             stop = STOP_REASONS.get(reason)
@@ -381,6 +471,9 @@ class Runner:
         self.tokens.pop(job_id, None)
         self.results.pop(job_id, None)
         self._doing.pop(job_id, None)
+        self.activity.forget(job_id)
+        self.stop_errors.pop(job_id, None)
         self.scheduler.release(job_id)
+        self._release_dependents()
         self.hooks.on_exit(self.jobs.get(job_id))
         self.pump()

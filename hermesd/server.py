@@ -32,7 +32,7 @@ from hermesd.delivery import Delivery
 from hermesd.events import EventLog
 from hermesd.context import Context
 from hermesd.contract import ACTIVE, JobStatus
-from hermesd.handlers import admin, batch, children, delegation, jobs, sessions, upkeep
+from hermesd.handlers import admin, batch, children, control, delegation, jobs, sessions, upkeep
 from hermesd.jobs import JobTable
 from hermesd.kanban import ops as kanban
 from hermesd.plugin import Plugin, Plugins
@@ -57,6 +57,7 @@ PLUGINS: tuple[type[Plugin], ...] = (
     batch.BatchPlugin,            # batch (no process), batch_item: batch_runner runs
     kanban.KanbanPlugin,          # kanban_worker: the board's workers
     upkeep.UpkeepPlugin,          # no kinds: retention, the log cap, per-job cgroups
+    control.ControlPlugin,        # no kind: pause/resume, the job-end hook
 )
 """The job types, in the order their hooks run.  Adding one: its module, and a line here."""
 

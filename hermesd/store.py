@@ -145,6 +145,13 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX events_job ON events(job, seq)
     """,
+    # 4: daemon-wide settings an operator changes at run time (the queue's pause)
+    """
+    CREATE TABLE settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +21,9 @@ MAX_CONTEXT_BYTES = 256 * 1024
 MAX_TURNS = 100_000
 MAX_TIMEOUT_SECONDS = 366 * 86400.0
 SPEC_ARGS = {"max_turns": int, "timeout_seconds": (int, float), "script": list, "reasoning_effort": str,
-             "system_prompt": str}
+             "system_prompt": str, "output_schema": dict, "env": dict, "after": list}
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+MAX_ENV_BYTES = 64 * 1024
 
 
 def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[str] | None = None) -> dict[str, Any]:
@@ -27,8 +31,12 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
 
     ``goal`` (required, non-empty), ``context``, ``toolsets`` (list), ``role``
     (``leaf``/``orchestrator``), ``model``, ``provider``, ``cwd`` (absolute),
-    and the spec extras ``max_turns``, ``timeout_seconds``, ``script``,
-    ``reasoning_effort``, ``system_prompt``, and the resource limits
+    and the spec extras ``max_turns``, ``timeout_seconds`` (an opt-in wall-clock
+    limit: a finite number > 0), ``script``, ``reasoning_effort``,
+    ``system_prompt``, ``output_schema`` (a JSON Schema the final answer must
+    validate against), ``env`` (``{NAME: value}`` added to the child's
+    environment; ``HERMES_*`` names are the daemon's) and ``after`` (job ids,
+    checked by :mod:`hermesd.dependencies`), and the resource limits
     ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes``,
     ``max_open_files`` (see :mod:`hermesd.limits`; at most the config's).  Raises ``ProtocolError``
     (``bad_request``/``too_large``) naming the field.
@@ -64,6 +72,11 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
         spec["resources"] = resources
     in_range(spec.get("max_turns"), "max_turns", 1, MAX_TURNS)
     in_range(spec.get("timeout_seconds"), "timeout_seconds", 0.1, MAX_TIMEOUT_SECONDS)
+    check_limit(spec.get("timeout_seconds"), "timeout_seconds")
+    if "output_schema" in spec:
+        check_schema(spec["output_schema"])
+    if "env" in spec:
+        check_env(spec["env"])
     return {
         "goal": goal, "context": context, "toolsets": expand_toolsets(toolsets),
         "role": arg(args, "role", str, "leaf", choices=ROLES),
@@ -76,3 +89,43 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
 def new_group() -> str:
     """A fresh foreground-group pool name: ``group:<hex>`` (limit ``max_concurrent_children``)."""
     return f"group:{secrets.token_hex(6)}"
+
+
+
+def check_limit(value: Any, name: str) -> None:
+    """A time limit in seconds must be a finite number > 0 (None: no limit); raises ``bad_request``."""
+    if value is not None and (isinstance(value, bool) or not math.isfinite(value) or value <= 0):
+        raise ProtocolError("bad_request", f"{name} must be a number of seconds > 0, not {value!r}", {"field": name})
+
+
+def check_schema(schema: Any) -> None:
+    """``output_schema`` must be a valid JSON Schema (checked against its dialect's metaschema with
+    ``jsonschema``; Draft 2020-12 unless ``$schema`` names another).  Raises ``bad_request`` naming the
+    path inside the schema where it is wrong (e.g. ``$.properties.age.type``)."""
+    import jsonschema
+
+    if not isinstance(schema, dict):
+        raise ProtocolError("bad_request", "output_schema must be a JSON Schema object", {"field": "output_schema"})
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
+        raise ProtocolError("bad_request", f"output_schema is not a valid JSON Schema: at {path}: {exc.message}",
+                            {"field": "output_schema", "path": path}) from None
+
+
+def check_env(env: Any) -> None:
+    """``env``: ``{NAME: value}`` strings, names ``[A-Za-z_][A-Za-z0-9_]*`` and not ``HERMES_*``, no NUL;
+    raises ``bad_request``/``too_large`` naming the variable."""
+    size = 0
+    for name, value in env.items():
+        where = {"field": "env", "name": str(name)}
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            raise ProtocolError("bad_request", f"env: {name!r} is not a variable name", where)
+        if name.startswith("HERMES_"):
+            raise ProtocolError("bad_request", f"env: {name} is set by hermesd itself", where)
+        if not isinstance(value, str) or "\x00" in value:
+            raise ProtocolError("bad_request", f"env: the value of {name} must be a string without NUL", where)
+        size += len(name) + len(value.encode())
+    if size > MAX_ENV_BYTES:
+        raise ProtocolError("too_large", f"env exceeds {MAX_ENV_BYTES} bytes", {"field": "env"})

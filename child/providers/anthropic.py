@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from child.providers.base import Completion, ProviderError
+from child.providers.base import Completion, ProviderError, touch
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 
@@ -115,7 +115,10 @@ class AnthropicProvider:
         try:
             with self._sdk().messages.stream(**kwargs) as stream:
                 try:
-                    finished = any(event.type == "message_stop" for event in stream)
+                    finished = False
+                    for event in stream:  # each streamed event is activity (child.activity)
+                        touch(self, "streaming the model's reply")
+                        finished = finished or event.type == "message_stop"
                 except anthropic.APIStatusError as exc:
                     raise ProviderError(f"stream error from the model server: {_describe(exc)}",
                                         retryable=exc.type in RETRYABLE_STREAM_ERRORS) from None

@@ -58,3 +58,12 @@ class Provider(Protocol):
         Raises :class:`ProviderError` when the call fails for good.
         """
         ...
+
+
+def touch(provider: Any, what: str) -> None:
+    """Record activity of ``provider``'s call in flight (a streamed event, a token): the
+    agent gives a provider its :class:`child.activity.Activity` as ``provider.activity``;
+    without one this does nothing.  Safe from the model call's worker thread."""
+    activity = getattr(provider, "activity", None)
+    if activity is not None:
+        activity.touch(what)

@@ -5,12 +5,14 @@ it).  With a script (the job spec's ``script``), each :meth:`complete` plays the
 next step::
 
     {"thinking"?: str, "text"?: str, "tool_calls"?: [{"name", "input", "id"?}],
-     "sleep"?: seconds, "error"?: str, "retryable"?: bool}
+     "sleep"?: seconds, "stream"?: seconds, "error"?: str, "retryable"?: bool}
 
 A step with ``tool_calls`` asks for those tools; a step without is the final
 answer (its ``text``).  ``sleep`` waits first (cut short by the stop flag;
 default ``$HERMES_SCRIPTED_STEP_SECONDS``, else 0: a demo whose jobs must still
 be running a moment later sets it, e.g. ``HERMES_DEMO_PROVIDER=scripted bash demo.sh``);
+shows no activity, like a model server that does not answer; ``stream`` takes
+that long as a streamed reply does, with activity all along;
 ``error`` raises :class:`ProviderError` instead of answering.  When the script
 runs out, the reply is a final answer that quotes the goal.
 
@@ -28,10 +30,12 @@ import time
 from typing import Any
 
 from child import messages as m
-from child.providers.base import Completion, ProviderError
+from child.providers.base import Completion, ProviderError, touch
 
 NOTE_PATH = "hermes-note.md"
 """File the default plan writes in the job's working directory."""
+STREAM_EVENT_SECONDS = 0.2
+"""Seconds between the streamed events of a ``stream`` step."""
 
 STEP_SECONDS_ENV = "HERMES_SCRIPTED_STEP_SECONDS"
 """Environment variable (inherited from the daemon): seconds each step without its own ``sleep`` waits."""
@@ -69,6 +73,7 @@ class ScriptedProvider:
         if step is None:
             step = {"text": final_answer(self.goal, messages)}
         self._sleep(float(step["sleep"]) if step.get("sleep") is not None else self.step_seconds)
+        self._stream(float(step.get("stream") or 0))
         if step.get("error"):
             raise ProviderError(str(step["error"]), retryable=bool(step.get("retryable")))
         content = self._blocks(step, messages)
@@ -84,6 +89,13 @@ class ScriptedProvider:
             self.stop.event.wait(seconds)
         else:
             time.sleep(seconds)
+
+    def _stream(self, seconds: float) -> None:
+        """Take ``seconds`` as a streamed reply would: activity every :data:`STREAM_EVENT_SECONDS`."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not (self.stop is not None and self.stop.is_set()):
+            touch(self, "streaming the model's reply")
+            self._sleep(min(STREAM_EVENT_SECONDS, max(0.0, deadline - time.monotonic())))
 
     def _blocks(self, step: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         blocks = []

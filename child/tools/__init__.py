@@ -57,6 +57,9 @@ class ToolContext:
     * ``job``, ``depth``, ``max_spawn_depth``, ``role``: who is calling, how deep
       it sits in the delegation tree, how deep the tree may go, and its role
       (``leaf``, ``orchestrator``, ...).
+    * ``heartbeat(what)``: a long-running tool shows life (e.g. its command wrote
+      output), so that hermesd does not take the child for a stale one; cheap to
+      call often (reports are throttled).
     """
 
     cwd: str
@@ -68,6 +71,7 @@ class ToolContext:
     depth: int = 0
     max_spawn_depth: int = 1
     role: str = "leaf"
+    heartbeat: Callable[[str], None] = lambda _what: None
 
     def __post_init__(self) -> None:
         self.limits = {**DEFAULT_LIMITS, **{k: v for k, v in (self.limits or {}).items() if v is not None}}

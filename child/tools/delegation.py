@@ -1,5 +1,6 @@
 """The ``delegation`` toolset: ``delegate_task`` and its aliases ``spawn_agent``
-and ``spawn_parallel`` (SPEC §4).
+and ``spawn_parallel`` (SPEC §4), and the control of the subagents an agent
+started: ``list_subagents``, ``steer_subagent``, ``stop_subagent``.
 
 The child never starts a subagent itself: it sends ``child.delegate`` to hermesd,
 which checks the caps and the depth, runs each task as a child process of its
@@ -9,7 +10,15 @@ waits as long as the subagents run.
 
 Top-level ``context``, ``toolsets``, ``role`` and ``model`` apply to every task
 that does not set its own.  A task may say ``prompt`` instead of ``goal`` (the
-shape of Hermes' ``spawn_parallel``).
+shape of Hermes' ``spawn_parallel``).  ``timeout_seconds`` sets an opt-in
+wall-clock limit (by default a subagent runs as long as it shows activity);
+``output_schema`` (a JSON Schema) makes the subagent's final answer JSON that
+validates against it.
+
+An agent reaches only its own subagents (``child.children``, ``child.steer``,
+``child.stop_child``); any other id is ``not_found``.  A steer message is read
+by the subagent before its next model call; a stopped subagent ends
+``interrupted`` with its partial output.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from child.tools import Tool, ToolContext, ToolError, daemon_call, schema
 MAX_TASKS = 8
 """Most tasks one call may delegate."""
 
-SHARED = ("context", "toolsets", "role", "model")
+SHARED = ("context", "toolsets", "role", "model", "timeout_seconds", "output_schema")
 """Task fields that may be given once for every task of a call."""
 
 _FIELDS = {
@@ -30,6 +39,12 @@ _FIELDS = {
                  "description": "Toolsets for the subagent (within your own); default: your toolsets."},
     "role": {"type": "string", "description": "Role of the subagent: leaf (default) or orchestrator."},
     "model": {"type": "string", "description": "Model for the subagent; default: the configured one."},
+    "timeout_seconds": {"type": "number", "exclusiveMinimum": 0,
+                        "description": "Wall-clock limit in seconds (default: none; a subagent that shows no "
+                                       "activity for a long time is stopped anyway)."},
+    "output_schema": {"type": "object",
+                      "description": "JSON Schema the subagent's final answer must validate against; "
+                                     "its summary is then that JSON."},
 }
 _GOAL = {"type": "string", "minLength": 1, "description": "What the subagent must achieve, self-contained."}
 _TASK = schema({"goal": _GOAL, "prompt": {**_GOAL, "description": "Same as goal."}, **_FIELDS})
@@ -85,6 +100,25 @@ def delegate(args: dict, ctx: ToolContext) -> str:
     return format_answer(tasks, answer)
 
 
+_ID = {"type": "string", "minLength": 1, "description": "The subagent's id (deleg_… or bg_…)."}
+
+
+def list_subagents(args: dict, ctx: ToolContext) -> str:
+    """Handler of ``list_subagents``: this agent's running and queued subagents (``child.children``)."""
+    answer = daemon_call(ctx, "child.children", all=bool(args.get("all", False)))
+    return json.dumps(answer, ensure_ascii=False, default=str)
+
+
+def steer_subagent(args: dict, ctx: ToolContext) -> str:
+    """Handler of ``steer_subagent``: queue ``message`` for subagent ``id`` (``child.steer``)."""
+    return json.dumps(daemon_call(ctx, "child.steer", id=args["id"], message=args["message"]), ensure_ascii=False)
+
+
+def stop_subagent(args: dict, ctx: ToolContext) -> str:
+    """Handler of ``stop_subagent``: interrupt subagent ``id`` (``child.stop_child``)."""
+    return json.dumps(daemon_call(ctx, "child.stop_child", id=args["id"]), ensure_ascii=False, default=str)
+
+
 TOOLS = [
     Tool("delegate_task", "delegation",
          "Hand work to subagents, each an isolated agent with its own context. Give `goal` for one task "
@@ -101,4 +135,19 @@ TOOLS = [
          "come back in task order.",
          schema({"tasks": _TASKS, **_FIELDS, "background": _BACKGROUND}, required=("tasks",)),
          delegate),
+    Tool("list_subagents", "delegation",
+         "List the subagents you started that are still queued or running (with `all`: ended ones too): "
+         "id, goal, status, model calls, and their last activity and when it was.",
+         schema({"all": {"type": "boolean", "description": "Include subagents that have ended."}}),
+         list_subagents),
+    Tool("steer_subagent", "delegation",
+         "Send a message to one of your running subagents; it reads it before its next step "
+         "(e.g. to narrow its task or tell it what you learned).",
+         schema({"id": _ID, "message": {"type": "string", "minLength": 1, "description": "What to tell it."}},
+                required=("id", "message")),
+         steer_subagent),
+    Tool("stop_subagent", "delegation",
+         "Stop one of your subagents: it ends `interrupted` and its partial output comes back.",
+         schema({"id": _ID}, required=("id",)),
+         stop_subagent),
 ]

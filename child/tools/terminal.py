@@ -154,6 +154,7 @@ def run_command(args: dict, ctx: ToolContext) -> str:
         except OSError as exc:
             raise ToolError(f"cannot start /bin/sh in {ctx.cwd}: {exc}") from None
         deadline = time.monotonic() + timeout
+        written = 0
         while True:
             try:
                 proc.wait(timeout=POLL_SECONDS)
@@ -167,9 +168,12 @@ def run_command(args: dict, ctx: ToolContext) -> str:
                 why = "interrupted: the job was asked to stop"
             elif time.monotonic() >= deadline:
                 why = f"timed out after {timeout:g}s"
-            elif os.fstat(out.fileno()).st_size > MAX_SPOOL_BYTES:
+            elif (size := os.fstat(out.fileno()).st_size) > MAX_SPOOL_BYTES:
                 why = f"output passed {MAX_SPOOL_BYTES} bytes"
             else:
+                if size != written:  # new output: the command is alive
+                    written = size
+                    ctx.heartbeat(f"terminal output ({size} bytes so far) of: {command[:60]}")
                 continue
             killed = kill_tree(proc, run_id)
             raise ToolError(f"[{why}; {killed} process(es) of the command were killed; output so far "

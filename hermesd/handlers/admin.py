@@ -29,7 +29,8 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     and how children start (``start``: ``{method}``, with ``zygote`` and ``spares`` for
     ``forkserver``; ``zygote`` is null until it is warm; ``cold_reason`` says why children
     start cold when the zygote could not start); ``loop_lag`` when the daemon runs with
-    ``HERMES_LOOP_LAG_MS`` (:mod:`hermesd.looplag`).  Only reads."""
+    ``HERMES_LOOP_LAG_MS`` (:mod:`hermesd.looplag`); the queue (``queue``: ``paused``, ``paused_at``,
+    ``waiting_for_jobs`` that wait for others) and whether ``hooks.on_job_end`` is set.  Only reads."""
     counts = {row["status"]: row["n"] for row in
               ctx.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")}
     out = {"version": __version__, "pid": os.getpid(), "uptime_seconds": ctx.control.uptime(),
@@ -37,7 +38,8 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
            "state_db": str(ctx.store.path), "config": ctx.config.source, "children": len(ctx.procs.children),
            "queued": len(ctx.scheduler.queue), "caps": ctx.scheduler.usage(), "jobs": counts,
            "last_seq": ctx.events.last_seq(), "pending_notifications": len(ctx.delivery.pending()),
-           "start": ctx.procs.spawner.describe()}
+           "start": ctx.procs.spawner.describe(), "queue": ctx.runner.queue_state(),
+           "hooks": {"on_job_end": bool(ctx.config.hooks.on_job_end)}}
     if ctx.control.loop_lag is not None:
         out["loop_lag"] = ctx.control.loop_lag.describe()
     return out

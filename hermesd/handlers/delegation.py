@@ -1,14 +1,18 @@
-"""Delegation: ``delegate`` and ``spawn_parallel`` for people, ``child.delegate`` for agents,
-and the job type behind them (kinds ``delegation``: a foreground subagent, and
-``background``: one whose completion is delivered as a notification)."""
+"""Delegation: ``delegate``, ``spawn_parallel`` and ``retry`` for people; ``child.delegate`` and
+the control of an agent's own subagents (``child.children``, ``child.steer``,
+``child.stop_child``, ``child.inbox``) for agents; and the job type behind them (kinds
+``delegation``: a foreground subagent, and ``background``: one whose completion is
+delivered as a notification)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from hermesd.context import Context
-from hermesd.delegation import delegate_from_child, stop_foreground_children
-from hermesd.handlers.jobs import public
+from hermesd.contract import TERMINAL
+from hermesd.delegation import (Inbox, delegate_from_child, list_children, steer_child, stop_child,
+                                stop_foreground_children)
+from hermesd.handlers.jobs import submitted
 from hermesd.plugin import JobKind, Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op
@@ -24,6 +28,10 @@ class DelegationPlugin(Plugin):
 
     kinds = (JobKind("delegation", "deleg", at_shutdown="stop"), JobKind("background", "bg"))
 
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        ctx.provide(Inbox())  # steer messages waiting for their subagent
+
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """A background job's notification, stored with its terminal state."""
         return self.ctx.delivery.on_terminal(row) if row.get("background") else []
@@ -35,7 +43,10 @@ class DelegationPlugin(Plugin):
 
 @op("delegate", work=True)
 async def delegate(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    """Start one subagent for ``goal`` (see ``task_fields`` for the arguments).
+    """Start one subagent for ``goal`` (see ``task_fields`` for the arguments: ``timeout_seconds``,
+    ``output_schema``, ``env`` and ``after`` among them).  While the queue is paused the job is
+    accepted and waits ``queued`` (the reply has ``queue_paused: true``); with ``after`` it
+    starts once those jobs completed, and fails naming the one that did not.
 
     ``background=true``: a background delegation, admitted under
     ``delegation.max_async_children`` — beyond it ``capacity_reached`` (never
@@ -52,7 +63,7 @@ async def delegate(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     fields = task_fields(ctx, args)
     kind = "background" if background else "delegation"
     row = ctx.runner.submit(kind, background=background, queue=queue, **fields)
-    return public(row)
+    return submitted(ctx, row)
 
 
 @op("spawn_parallel", work=True)
@@ -73,7 +84,7 @@ async def spawn_parallel(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     fields = [task_fields(ctx, {**{k: v for k, v in args.items() if k != "tasks"}, **t}) for t in tasks]
     group = new_group()
     rows = [ctx.runner.submit("delegation", pools=(group,), parent=group, **f) for f in fields]
-    return {"group": group, "jobs": [public(r) for r in rows]}
+    return {"group": group, "jobs": [submitted(ctx, r) for r in rows]}
 
 
 @op("child.delegate", child=True)
@@ -81,3 +92,56 @@ async def child_delegate(ctx: Context, job: str, args: dict[str, Any]) -> Any:
     """A ``delegate_task`` call of the child's agent: ``tasks`` (list of task maps)
     and ``background``; see :mod:`hermesd.delegation` for the rules and the answer."""
     return await delegate_from_child(ctx, job, args)
+
+
+RETRY_COLUMNS = ("goal", "context", "toolsets", "role", "model", "provider", "cwd", "depth", "session")
+"""The columns a retry copies (with the spec, less its ``after``)."""
+
+
+@op("retry", work=True)
+async def retry(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """Run ended delegation ``id`` again: a new job of the same kind with the same goal, context,
+    toolsets, role, model, provider, working directory, environment and limits (its ``after``
+    links are not copied: it starts now; a background one waits for a slot), with ``retry_of``
+    naming the old job.  ``not_found``; ``invalid_state`` while the old job runs;
+    ``bad_request`` for a job of another kind (a batch resumes: ``batch run --resume``).
+    Returns the new job's record."""
+    old = ctx.jobs.require(arg(args, "id", str))
+    if old["kind"] not in {kind.name for kind in DelegationPlugin.kinds}:
+        raise ProtocolError("bad_request", f"{old['id']} is a {old['kind']} job; retry runs delegations again",
+                            {"id": old["id"], "kind": old["kind"]})
+    if old["status"] not in TERMINAL:
+        raise ProtocolError("invalid_state", f"{old['id']} is still {old['status']}; retry runs an ended job",
+                            {"id": old["id"], "status": old["status"]})
+    spec = {k: v for k, v in (old.get("spec") or {}).items() if k != "after"}
+    row = ctx.runner.submit(old["kind"], background=bool(old.get("background")), queue=True,
+                            spec={**spec, "retry_of": old["id"]}, **{k: old.get(k) for k in RETRY_COLUMNS})
+    return submitted(ctx, row)
+
+
+@op("child.inbox", child=True)
+async def child_inbox(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The messages the agent that started this child sent it (``steer``), removed: ``{messages: [text…]}``.
+    A child asks before each model call."""
+    return {"messages": ctx.service(Inbox).take(job)}
+
+
+@op("child.children", child=True)
+async def child_children(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The child's own subagents (live ones; ``all=true``: ended ones too): ``{subagents: [{id, goal,
+    status, background, model_calls, started_at, last_activity, last_activity_at, idle_seconds}…]}``."""
+    return list_children(ctx, job, arg(args, "all", bool, False))
+
+
+@op("child.steer", child=True)
+async def child_steer(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Send ``message`` to the child's own subagent ``id``; it reads it before its next model call.
+    ``not_found`` for an id that is not its own subagent; ``invalid_state`` once that one ended."""
+    return steer_child(ctx, job, args.get("id"), args.get("message"))
+
+
+@op("child.stop_child", child=True)
+async def child_stop_child(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Stop the child's own subagent ``id``: it ends ``interrupted`` with its partial output.
+    ``not_found`` for an id that is not its own subagent; ``invalid_state`` once that one ended."""
+    return stop_child(ctx, job, args.get("id"))

@@ -30,10 +30,27 @@ MAX_PAGE = 1000
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
-    """The job record of a row, plus ``delegation_id`` for background jobs."""
+    """The job record of a row, plus ``delegation_id`` for background jobs, and when set
+    ``after`` (the jobs it starts after), ``retry_of`` (the job it retries) and ``env``
+    (the names of the variables it was given; the values may be secrets)."""
     rec = jobs_mod.record(row)
     if row.get("background"):
         rec["delegation_id"] = row["id"]
+    spec = row.get("spec") or {}
+    for key in ("after", "retry_of", "timeout_seconds"):
+        if spec.get(key):
+            rec[key] = spec[key]
+    if spec.get("env"):
+        rec["env"] = sorted(spec["env"])
+    return rec
+
+
+def submitted(ctx: Context, row: dict[str, Any]) -> dict[str, Any]:
+    """The reply to a request that submitted ``row``: its record, with ``queue_paused: true``
+    while the queue is paused (the job waits ``queued`` until ``resume``)."""
+    rec = public(row)
+    if ctx.runner.pause.paused and row["status"] == "queued":
+        rec["queue_paused"] = True
     return rec
 
 

@@ -106,7 +106,7 @@ class Dispatcher:
         try:
             self.check_claims()
             for row in self.board.list(status="ready"):
-                if self.saturated():
+                if self.saturated() or self.d.runner.pause.paused:  # paused: tasks stay ready, unclaimed
                     break
                 self.spawn(row)
         except Exception:  # the daemon never dies of a dispatch pass

@@ -1,0 +1,119 @@
+"""Operator callbacks: ``hooks.on_job_end`` runs a command for every job that ends.
+
+The command (``/bin/sh -c``) gets the job record (``hermesd.jobs.record``, the
+``ps``/``wait`` shape, as one JSON object) on its standard input and
+``HERMES_JOB_ID``/``HERMES_JOB_STATUS`` in its environment (like pueue's
+callback).  It runs in a process group of its own, awaited on the event loop, in
+``HERMES_HOME/jobs/ID/`` with its output in ``hook.log`` there, under
+``hooks.timeout_seconds``: past it the whole group is killed.  A hook that
+fails, cannot start or is too slow is logged (``daemon.log``: the job, the
+exit status, the end of its output); it never blocks the event loop, never
+delays a job or another hook, and is killed when the daemon stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from hermesd import jobs as jobs_mod
+
+log = logging.getLogger("hermesd")
+
+LOG_TAIL_BYTES = 500
+
+
+class JobEndHooks:
+    """Run ``hooks.on_job_end`` once per job that turns terminal.
+
+    ``config()``: the config in force (a reload changes the command);
+    ``job_dir(id)``: the job's directory; ``env``: the environment hooks start
+    from (the daemon's, scrubbed like a child's).  :meth:`on_event` is an
+    ``EventLog`` listener.
+    """
+
+    def __init__(self, config: Callable[[], Any], get_row: Callable[[str], dict[str, Any] | None],
+                 job_dir: Callable[[str], Path], env: dict[str, str],
+                 watch: Callable[[int, Callable[[int], None]], None]):
+        self.config, self.get_row, self.job_dir, self.env, self.watch = config, get_row, job_dir, env, watch
+        self.running: dict[asyncio.Task, str] = {}
+        self.pids: set[int] = set()
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        """Listener: a ``job.state`` event into a terminal state starts the hook for that job."""
+        if event.get("type") != "job.state" or (event.get("data") or {}).get("status") not in jobs_mod.TERMINAL:
+            return
+        command = self.config().hooks.on_job_end
+        row = self.get_row(event.get("job") or "")
+        if not command or row is None:
+            return
+        task = asyncio.get_running_loop().create_task(self.run(command, row))
+        self.running[task] = row["id"]
+        task.add_done_callback(lambda t: self.running.pop(t, None))
+
+    async def run(self, command: str, row: dict[str, Any]) -> int | None:
+        """Run ``command`` for the job ``row``; returns its exit status (negative: killed by that
+        signal; None: not started).  Never raises: what goes wrong is logged.
+
+        The daemon reaps every process it has (a child subreaper, ``waitpid(-1)``), so the
+        hook's exit status comes from that reaping (``watch``), not from asyncio's watcher.
+        """
+        job, limit = row["id"], self.config().hooks.timeout_seconds
+        directory = self.job_dir(job)
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future[int] = loop.create_future()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=directory) as stdin, open(directory / "hook.log", "ab") as out:
+                stdin.write(json.dumps(jobs_mod.record(row), ensure_ascii=False, default=str).encode() + b"\n")
+                stdin.seek(0)  # a file, not a pipe: a hook that does not read never blocks the daemon
+                proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=stdin, stdout=out, stderr=out,
+                                        cwd=directory, start_new_session=True,
+                                        env={**self.env, "HERMES_JOB_ID": job, "HERMES_JOB_STATUS": str(row["status"])})
+        except (OSError, ValueError) as exc:
+            log.warning("hooks.on_job_end for %s could not start: %s", job, exc)
+            return None
+        self.watch(proc.pid, lambda code: exited.done() or exited.set_result(code))
+        self.pids.add(proc.pid)
+        try:
+            code = await asyncio.wait_for(asyncio.shield(exited), limit)
+        except asyncio.TimeoutError:
+            self._kill(proc.pid)
+            code = await exited
+            log.warning("hooks.on_job_end for %s took longer than hooks.timeout_seconds=%g: killed; output: %s",
+                        job, limit, self._tail(directory))
+            return code
+        finally:
+            self.pids.discard(proc.pid)
+            proc.returncode = exited.result() if exited.done() else None  # reaped by the daemon, not by Popen
+        if code:
+            log.warning("hooks.on_job_end for %s failed with exit status %s; output: %s", job, code,
+                        self._tail(directory))
+        return code
+
+    @staticmethod
+    def _kill(pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _tail(self, directory: Path) -> str:
+        try:
+            with open(directory / "hook.log", "rb") as fh:
+                fh.seek(max(0, fh.seek(0, 2) - LOG_TAIL_BYTES))
+                return repr(fh.read().decode("utf-8", "replace").strip())
+        except OSError:
+            return "''"
+
+    def shutdown(self) -> None:
+        """The daemon stops: kill the process groups of the hooks still running."""
+        for pid in list(self.pids):
+            self._kill(pid)
