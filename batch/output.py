@@ -47,8 +47,9 @@ from batch import files
 
 KNOWN_TOOLS: tuple[str, ...] = (
     "delegate_task", "kanban_block", "kanban_comment", "kanban_complete", "kanban_create", "kanban_heartbeat",
-    "kanban_link", "kanban_list", "kanban_my_task", "kanban_show", "kanban_unblock", "list_files", "patch_file",
-    "read_file", "spawn_agent", "spawn_parallel", "terminal", "web_extract", "web_search", "write_file",
+    "kanban_link", "kanban_list", "kanban_my_task", "kanban_show", "kanban_unblock", "list_files", "list_subagents",
+    "patch_file", "read_file", "spawn_agent", "spawn_parallel", "steer_subagent", "stop_subagent", "terminal",
+    "web_extract", "web_search", "write_file",
 )
 """Every tool a child can have, sorted: the valid tool list of the filter and the
 keys of ``tool_stats``.  Kept equal to ``child.tools.registry.known_tool_names()``

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from hermesd import dependencies, exits, limits
 from hermesd.config import Config
-from hermesd.contract import STOP_REASONS, TERMINAL, JobSpec, JobStatus, exit_reason_of
+from hermesd.contract import LIVE, STOP_REASONS, TERMINAL, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import JobTable
 from hermesd.procs import Child, ProcessManager
 from hermesd.protocol import ProtocolError, one_line
@@ -272,7 +272,7 @@ class Runner:
         for job_id, idle, since in self.activity.stale(limit):
             if job_id not in self.procs.children or job_id in self.stop_errors:
                 continue
-            if self.jobs.list(parent=job_id, statuses=("queued", "starting", "running"), limit=1):
+            if self.jobs.list(parent=job_id, statuses=LIVE, limit=1):
                 self.activity.seen(job_id)  # it waits for its subagents, which are watched themselves
                 continue
             error = stale_error(idle, self.doing(job_id).where() or "starting", since, limit)

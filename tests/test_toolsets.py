@@ -35,9 +35,10 @@ def ctx(tmp_path):
 def test_toolsets_and_their_tools():
     assert list(TOOLSETS) == ["terminal", "file", "web", "delegation", "kanban"]
     assert TOOLSETS["file"] == ["read_file", "write_file", "patch_file", "list_files"]
-    assert TOOLSETS["delegation"] == ["delegate_task", "spawn_agent", "spawn_parallel"]
+    assert TOOLSETS["delegation"] == ["delegate_task", "spawn_agent", "spawn_parallel", "list_subagents",
+                                      "steer_subagent", "stop_subagent"]
     names = known_tool_names()
-    assert names == sorted(names) and len(names) == sum(map(len, TOOLSETS.values())) == 20
+    assert names == sorted(names) and len(names) == sum(map(len, TOOLSETS.values())) == 23
 
 
 @pytest.mark.parametrize("spec", [["all"], ["*"], ["all", "terminal"], ["*", "file", "all"]])
