@@ -89,13 +89,16 @@ STOP_REASONS: dict[str, StopReason] = {r.name: r for r in (
 """Every reason the daemon stops a job for (``Runner.stop(job, reason)``), by name."""
 
 
+_GENERIC_STOP = {JobStatus.CANCELLED: "cancel", JobStatus.TIMED_OUT: "timeout", JobStatus.INTERRUPTED: "shutdown"}
+"""For each status a stop can end in, the stop reason whose ``exit_reason`` a job gets when it ended
+that way without saying why (a failure names no reason: ``resource_limit`` is never a default)."""
+
+
 def exit_reason_of(status: str) -> str:
-    """The ``exit_reason`` of a job that ended ``status`` without saying why: that of the
-    stop reasons ending in ``status`` (:data:`STOP_REASONS`), else ``error``."""
-    for reason in STOP_REASONS.values():
-        if reason.status == status and reason.exit_reason:
-            return reason.exit_reason
-    return "error"
+    """The ``exit_reason`` of a job that ended ``status`` without saying why: that of its generic
+    stop reason (:data:`_GENERIC_STOP`, rows of :data:`STOP_REASONS`), else ``error``."""
+    name = _GENERIC_STOP.get(status)  # type: ignore[call-overload]
+    return (STOP_REASONS[name].exit_reason or "error") if name else "error"
 
 
 PROVIDERS = ("anthropic", "openai-compat", "local", "scripted")
