@@ -50,6 +50,15 @@ def wait_for(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0
         time.sleep(interval)
 
 
+def command_line(proc: psutil.Process) -> str:
+    """``proc``'s command line as one string; ``""`` once it has exited (a zombie not yet reaped, or
+    gone): a process can end between being listed and being read."""
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.Error, OSError):
+        return ""
+
+
 def processes_with_env(key: str, value: str) -> list[psutil.Process]:
     """Every live (non-zombie) process whose environment has ``key=value``."""
     found = []

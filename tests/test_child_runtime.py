@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from tests.harness import wait_for
+from tests.harness import wait_for, command_line
 
 LONG_TOOL = [{"text": "about to run a long command",
               "tool_calls": [{"name": "terminal", "input": {"command": "echo started; sleep 100", "timeout": 300}}]},
@@ -17,7 +17,7 @@ LONG_TOOL = [{"text": "about to run a long command",
 
 def _child_of(daemon, job_id):
     return next((p for p in daemon.children() if p.environ().get("HERMES_JOB_ID") == job_id
-                 and "child" in " ".join(p.cmdline())), None)
+                 and "child" in command_line(p)), None)
 
 
 def test_child_interrupted_mid_tool_reports_within_two_seconds(daemon):
@@ -104,8 +104,8 @@ def test_dangerous_command_denied_in_children(daemon):
 def test_child_process_title_and_environment(daemon):
     rec = daemon.delegate("title check goal", script=[{"text": "x", "sleep": 30}])
     child = wait_for(lambda: _child_of(daemon, rec["id"]), what="child")
-    wait_for(lambda: " ".join(child.cmdline()).startswith("hermes-child"), what="process title")
-    assert " ".join(child.cmdline()).startswith(f"hermes-child {rec['id']}")
+    wait_for(lambda: command_line(child).startswith("hermes-child"), what="process title")
+    assert command_line(child).startswith(f"hermes-child {rec['id']}")
     env = child.environ()
     assert "NOTIFY_SOCKET" not in env and env["HERMES_JOB_ID"] == rec["id"]
     assert child.pid == psutil.Process(child.pid).pid and child.ppid() == daemon.proc.pid

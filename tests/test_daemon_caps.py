@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from hermesd.protocol import ProtocolError
-from tests.harness import wait_for
+from tests.harness import wait_for, command_line
 
 SLEEPY = [{"thinking": "working on it", "text": "started", "sleep": 30}]
 
@@ -17,7 +17,7 @@ SLEEPY = [{"thinking": "working on it", "text": "started", "sleep": 30}]
 def _is_child(proc) -> bool:
     """A hermes child process (by its title); one that ended since it was listed is not."""
     try:
-        return "child" in " ".join(proc.cmdline())
+        return "child" in command_line(proc)
     except psutil.Error:
         return False
 

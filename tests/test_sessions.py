@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic, Message, last_user_text, text_block, tool_use_block
-from tests.harness import wait_for
+from tests.harness import wait_for, command_line
 
 MAIN = "persistent agent"  # a phrase of the main agent's system prompt
 
@@ -190,7 +190,7 @@ def test_slash_background_tasks_and_stop(make_daemon, api):
     assert answer["delegation_id"] in stopped
     final = d.wait_job(answer["delegation_id"], timeout=30)
     assert final["status"] == "interrupted"
-    wait_for(lambda: not [p for p in d.children() if "child" in " ".join(p.cmdline())], timeout=30,
+    wait_for(lambda: not [p for p in d.children() if "child" in command_line(p)], timeout=30,
              what="no child of the session alive")
     wait_for(lambda: any(m["notification"] == answer["delegation_id"] for m in _history(d, "ops")),
              what="the /background result delivered back to the session")

@@ -19,7 +19,7 @@ import pytest
 from hermesd.config import Config
 from tests.chaos.helpers import (assert_no_leftovers, delegate_warm, forkserver, live, proc_env, running_job,
                                  wait_warm, warm_on_start, zygote_pids)
-from tests.harness import wait_for
+from tests.harness import wait_for, command_line
 
 SLEEPY = [{"text": "resting", "sleep": 60}]
 WITH_GRANDCHILD = [{"text": "starting a long command",
@@ -52,7 +52,7 @@ def test_warm_child_has_its_own_everything(warm):
     log = warm.home / "jobs" / rec["id"] / "log"
     assert os.readlink(f"/proc/{pid}/fd/1") == str(log) == os.readlink(f"/proc/{pid}/fd/2")
     assert os.readlink(f"/proc/{pid}/fd/0") == os.devnull
-    wait_for(lambda: " ".join(child.cmdline()).startswith(f"hermes-child {rec['id']} delegation isolated goal"),
+    wait_for(lambda: command_line(child).startswith(f"hermes-child {rec['id']} delegation isolated goal"),
              what="process title")
     warm.call("cancel", id=rec["id"])
     assert warm.wait_job(rec["id"])["status"] == "cancelled"  # terminal at its result, maybe before its exit
@@ -133,7 +133,7 @@ def test_spawn_stays_selectable_and_starts_cold(make_daemon):
     rec = daemon.delegate("cold", script=SLEEPY)
     pid = running_job(daemon, rec["id"])["pid"]
     assert "HERMES_ZYGOTE" not in proc_env(pid)
-    assert "hermes-zygote" not in " ".join(" ".join(p.cmdline()) for p in daemon.children())
+    assert "hermes-zygote" not in " ".join(command_line(p) for p in daemon.children())
     assert daemon.call("status")["start"] == {"method": "spawn"}
     daemon.call("cancel", id=rec["id"])
     daemon.wait_job(rec["id"])
