@@ -1,11 +1,14 @@
-"""``python -m bench``: every benchmark of issues 8, 14, 15 and 20 in one run, figures printed as they come.
+"""``python -m bench``: every benchmark of issues 8, 14, 15, 20 and 22 in one run, figures printed as they come.
 
-``--quick`` shrinks the batch benchmark (100 prompts instead of 1,000) and the
-long-run one (200 prompts instead of 2,000) for a look that takes minutes, not
-the better part of an hour; ``--only-default`` runs only the figures of issue 15
-(:mod:`bench.bench_warm_start`: batch overhead with the default configuration,
-event-loop stalls while the zygote is killed).  Each benchmark can
-also be run on its own (``bench/bench_*.py --help``).
+First hermesd beside circus and supervisord (:mod:`bench.bench_peers`, issue
+22: every row, the ratios, each goal met or not; the peers are installed from
+PyPI into ``--venv`` on first use), then the rest.  ``--quick`` shrinks the
+batch benchmarks (100 prompts instead of 1,000 and 320) and the long-run one
+(200 prompts instead of 2,000) for a look that takes minutes, not the better
+part of an hour; ``--only-peers`` runs only the figures of issue 22,
+``--only-default`` only those of issue 15 (:mod:`bench.bench_warm_start`: batch
+overhead with the default configuration, event-loop stalls while the zygote is
+killed).  Each benchmark can also be run on its own (``bench/bench_*.py --help``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import (bench_batch, bench_batch_scheduling, bench_control, bench_events, bench_local_model, bench_longrun,  # noqa: E402
-                   bench_memory, bench_spawn, bench_warm_start)
+                   bench_memory, bench_peers, bench_spawn, bench_warm_start)
 from child.providers import local  # noqa: E402
 from bench.common import machine  # noqa: E402
 
@@ -27,9 +30,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only-default", action="store_true")
+    parser.add_argument("--only-peers", action="store_true")
+    parser.add_argument("--venv", type=Path, default=bench_peers.DEFAULT_VENV,
+                        help="the virtual environment of circus and supervisor (made on first use)")
     args = parser.parse_args()
     prompts = 100 if args.quick else 1000
     print(f"# hermesd benchmarks · {machine()}\n", flush=True)
+    if not args.only_default:
+        print(bench_peers.report(bench_peers.run(args.venv, prompts=min(prompts, 320))) + "\n", flush=True)
+        if args.only_peers:
+            print(f"# done · {machine()}")
+            return
     print(bench_warm_start.report(bench_warm_start.run(min(prompts, 320), 1.0, 16, 100)) + "\n", flush=True)
     if args.only_default:
         print(f"# done · {machine()}")

@@ -67,10 +67,15 @@ def throughput(runtime: Path, clients: int, seconds: float) -> float:
     return total / seconds
 
 
+def hermesctl_argv() -> list[str]:
+    """``hermesctl status``: the console script beside this Python, else ``python -m client status``."""
+    exe = shutil.which("hermesctl", path=str(Path(sys.executable).parent))
+    return [exe, "status"] if exe else [sys.executable, "-m", "client", "status"]
+
+
 def ctl_status(d, runs: int) -> list[float]:
     """Seconds of ``hermesctl status`` as a whole new process, ``runs`` times."""
-    exe = shutil.which("hermesctl", path=str(Path(sys.executable).parent))
-    argv = [exe, "status"] if exe else [sys.executable, "-m", "client", "status"]
+    argv = hermesctl_argv()
     times = []
     for _ in range(runs):
         t0 = time.monotonic()

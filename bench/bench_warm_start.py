@@ -50,20 +50,24 @@ RECORD = [{"text": "recording how I started", "tool_calls": [{"name": "terminal"
     "command": "echo ${HERMES_ZYGOTE:-cold} >> starts.txt"}}]}, {"text": "done"}]
 
 
-def _warm(d) -> int:
-    """Wait until the daemon's zygote is warm; its pid."""
-    return wait_for(lambda: d.call("status")["start"].get("zygote"), 120, 0.05, "the zygote warm")
+def warm(d, spares: int = 0) -> int:
+    """Wait until the daemon's zygote is warm (and holds ``spares`` spares); its pid."""
+    pid = wait_for(lambda: d.call("status")["start"].get("zygote"), 120, 0.05, "the zygote warm")
+    if spares:
+        wait_for(lambda: d.call("status")["start"].get("spares") == spares, 60, 0.05, f"{spares} spares held")
+    return pid
 
 
 def batch_overhead(prompts: int, delay: float, workers: int) -> dict:
     """One ``hermes-batch`` run on a daemon with the default configuration."""
     with daemon({"batch": {"max_turns": 2}}) as d:
         method = d.call("status")["start"]["method"]
-        _warm(d)
+        warm(d)
         data = dataset(d.base / "prompts.jsonl", prompts, 1, delay)
         result = one_run(d, data, workers, f"bench_default_{workers}")
         ideal = prompts * delay / workers
-        return {**result, "method": method, "workers": workers, "prompts": prompts, "ideal": ideal,
+        return {**result, "method": method, "workers": workers, "prompts": prompts,
+                "completed": result["prompts"]["completed"], "ideal": ideal,
                 "overhead": result["wall"] / ideal - 1}
 
 
@@ -89,8 +93,7 @@ def loop_stalls(jobs: int, idle: float = 5.0) -> dict:
     and before that its view of the idle daemon for ``idle`` seconds (the machine's share)."""
     with daemon({"delegation": {"max_turns": 3}}, env={"HERMES_LOOP_LAG_MS": str(PROBE_MS)}) as d:
         method = d.call("status")["start"]["method"]
-        _warm(d)
-        wait_for(lambda: d.call("status")["start"].get("spares") == 2, 60, 0.05, "two spares held")
+        warm(d, 2)
         i0 = time.monotonic()
         time.sleep(idle)
         baseline = _window(d.call("status")["loop_lag"], i0, time.monotonic())
