@@ -61,7 +61,6 @@ CIRCUS_INI = """\
 [circus]
 endpoint = ipc://{tmp}/circus.sock
 pubsub_endpoint = ipc://{tmp}/pubsub.sock
-stats_endpoint = ipc://{tmp}/stats.sock
 statsd = False
 
 [watcher:probe]

@@ -78,10 +78,10 @@ def _circus(endpoint: str) -> tuple[Callable, Callable, Callable]:
 
     client = CircusClient(endpoint=endpoint, timeout=30)
 
-    def command(name: str, **props: Any) -> Any:
-        reply = client.call({"command": name, "properties": props})
+    def command(verb: str, **props: Any) -> Any:
+        reply = client.call({"command": verb, "properties": props})
         if reply.get("status") != "ok":
-            raise RuntimeError(f"circus {name}: {reply}")
+            raise RuntimeError(f"circus {verb}: {reply}")
         return reply
 
     return (lambda: command("status"), lambda: command("start", name="probe", waiting=True),

@@ -1,5 +1,5 @@
 """``python -m client``: the same as the ``hermesctl`` command."""
 
-from client.ctl import main
+from client import main
 
 main()

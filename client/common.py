@@ -27,12 +27,10 @@ import click
 
 from client import render
 from client.connection import ClientError, Connection
+from client.fast import DEFAULT_TIMEOUT
 from hermesd.contract import TERMINAL  # noqa: F401  (re-exported for the clients)
 from hermesd.protocol import EXIT_CODES, ProtocolError
 
-
-DEFAULT_TIMEOUT = 30.0
-"""Seconds a client waits for one reply (``--timeout``), the same for every front end."""
 INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT, as shells report it)."""
 COMPLETION_HELP = ("Shell completion (commands, options, job ids): "

@@ -60,24 +60,7 @@ def cli() -> None:
 @json_option
 def status() -> None:
     """Daemon status: pid, uptime, caps and how full they are, job counts."""
-    st = conn().call("status")
-    if is_json():
-        return render.emit_json(st)
-    out(f"hermesd {st['version']} pid {st['pid']} up {st['uptime_seconds']:.0f}s"
-               f"{' (stopping)' if st['stopping'] else ''}")
-    out(f"  children: {st['children']} running, {st['queued']} queued")
-    for pool, use in st["caps"].items():
-        out(f"  cap {pool}: {use['used']}/{use['limit'] if use['limit'] is not None else '-'}")
-    queue = st.get("queue") or {}
-    if queue.get("paused"):
-        out(f"  queue: PAUSED since {queue.get('paused_at')} (hermesctl resume)")
-    if queue.get("waiting_for_jobs"):
-        out(f"  waiting for other jobs (--after): {queue['waiting_for_jobs']}")
-    if (st.get("hooks") or {}).get("on_job_end"):
-        out("  hooks: on_job_end set")
-    out("  jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"))
-    out(f"  start: {render.start_method(st.get('start') or {})}")
-    out(f"  state: {st['state_db']}  runtime: {st['runtime_dir']}")
+    show(conn().call("status"), render.status_text)
 
 
 def oldest_first_option(fn: Callable) -> Callable:
@@ -377,12 +360,12 @@ def reload() -> None:
 @json_option
 def hello() -> None:
     """Print the daemon's version, protocol version, pid and capabilities."""
-    show(conn().call("hello"), lambda h: render.fields_text({**h, "ops": None}) + f"\nops: {len(h['ops'])} "
-         "(hermesctl --json hello lists them)")
+    show(conn().call("hello"), render.hello_text)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """The full client (``hermesctl``'s entry point, :func:`client.main`, comes here for all
+    but the commands :mod:`client.fast` answers)."""
     cli.main(prog_name="hermesctl")
 
 

@@ -8,12 +8,9 @@ a terminal — so cron mail stays readable.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any, Iterable
-
-import click
 
 from hermesd.protocol import one_line
 
@@ -77,8 +74,9 @@ def epoch(iso: Any) -> float | None:
 
 def emit_json(obj: Any) -> None:
     """Print one JSON object on one line and flush."""
-    click.echo(json.dumps(obj, ensure_ascii=False, default=str))
-    sys.stdout.flush()
+    import json  # here: a client that prints no JSON does not pay for its import
+
+    print(json.dumps(obj, ensure_ascii=False, default=str), flush=True)
 
 
 def console():
@@ -115,9 +113,9 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
     def line(cells: tuple[str, ...], goal: str) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + goal
 
-    click.echo(line(head, "GOAL"))
+    print(line(head, "GOAL"))
     for cells, goal in rows:
-        click.echo(line(cells, short(goal, goal_width)).rstrip())
+        print(line(cells, short(goal, goal_width)).rstrip())
 
 
 def slash_text(answer: dict[str, Any]) -> str:
@@ -134,6 +132,32 @@ def slash_text(answer: dict[str, Any]) -> str:
     if command == "help":
         return "\n".join(str(c) for c in answer.get("commands") or [])
     return fields_text(answer)
+
+
+def status_text(st: dict[str, Any]) -> str:
+    """The daemon's ``status`` reply for people: pid, uptime, children, caps, job counts, start method,
+    where its state and sockets are (``hermesctl status``)."""
+    lines = [f"hermesd {st['version']} pid {st['pid']} up {st['uptime_seconds']:.0f}s"
+             f"{' (stopping)' if st['stopping'] else ''}",
+             f"  children: {st['children']} running, {st['queued']} queued"]
+    lines += [f"  cap {pool}: {use['used']}/{use['limit'] if use['limit'] is not None else '-'}"
+              for pool, use in st["caps"].items()]
+    queue = st.get("queue") or {}
+    if queue.get("paused"):
+        lines.append(f"  queue: PAUSED since {queue.get('paused_at')} (hermesctl resume)")
+    if queue.get("waiting_for_jobs"):
+        lines.append(f"  waiting for other jobs (--after): {queue['waiting_for_jobs']}")
+    if (st.get("hooks") or {}).get("on_job_end"):
+        lines.append("  hooks: on_job_end set")
+    lines += ["  jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"),
+              f"  start: {start_method(st.get('start') or {})}",
+              f"  state: {st['state_db']}  runtime: {st['runtime_dir']}"]
+    return clean("\n".join(lines))
+
+
+def hello_text(h: dict[str, Any]) -> str:
+    """The daemon's ``hello`` reply for people: its fields, the ops counted (``hermesctl hello``)."""
+    return clean(fields_text({**h, "ops": None}) + f"\nops: {len(h['ops'])} (hermesctl --json hello lists them)")
 
 
 def start_method(start: dict[str, Any]) -> str:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
 def hermes_home() -> Path:
@@ -35,9 +35,9 @@ def runtime_dir() -> Path:
     return hermes_home() / "run"
 
 
-@dataclass(frozen=True)
-class Sockets:
-    """Paths of the three sockets and the lock file inside one runtime directory."""
+class Sockets(NamedTuple):
+    """Paths of the three sockets and the lock file inside one runtime directory (a named tuple:
+    ``dataclasses`` would cost a client's start its import)."""
 
     dir: Path
 

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -111,13 +110,13 @@ class ProtocolError(Exception):
         return {"code": self.code, "message": self.message, "details": self.details}
 
 
-@dataclass
-class Request:
-    """A decoded, validated request: ``id`` (str or int), ``op`` (str), ``args`` (dict)."""
+class Request(NamedTuple):
+    """A decoded, validated request: ``id`` (str or int), ``op`` (str), ``args`` (dict).
+    (A named tuple, not a dataclass: ``dataclasses`` would cost a client's start its import.)"""
 
     id: Any
     op: str
-    args: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, Any]
 
 
 _ids = itertools.count(1)
