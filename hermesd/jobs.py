@@ -19,7 +19,7 @@ completion notification is durable exactly when the terminal state is.
 from __future__ import annotations
 
 import asyncio
-import secrets
+import os
 from typing import Any, Callable, Mapping
 
 from hermesd import clock
@@ -112,8 +112,10 @@ class JobTable:
         return self.kinds.get(name) or JobKind(name, name)
 
     def new_id(self, kind: str) -> str:
-        """A fresh job id: ``<prefix>_<12 hex digits>`` (``deleg_…``, ``bg_…``, ``turn_…``)."""
-        return f"{self.kind(kind).prefix}_{secrets.token_hex(6)}"
+        """A fresh job id: ``<prefix>_<12 hex digits>`` (``deleg_…``, ``bg_…``, ``turn_…``), from
+        ``os.urandom`` as ``secrets.token_hex`` does (``secrets`` imports ``hmac``, which loads
+        OpenSSL's libcrypto: megabytes of the daemon's resident memory)."""
+        return f"{self.kind(kind).prefix}_{os.urandom(6).hex()}"
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         """The ``jobs`` row of ``job_id`` or None."""

@@ -23,7 +23,7 @@ the job table (state machine).  Its rules:
 from __future__ import annotations
 
 import logging
-import secrets
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -219,7 +219,7 @@ class Runner:
         if row is None or row["status"] != "queued":
             self.scheduler.release(job_id)
             return
-        token = secrets.token_hex(16)
+        token = os.urandom(16).hex()  # secrets.token_hex(16), without importing secrets (see jobs.new_id)
         self.tokens[job_id] = token
         try:
             self.job_dir(job_id).mkdir(parents=True, exist_ok=True)

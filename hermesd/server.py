@@ -36,7 +36,7 @@ from hermesd.handlers import admin, batch, children, control, delegation, jobs, 
 from hermesd.jobs import JobTable
 from hermesd.kanban import ops as kanban
 from hermesd.plugin import Plugin, Plugins
-from hermesd.prctl import become_subreaper
+from hermesd.prctl import become_subreaper, release_free_heap
 from hermesd.procs import ProcessManager, sweep_leftovers
 from hermesd.protocol import ProtocolError
 from hermesd.router import Router
@@ -228,6 +228,7 @@ class Daemon:
         if self.loop_lag is not None:
             self._spawn(self.loop_lag.run())
         self.events.emit("daemon.started", data={"pid": os.getpid(), "version": __version__})
+        release_free_heap()  # what start-up freed goes back to the kernel (idle RSS, issue 22)
         self.notifier.notify(READY="1", STATUS=self.status_line(), MAINPID=str(os.getpid()))
         log.info("hermesd %s ready (pid %d, runtime %s)", __version__, os.getpid(), self.sockets.dir)
         await self._done.wait()
