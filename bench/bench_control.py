@@ -68,8 +68,13 @@ def throughput(runtime: Path, clients: int, seconds: float) -> float:
 
 
 def hermesctl_argv() -> list[str]:
-    """``hermesctl status``: the console script beside this Python, else ``python -m client status``."""
+    """``hermesctl status``: the console script beside this Python, else ``python -m client status``.
+    Raises ``RuntimeError`` when the script predates the entry point ``client:main`` (issue 22:
+    it would measure the slow path; ``pip install -e .`` writes it anew)."""
     exe = shutil.which("hermesctl", path=str(Path(sys.executable).parent))
+    if exe and "from client import main" not in Path(exe).read_text(errors="replace"):
+        raise RuntimeError(f"{exe} is an old console script (not client:main): run `{sys.executable} -m pip "
+                           "install -e .` in the checkout first")
     return [exe, "status"] if exe else [sys.executable, "-m", "client", "status"]
 
 
