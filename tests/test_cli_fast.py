@@ -1,5 +1,5 @@
-"""hermesctl's fast path (``client/fast.py`` over ``client/zmtp.py``): ``status``, ``ps`` and
-``hello`` answered without importing click or pyzmq, printing exactly what the full client
+"""hermesctl's fast path (``client/fast.py`` over ``client/zmtp.py``): ``status`` and ``hello``
+answered without importing click or pyzmq, printing exactly what the full client
 prints, and everything it does not answer left to the full client."""
 
 from __future__ import annotations
