@@ -119,7 +119,8 @@ class BatchRun:
                            model=s.model, max_turns=s.max_turns, reasoning_effort=s.effort,
                            script=prompt.script, max_tokens=s.max_tokens,
                            ephemeral_system_prompt=s.ephemeral_system_prompt, prefill_messages=s.prefill_messages,
-                           provider=s.provider, base_url=s.base_url)
+                           provider=s.provider, base_url=s.base_url,
+                           image=prompt.docker_image)
 
     def fill(self) -> None:
         """Hand pending prompts to the executor while fewer than ``num_workers`` run."""

@@ -32,7 +32,8 @@ class ItemRequest:
     daemon's), ``max_turns``, ``reasoning_effort`` (None: the daemon's) and the
     scripted provider's ``script`` (None: none); batch_runner's ``max_tokens``,
     ``ephemeral_system_prompt``, ``prefill_messages``, ``provider`` and
-    ``base_url`` (None: the daemon's / none)."""
+    ``base_url`` (None: the daemon's / none); the container ``image``
+    its terminal commands run in (None: the config's default)."""
 
     index: int
     batch: int
@@ -48,6 +49,7 @@ class ItemRequest:
     prefill_messages: list[dict[str, str]] | None = None
     provider: str | None = None
     base_url: str | None = None
+    image: str | None = None
 
 
 WORKDIR_PLACEHOLDER = "."
@@ -59,7 +61,7 @@ INVALID_TOOL_CALL_RETRIES = 3
 (Hermes Agent's limit; see ``child.agent.Agent.loop``)."""
 
 OPTIONAL_SPEC_KEYS = ("reasoning_effort", "script", "max_tokens", "ephemeral_system_prompt", "prefill_messages",
-                      "provider", "base_url")
+                      "provider", "base_url", "image")
 """Request fields passed to the item's job spec when set."""
 
 

@@ -30,7 +30,7 @@ from batch.job import STATISTICS, BatchRun
 from batch.output import TRAJECTORIES, batch_files
 from batch.runner_iface import SupervisorExecutor
 from batch.settings import Settings
-from hermesd import jobs as jobs_mod
+from hermesd import containers, jobs as jobs_mod
 from hermesd.contract import LIVE, STOP_REASONS, JobStatus
 from hermesd.protocol import ProtocolError
 
@@ -56,7 +56,8 @@ class BatchService:
     # starting ----------------------------------------------------------------
 
     def _dataset(self, s: Settings) -> dataset_mod.Dataset:
-        """Read the dataset; refuse lines that need a container.  Raises ``ProtocolError``."""
+        """Read the dataset; refuse it when a line asks for a container that cannot be had
+        (a bad image name, no engine installed).  Raises ``ProtocolError`` naming the line."""
         try:
             data = dataset_mod.read(s.dataset_file, s.max_samples)
         except dataset_mod.DatasetError as exc:
@@ -67,14 +68,16 @@ class BatchService:
             raise ProtocolError("bad_request", f"{s.dataset_file}: no usable prompt ({why})",
                                 {"field": "dataset_file", "file": s.dataset_file})
         boxed = [p for p in data.prompts if p.docker_image]
-        if boxed:
-            first = boxed[0]
-            raise ProtocolError(
-                "bad_request",
-                f"{s.dataset_file}:{first.line}: docker_image {first.docker_image!r}: no container backend is "
-                f"configured in hermesd, so this prompt cannot run in a container ({len(boxed)} line(s) ask for "
-                "one); remove the field to run those prompts on the host",
-                {"field": "docker_image", "file": s.dataset_file, "line": first.line})
+        for prompt in boxed:
+            try:
+                containers.check_image(prompt.docker_image)
+                if prompt is boxed[0]:
+                    containers.find_engine(self.d.config.terminal)
+            except (ValueError, containers.EngineError) as exc:
+                raise ProtocolError(
+                    "bad_request", f"{s.dataset_file}:{prompt.line}: docker_image {prompt.docker_image!r}: {exc} "
+                    f"({len(boxed)} line(s) ask for a container; without the field a prompt runs on the host)",
+                    {"field": "docker_image", "file": s.dataset_file, "line": prompt.line}) from None
         return data
 
     def _open(self, job_id: str, s: Settings, data: dataset_mod.Dataset) -> BatchRun:
@@ -93,8 +96,8 @@ class BatchService:
         Raises ``ProtocolError``: ``invalid_state`` when it is already running or
         its directory holds a run and ``resume`` is off; ``bad_request`` for a
         ``resume`` of a run that does not exist (naming its directory), an
-        unreadable dataset, a ``docker_image`` line, a checkpoint whose fixed
-        settings differ, or an unusable output directory.
+        unreadable dataset, a ``docker_image`` line that cannot run (no engine), a
+        checkpoint whose fixed settings differ, or an unusable output directory.
         """
         job_id = job_id_of(s.run_name)
         row = self.d.jobs.get(job_id)

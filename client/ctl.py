@@ -134,10 +134,13 @@ def ps(show_all: bool, kind: str | None, oldest_first: bool, limit: int | None) 
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="Set a variable for the subagent (repeatable).")
 @click.option("--output-schema", type=click.File("r", encoding="utf-8"), default=None, metavar="FILE",
               help="JSON Schema the final answer must validate against ('-': standard input).")
+@click.option("--image", default=None,
+              help="Run its terminal commands in a container of this image (docker or podman), the working "
+                   "directory mounted at /workspace.")
 def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, context: str | None, toolsets: str | None,
              model: str | None, provider: str | None, role: str | None, max_turns: int | None,
              cwd: str | None, timeout_seconds: float | None, after: str | None, env: tuple[str, ...],
-             output_schema: Any, **resources: int | None) -> None:
+             output_schema: Any, image: str | None, **resources: int | None) -> None:
     """Hand GOAL to a subagent ('-' or --goal-file: read it).  Foreground: wait, showing
     that it waits on a terminal, and print the result (Ctrl-C stops watching; the
     job goes on).  --background: print the job record (id, status) at once.
@@ -146,7 +149,7 @@ def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, co
     args: dict[str, Any] = {"goal": goal, "background": background, "queue": queue,
                             "cwd": os.path.abspath(cwd or working_dir())}
     for key, value in (("context", context), ("toolsets", split(toolsets)), ("model", model),
-                       ("provider", provider), ("role", role), ("max_turns", max_turns),
+                       ("provider", provider), ("role", role), ("max_turns", max_turns), ("image", image),
                        ("timeout_seconds", timeout_seconds), ("after", split(after)),
                        ("env", env_pairs(env) or None), ("output_schema", json_file(output_schema, "--output-schema")),
                        *resources.items()):

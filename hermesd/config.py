@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 START_METHODS = ("spawn", "forkserver")
+TERMINAL_BACKENDS = ("local", "docker", "podman")
 
 
 class ConfigError(Exception):
@@ -168,6 +169,32 @@ class ChildLimits:
 
 
 @dataclass(frozen=True)
+class Terminal:
+    """``terminal:`` — where a job's terminal commands run (see ``hermesd.containers``).
+
+    ``backend``: ``local`` (on the host) or a container engine for every job
+    (``docker``/``podman``, with ``image``); a job may still ask for an image
+    itself (a dataset's ``docker_image``, ``delegate --image``).  ``engine_path``:
+    the engine's command (default: ``backend`` on ``PATH``; for ``local``,
+    ``podman`` then ``docker``).  ``runtime``: the OCI runtime the engine uses
+    (``--runtime``, e.g. ``runc``).  ``network``: give containers the engine's
+    default network (default: none).  ``pull``: pull a missing image (default:
+    never; the job fails).  ``max_processes``: the containers' ``nproc`` limit
+    (at most the job's own).  ``start_timeout_seconds``: how long starting a
+    container may take.
+    """
+
+    backend: str = field(default="local", metadata=_choices(*TERMINAL_BACKENDS))
+    image: str | None = None
+    engine_path: str | None = None
+    runtime: str | None = None
+    network: bool = False
+    pull: bool = False
+    max_processes: int = field(default=4096, metadata=_min(1))
+    start_timeout_seconds: float = field(default=60.0, metadata=_min(1))
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole ``config.yaml``.  ``source`` is the file it came from (or None for defaults)."""
 
@@ -185,6 +212,7 @@ class Config:
     logs: Logs = field(default_factory=Logs)
     child_limits: ChildLimits = field(default_factory=ChildLimits)
     hooks: Hooks = field(default_factory=Hooks)
+    terminal: Terminal = field(default_factory=Terminal)
     source: str | None = field(default=None, metadata={"internal": True})
 
     def state_dir(self) -> Path:

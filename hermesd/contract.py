@@ -128,6 +128,8 @@ class JobSpec:
     quarter of ``delegation.stale_after_seconds``).
     Batch items also set ``ephemeral_system_prompt``, ``prefill_messages``,
     ``workdir_placeholder`` and ``invalid_tool_call_retries`` (see ``child.agent``).
+    ``container``: the container its terminal commands run in (engine, image,
+    name, labels, workdir…: :func:`hermesd.containers.prepare`), None: on the host.
     """
 
     job: str = ""
@@ -158,6 +160,7 @@ class JobSpec:
     invalid_tool_call_retries: int | None = None
     output_schema: dict[str, Any] | None = None
     activity_interval_seconds: float = 2.0
+    container: dict[str, Any] | None = None
 
     @classmethod
     def names(cls) -> frozenset[str]:

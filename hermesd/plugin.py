@@ -89,6 +89,10 @@ class Plugin:
 
     # everything -----------------------------------------------------------------
 
+    def admit(self, job_id: str, kind: str, fields: dict[str, Any]) -> None:
+        """Any job is about to be admitted (``Runner.submit``): may change its row's ``fields``
+        (e.g. its ``spec``) or refuse it by raising ``ProtocolError``."""
+
     def after_exit(self, row: Row | None) -> None:
         """Any job is terminal and reaped (e.g. its foreground children end too)."""
 
@@ -148,6 +152,11 @@ class Plugins:
         plugin = self._of(row)
         if plugin is not None:
             plugin.spec(row, spec)
+
+    def admit(self, job_id: str, kind: str, fields: dict[str, Any]) -> None:
+        """:meth:`Plugin.admit` of every plugin, in order (the first refusal stops it)."""
+        for p in self.instances:
+            p.admit(job_id, kind, fields)
 
     def on_result(self, row: Row, result: dict[str, Any]) -> None:
         """:meth:`Plugin.on_result` of the job's plugin."""

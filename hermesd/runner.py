@@ -46,6 +46,9 @@ LOG_TAIL_BYTES = 2000
 class JobHooks(Protocol):
     """What job types add to a job's life (``hermesd.plugin.Plugins``, by the job's kind)."""
 
+    def admit(self, job_id: str, kind: str, fields: dict[str, Any]) -> None:
+        """A job is about to be admitted: may change its fields or refuse it (``ProtocolError``)."""
+
     def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
         """Add to the spec a child receives."""
 
@@ -61,6 +64,9 @@ class JobHooks(Protocol):
 
 class NoHooks:
     """:class:`JobHooks` that add nothing."""
+
+    def admit(self, job_id: str, kind: str, fields: dict[str, Any]) -> None:
+        """Nothing to change."""
 
     def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
         """Nothing to add."""
@@ -132,8 +138,10 @@ class Runner:
         """Admit a job and start it when its pools have room; returns its row.
 
         Background jobs go through the ``async`` cap (``capacity_reached``
-        unless ``queue``).  Raises ``ProtocolError`` (``shutting_down``,
-        ``bad_request`` for a missing cwd, ``capacity_reached``).
+        unless ``queue``).  The plugins' ``admit`` hook may change its fields
+        first (a spec ``image`` becomes the spec's ``container``:
+        :class:`hermesd.containers.ContainersPlugin`).  Raises ``ProtocolError`` (``shutting_down``, ``bad_request`` for a missing
+        cwd or a container that cannot be had, ``capacity_reached``).
         """
         if not self.accepting:
             raise ProtocolError("shutting_down", "hermesd is shutting down and accepts no new work")
@@ -145,6 +153,7 @@ class Runner:
         after = (fields.get("spec") or {}).get("after")
         if after is not None:
             fields["spec"]["after"] = dependencies.check(job_id, after, self.jobs.get)
+        self.hooks.admit(job_id, kind, fields)
         needs = ("global", *pools)
         if background:
             if after or not self.scheduler.admit_background(job_id, queue=queue):

@@ -30,6 +30,7 @@ import zmq.asyncio
 from hermesd import __version__, clock, config as config_mod, looplag, paths, protocol
 from hermesd.delivery import Delivery
 from hermesd.events import EventLog
+from hermesd.containers import ContainersPlugin
 from hermesd.context import Context
 from hermesd.contract import ACTIVE, JobStatus
 from hermesd.handlers import admin, batch, children, control, delegation, jobs, sessions, upkeep
@@ -58,6 +59,7 @@ PLUGINS: tuple[type[Plugin], ...] = (
     kanban.KanbanPlugin,          # kanban_worker: the board's workers
     upkeep.UpkeepPlugin,          # no kinds: retention, the log cap, per-job cgroups
     control.ControlPlugin,        # no kind: pause/resume, the job-end hook
+    ContainersPlugin,             # no kind: any job's container (made at admission, removed at exit and restart)
 )
 """The job types, in the order their hooks run.  Adding one: its module, and a line here."""
 

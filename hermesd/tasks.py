@@ -20,7 +20,8 @@ MAX_CONTEXT_BYTES = 256 * 1024
 MAX_TURNS = 100_000
 MAX_TIMEOUT_SECONDS = 366 * 86400.0
 SPEC_ARGS = {"max_turns": int, "timeout_seconds": (int, float), "script": list, "reasoning_effort": str,
-             "system_prompt": str, "output_schema": dict, "env": dict, "after": list}
+             "system_prompt": str, "output_schema": dict, "env": dict, "after": list,
+             "image": str}
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_ENV_BYTES = 64 * 1024
 
@@ -35,7 +36,8 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     ``system_prompt``, ``output_schema`` (a JSON Schema the final answer must
     validate against), ``env`` (``{NAME: value}`` added to the child's
     environment; ``HERMES_*`` names are the daemon's) and ``after`` (job ids,
-    checked by :mod:`hermesd.dependencies`), and the resource limits
+    checked by :mod:`hermesd.dependencies`), ``image`` (run the terminal in a
+    container of that image: :class:`hermesd.containers.ContainersPlugin`), and the resource limits
     ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes``,
     ``max_open_files`` (see :mod:`hermesd.limits`; at most the config's).  Raises ``ProtocolError``
     (``bad_request``/``too_large``) naming the field.

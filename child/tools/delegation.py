@@ -8,7 +8,7 @@ own and answers with the results in task order (or, for ``background``, with
 ``{"status": "dispatched", "delegation_id": ...}`` at once).  A foreground call
 waits as long as the subagents run.
 
-Top-level ``context``, ``toolsets``, ``role`` and ``model`` apply to every task
+Top-level ``context``, ``toolsets``, ``role``, ``model`` and ``image`` apply to every task
 that does not set its own.  A task may say ``prompt`` instead of ``goal`` (the
 shape of Hermes' ``spawn_parallel``).  ``timeout_seconds`` sets an opt-in
 wall-clock limit (by default a subagent runs as long as it shows activity);
@@ -30,7 +30,7 @@ from child.tools import Tool, ToolContext, ToolError, daemon_call, schema
 MAX_TASKS = 8
 """Most tasks one call may delegate."""
 
-SHARED = ("context", "toolsets", "role", "model", "timeout_seconds", "output_schema")
+SHARED = ("context", "toolsets", "role", "model", "timeout_seconds", "output_schema", "image")
 """Task fields that may be given once for every task of a call."""
 
 _FIELDS = {
@@ -45,6 +45,9 @@ _FIELDS = {
     "output_schema": {"type": "object",
                       "description": "JSON Schema the subagent's final answer must validate against; "
                                      "its summary is then that JSON."},
+    "image": {"type": "string", "minLength": 1,
+              "description": "Container image the subagent's terminal commands run in (its working directory "
+                             "mounted at /workspace); default: the configured terminal."},
 }
 _GOAL = {"type": "string", "minLength": 1, "description": "What the subagent must achieve, self-contained."}
 _TASK = schema({"goal": _GOAL, "prompt": {**_GOAL, "description": "Same as goal."}, **_FIELDS})

@@ -119,11 +119,13 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``reasoning_disabled``, ``provider``, ``base_url``; and ``allow_synthetic``,
     ``exclude_partial`` (see ``batch.settings``).  The run writes
     ``OUTPUT_DIR/RUN_NAME/``.  Returns the batch record (see ``batch.status``).
-    Errors: ``bad_request`` (a bad argument, an unreadable dataset, a
-    ``docker_image`` line, a resume whose batch_size/dataset/distribution
-    differ, a bad prefill file, ``resume`` of a run that does not exist),
-    ``invalid_state`` (already running; the directory holds a run and ``resume``
-    is off).
+    A line's ``docker_image`` runs that prompt's terminal commands in a
+    container of that image.  Errors: ``bad_request`` (a bad argument, an
+    unreadable dataset, a ``docker_image`` line that cannot run — a bad image
+    name, no container engine installed —, a resume whose
+    batch_size/dataset/distribution differ, a bad prefill file, ``resume`` of a
+    run that does not exist), ``invalid_state`` (already running; the directory
+    holds a run and ``resume`` is off).
     """
     settings = settings_from(ctx, args)
     return _service(ctx).run(settings, resume=arg(args, "resume", bool, False))
