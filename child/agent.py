@@ -33,6 +33,7 @@ from typing import Any, Callable
 from child import messages as m
 from child import output
 from child.activity import Activity
+from child.container import ContainerError, opened
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
 from hermesd.contract import JobSpec
@@ -100,6 +101,7 @@ class Agent:
         self.new: list[dict] = []
         self.api_calls, self.tokens, self.trace = 0, {"input": 0, "output": 0}, []
         self.provider: Any = None
+        self.container: Any = None
         self.system, self.model_system, self.tools = "", "", []
         prefill = [p for p in self.spec["prefill_messages"] or [] if isinstance(p, dict)]
         self.prefill = [m.user(str(p["content"])) if p.get("role") == "user" else m.assistant([m.text(str(p["content"]))])
@@ -118,13 +120,17 @@ class Agent:
             registry = importlib.import_module("child.tools.registry")
             self.tools = [t.spec() for t in registry.tools_for(list(self.spec["toolsets"]), self.spec["role"])]
             self.system = system_prompt(self.spec, self.tools)
-            unrecorded = [str(self.spec["ephemeral_system_prompt"] or "").strip(), self.prefill_system.strip()]
+            unrecorded = [str(self.spec["ephemeral_system_prompt"] or "").strip(), self.prefill_system.strip(),
+                          container_note(self.spec) if self.spec["workdir_placeholder"] else ""]
             self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
             self.add(m.user(first_message(self.spec)))
             self.provider = make_provider(self.spec, stop=self.stop)
             self.provider.activity = self.liveness
-            return self.loop(registry)
-        except ProviderError as exc:
+            with opened(self.spec["container"], self.cwd()) as self.container:  # removed whatever happens
+                if self.container is not None:
+                    log(f"container {self.container.id[:12]} of {self.container.image} started")
+                return self.loop(registry)
+        except (ProviderError, ContainerError) as exc:
             return self.finish("failed", "error", error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug still ends in a result with the partial output
             traceback.print_exc(file=sys.stderr)
@@ -248,10 +254,14 @@ class Agent:
     def tool_context(self, registry: Any) -> Any:
         """The :class:`child.tools.registry.ToolContext` of this job."""
         s = self.spec
-        return registry.ToolContext(cwd=s["cwd"] or os.getcwd(), limits=dict(s["limits"]),
+        return registry.ToolContext(cwd=self.cwd(), limits=dict(s["limits"]),
                                     auto_approve=bool(s["auto_approve"]), stop=self.stop, channel=self.channel,
                                     job=s["job"], depth=int(s["depth"]), max_spawn_depth=int(s["max_spawn_depth"]),
-                                    role=s["role"], heartbeat=self.heartbeat)
+                                    role=s["role"], heartbeat=self.heartbeat, container=self.container)
+
+    def cwd(self) -> str:
+        """The job's working directory (on the host)."""
+        return self.spec["cwd"] or os.getcwd()
 
     def add(self, message: dict[str, Any]) -> None:
         """Append a message to this run's conversation."""
@@ -346,23 +356,37 @@ class Agent:
 
 def system_prompt(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
     """The spec's ``system_prompt`` (default :data:`SYSTEM_PROMPT`), the working
-    directory and the list of ``tools`` (``{"name", "description"}``).
+    directory (and the container it is mounted in: :func:`container_note`) and the
+    list of ``tools`` (``{"name", "description"}``).
 
     With ``workdir_placeholder`` the placeholder stands for the directory and the
     tools are not listed (the model has them as tool definitions; the trajectory
-    lists them once), so the text is the same for every run with the same tools.
+    lists them once), so the text is the same for every run with the same tools
+    (the container note then goes to the model only, with the unrecorded text).
     """
     placeholder = spec.get("workdir_placeholder")
     where = placeholder or spec.get("cwd") or os.getcwd()
     lines = [spec.get("system_prompt") or SYSTEM_PROMPT, "", f"Working directory: {where}"]
     if placeholder:
         return "\n".join(lines)
+    note = container_note(spec)
+    if note:
+        lines.append(note)
     if tools:
         lines += ["", "Tools you can call:"]
         lines += [f"- {t['name']}: {(t.get('description') or '').strip().partition(chr(10))[0]}" for t in tools]
     else:
         lines += ["", "You have no tools: answer from what you know."]
     return "\n".join(lines)
+
+
+def container_note(spec: dict[str, Any]) -> str:
+    """What the model is told of the spec's ``container`` ('' without one)."""
+    box = spec.get("container")
+    if not box:
+        return ""
+    return (f"Terminal commands run in a container of image {box['image']}, where the working directory is "
+            f"{box['workdir']}" + ("" if box.get("network") else " (no network)"))
 
 
 def first_message(spec: dict[str, Any]) -> str:

@@ -183,7 +183,8 @@ def test_per_prompt_scheduling_within_num_workers_and_max_children(make_daemon, 
     assert sum(1 for goal, seq in ended.items() if goal != "slow" and seq < ended["slow"]) >= 6
 
 
-def test_cwd_is_honoured_and_docker_image_refused(make_daemon, tmp_path):
+def test_cwd_is_honoured(  # docker_image: tests/test_containers.py
+        make_daemon, tmp_path):
     daemon = make_daemon()
     where = tmp_path / "project"
     where.mkdir()
@@ -193,11 +194,6 @@ def test_cwd_is_honoured_and_docker_image_refused(make_daemon, tmp_path):
                    "cwd")
     assert finish(daemon, record)["status"] == "completed"
     assert (where / "here.txt").read_text().strip() == str(where)
-    boxed = write_dataset(tmp_path / "boxed.jsonl", [{"prompt": "a"}, {"prompt": "b", "docker_image": "python:3.12"}])
-    with pytest.raises(ProtocolError) as err:
-        start(daemon, boxed, "boxed")
-    assert err.value.code == "bad_request" and err.value.message.startswith(f"{boxed}:2: docker_image 'python:3.12'")
-    assert not (daemon.base / "out" / "boxed").exists()
 
 
 def test_bad_arguments_are_refused_before_anything_starts(daemon, tmp_path):

@@ -60,6 +60,8 @@ class ToolContext:
     * ``heartbeat(what)``: a long-running tool shows life (e.g. its command wrote
       output), so that hermesd does not take the child for a stale one; cheap to
       call often (reports are throttled).
+    * ``container``: the job's :class:`child.container.Container` (``cwd``
+      mounted inside), where the terminal runs its commands; ``None``: on the host.
     """
 
     cwd: str
@@ -72,6 +74,7 @@ class ToolContext:
     max_spawn_depth: int = 1
     role: str = "leaf"
     heartbeat: Callable[[str], None] = lambda _what: None
+    container: Any = None
 
     def __post_init__(self) -> None:
         self.limits = {**DEFAULT_LIMITS, **{k: v for k, v in (self.limits or {}).items() if v is not None}}

@@ -1,5 +1,9 @@
 """The ``file`` toolset: read, write, patch and list files inside the job's working directory.
 
+They act on the host's copy of that directory — in a job with a container, the
+same directory its commands see at ``/workspace`` (the mount point; such paths
+are accepted too).
+
 Every path is taken relative to ``ctx.cwd`` and resolved (symbolic links
 followed, ``..`` collapsed) before use; a path that resolves outside the working
 directory is refused, whether it was written as ``../x``, as an absolute path
@@ -23,12 +27,15 @@ MAX_LIST_ENTRIES = 1000
 
 
 def resolve(ctx: ToolContext, path: str) -> Path:
-    """The absolute, symlink-free form of ``path`` (relative to ``ctx.cwd``).
+    """The absolute, symlink-free form of ``path`` (relative to ``ctx.cwd``; in a job
+    with a container, a path under its mount point names the same file in ``ctx.cwd``).
 
     Raises :class:`ToolError` when ``path`` is empty or resolves outside ``ctx.cwd``.
     """
     if not path or not path.strip():
         raise ToolError("path is empty")
+    if ctx.container is not None:
+        path = ctx.container.host_path(path)
     root = Path(ctx.cwd).resolve()
     target = (root / Path(path).expanduser()).resolve()
     if target != root and root not in target.parents:

@@ -23,6 +23,9 @@ child's group and end with the job.
 Output goes to an unlinked temporary file, not a pipe: nothing has to drain it
 while the command runs, a background process holding it open cannot make the
 tool hang, and only the first and last ``max_output_bytes/2`` are ever read.
+
+In a job with a container (:mod:`child.container`) the same holds for the
+engine's ``exec`` client, which stands for the command on the host.
 """
 
 from __future__ import annotations
@@ -137,7 +140,10 @@ def run_command(args: dict, ctx: ToolContext) -> str:
     Raises :class:`ToolError` when the policy denies the command, or — with the
     output so far — when it times out, when the job is asked to stop, or when its
     output passes :data:`MAX_SPOOL_BYTES`.  The command's environment is the
-    child's, less :data:`SCRUBBED_ENV`, plus :data:`MARKER`.
+    child's, less :data:`SCRUBBED_ENV`, plus :data:`MARKER`.  In a job with a
+    container (``ctx.container``) the command runs inside it through the engine's
+    ``exec`` (the image's environment), and a killed command's processes inside
+    are killed too.
     """
     command = args["command"]
     rule = dangerous(command)
@@ -147,12 +153,14 @@ def run_command(args: dict, ctx: ToolContext) -> str:
     timeout = float(args.get("timeout") or ctx.limits["terminal_timeout_seconds"])
     limit = int(ctx.limits["max_output_bytes"])
     run_id = uuid.uuid4().hex
+    box = ctx.container
+    argv = box.exec_argv(command) if box is not None else ["/bin/sh", "-c", command]
     with tempfile.TemporaryFile(prefix="hermes-terminal-") as out:
         try:
-            proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=ctx.cwd, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(argv, cwd=ctx.cwd, stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT, env=_environment(run_id))
         except OSError as exc:
-            raise ToolError(f"cannot start /bin/sh in {ctx.cwd}: {exc}") from None
+            raise ToolError(f"cannot start {argv[0]} in {ctx.cwd}: {exc}") from None
         deadline = time.monotonic() + timeout
         written = 0
         while True:
@@ -176,6 +184,8 @@ def run_command(args: dict, ctx: ToolContext) -> str:
                     ctx.heartbeat(f"terminal output ({size} bytes so far) of: {command[:60]}")
                 continue
             killed = kill_tree(proc, run_id)
+            if box is not None:
+                box.kill_commands()  # what the command started inside the container
             raise ToolError(f"[{why}; {killed} process(es) of the command were killed; output so far "
                             f"below]\n{_read_capped(out, limit)}")
 
@@ -185,7 +195,8 @@ TOOLS = [
         name="terminal",
         toolset="terminal",
         description=(
-            "Run a shell command (/bin/sh -c) in the job's working directory and return its combined "
+            "Run a shell command (/bin/sh -c) in the job's working directory (inside the job's container "
+            "when it has one) and return its combined "
             "stdout and stderr followed by its exit status. Standard input is empty; long output is cut "
             "in the middle. The command and everything it started are killed at the timeout. "
             "Destructive system commands are refused."

@@ -1,0 +1,206 @@
+"""Terminal commands in containers (podman with runc, a busybox image made here).
+
+Real daemons, real podman, a real image imported from a busybox-static root
+filesystem (``tests/containers.py``).  Every test removes the containers of
+its own daemons (by their ``hermes.state_dir`` label, under the test's
+temporary directory) even when it fails.  Without podman, runc and
+busybox-static the podman tests are skipped with what to install; ``.ci/run``
+installs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from child.container import Container, ulimit_args
+from hermesd import config as config_mod, containers
+from hermesd.protocol import ProtocolError
+from tests.containers import APT_HINT, ensure_image, labelled_under, podman, remove_under
+from tests.harness import wait_for
+from tests.test_batch_daemon import finish, start, write_dataset
+
+ENGINE = podman()
+needs_podman = pytest.mark.skipif(ENGINE is None, reason=f"podman, runc and busybox-static are needed: {APT_HINT}")
+CONFIG = {"terminal": {"runtime": "runc"}}
+MISSING_ENGINE = {"terminal": {"engine_path": "/nonexistent/podman"}}
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory) -> str:
+    """The test image, imported once."""
+    return ensure_image(ENGINE, tmp_path_factory.mktemp("image"))
+
+
+@pytest.fixture
+def boxed(tmp_path, image):
+    """The image; at the end every container of this test's daemons is removed."""
+    yield image
+    remove_under(ENGINE, tmp_path)
+
+
+def of_job(job_id: str) -> list[str]:
+    """Ids of the containers labelled with ``job_id``."""
+    return subprocess.run([*ENGINE, "ps", "-aq", "--filter", f"label=hermes.job={job_id}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+
+
+def terminal_step(command: str) -> dict:
+    return {"thinking": "t", "tool_calls": [{"name": "terminal", "input": {"command": command}}]}
+
+
+# without an engine ---------------------------------------------------------------------------
+
+def test_no_engine_is_refused_at_submit_naming_the_job_or_the_line(make_daemon, tmp_path):
+    daemon = make_daemon(MISSING_ENGINE)
+    with pytest.raises(ProtocolError) as err:
+        daemon.delegate("boxed", image="busybox:latest")
+    assert err.value.code == "bad_request"
+    assert "image 'busybox:latest'" in err.value.message and "install podman" in err.value.message
+    assert err.value.message.startswith("job deleg_")
+    assert daemon.call("ps", all=True)["jobs"] == []
+    dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "a"}, {"prompt": "b", "docker_image": "python:3.12"}])
+    with pytest.raises(ProtocolError) as err:
+        start(daemon, dataset, "boxed")
+    assert err.value.code == "bad_request"
+    assert err.value.message.startswith(f"{dataset}:2: docker_image 'python:3.12': no container engine found")
+    assert "apt-get install podman" in err.value.message and not (daemon.base / "out" / "boxed").exists()
+    result = daemon.ctl("delegate", "--image", "busybox", "goal")
+    assert result.returncode != 0 and "install podman" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_prepare_rejects_option_like_images_and_a_backend_without_image(tmp_path):
+    config = config_mod.parse("terminal: {backend: podman, engine_path: /bin/true}\n")
+    with pytest.raises(ProtocolError, match="terminal.image is not set"):
+        containers.prepare(config, "deleg_1", {"spec": {}})
+    fields = {"spec": {"image": "--privileged"}}
+    with pytest.raises(ProtocolError, match="not an image reference"):
+        containers.prepare(config, "deleg_1", fields)
+    local = config_mod.parse(f"supervisor: {{state_dir: {tmp_path}}}\n")
+    fields = {"spec": {"max_turns": 2}}
+    containers.prepare(local, "deleg_1", fields)
+    assert fields == {"spec": {"max_turns": 2}}  # on the host: nothing added
+    default = config_mod.parse(f"terminal: {{backend: podman, image: 'x:1', engine_path: /bin/true, runtime: runc}}\n"
+                               f"supervisor: {{state_dir: {tmp_path}}}\n")
+    containers.prepare(default, "deleg_2", fields)
+    box = fields["spec"]["container"]
+    assert box["engine"] == ["/bin/true", "--runtime", "runc"] and box["image"] == "x:1" and not box["network"]
+    assert box["labels"] == {"hermes.job": "deleg_2", "hermes.state_dir": str(tmp_path.resolve())}
+
+
+def test_ulimits_never_exceed_the_processs_own():
+    args = ulimit_args(max_processes=10**9)
+    values = dict(a.split("=", 1) for a in args[1::2])
+    assert {"nofile", "nproc"} <= set(values)
+    for name, pair in values.items():
+        soft, hard = (int(v) for v in pair.split(":"))
+        own_soft, own_hard = resource.getrlimit(getattr(resource, f"RLIMIT_{name.upper()}"))
+        for mine, own in ((soft, own_soft), (hard, own_hard)):
+            assert own == resource.RLIM_INFINITY or (mine != -1 and mine <= own), (name, pair)
+    assert dict(a.split("=", 1) for a in ulimit_args(max_processes=7)[1::2])["nproc"].split(":")[1] == "7"
+
+
+def test_file_tools_take_paths_under_the_mount_point(tmp_path):
+    box = Container({"engine": ["podman"], "workdir": "/workspace", "image": "x", "name": "n"}, str(tmp_path))
+    assert box.host_path("/workspace/a/b.txt") == "a/b.txt" and box.host_path("/workspace") == "."
+    assert box.host_path("/workspacex/a") == "/workspacex/a" and box.host_path("rel.txt") == "rel.txt"
+
+
+# with podman ---------------------------------------------------------------------------------
+
+@needs_podman
+def test_a_batch_runs_the_prompts_with_docker_image_in_containers(make_daemon, tmp_path, boxed):
+    daemon = make_daemon(CONFIG)
+    command = "hostname > host.txt; ls / > root.txt; cat /proc/net/dev > net.txt; pwd > where.txt"
+    script = [terminal_step(command), {"thinking": "t", "text": "ok"}]
+    entries = []
+    for i in range(6):
+        (tmp_path / f"p{i}").mkdir()
+        entries.append({"prompt": f"p{i}", "cwd": str(tmp_path / f"p{i}"), "script": script,
+                        **({"docker_image": boxed} if i % 2 else {})})
+    record = start(daemon, write_dataset(tmp_path / "d.jsonl", entries), "boxes", num_workers=6)
+    assert finish(daemon, record)["status"] == "completed"
+    items = daemon.call("ps", all=True, kind="batch_item")["jobs"]
+    assert len(items) == 6 and {j["status"] for j in items} == {"completed"}
+    host_root = sorted(name for name in os.listdir("/") if not name.startswith("."))  # as ls shows it
+    for i in range(6):
+        where = tmp_path / f"p{i}"
+        name, root = (where / "host.txt").read_text().strip(), sorted((where / "root.txt").read_text().split())
+        if i % 2:
+            assert name != socket.gethostname() and root != host_root and "workspace" in root
+            assert (where / "where.txt").read_text().strip() == "/workspace"
+            interfaces = [line.split(":")[0].strip() for line in (where / "net.txt").read_text().splitlines()[2:]]
+            assert interfaces == ["lo"]  # no network by default
+        else:
+            assert name == socket.gethostname() and root == host_root
+            assert (where / "where.txt").read_text().strip() == str(where)
+    for job in items:
+        wait_for(lambda: not of_job(job["id"]), 30, what=f"the container of {job['id']} removed")
+    assert labelled_under(ENGINE, daemon.home) == []
+
+
+@needs_podman
+def test_a_delegation_with_an_image_shares_its_directory_with_the_file_tools(make_daemon, tmp_path, boxed):
+    daemon = make_daemon(CONFIG)
+    work = tmp_path / "w"
+    work.mkdir()
+    script = [{"thinking": "t", "tool_calls": [{"name": "write_file",
+                                                 "input": {"path": "/workspace/from_tools.txt", "content": "hello"}}]},
+              terminal_step("cat from_tools.txt > seen.txt; echo inside > made_inside.txt"),
+              {"thinking": "t", "tool_calls": [{"name": "read_file", "input": {"path": "made_inside.txt"}}]},
+              {"thinking": "t", "text": "done"}]
+    job = daemon.delegate("boxed", cwd=str(work), image=boxed, script=script, toolsets=["terminal", "file"])
+    final = daemon.wait_job(job["id"])
+    assert final["status"] == "completed", final
+    assert [t["ok"] for t in final["trace"]] == [True, True, True]
+    assert (work / "seen.txt").read_text() == "hello" and (work / "made_inside.txt").read_text() == "inside\n"
+    wait_for(lambda: not of_job(job["id"]), 30, what="the container removed")
+    # hermesctl delegate --image: the scripted default plan runs pwd inside
+    result = daemon.ctl("--json", "delegate", "--image", boxed, "--toolsets", "terminal", "--cwd", str(work), "where")
+    assert result.returncode == 0, result.stderr
+    assert "/workspace" in json.loads(result.stdout)["summary"]
+    assert labelled_under(ENGINE, daemon.home) == []
+
+
+@needs_podman
+def test_a_missing_image_fails_the_job_with_the_engines_message(make_daemon, boxed):
+    daemon = make_daemon(CONFIG)
+    job = daemon.delegate("boxed", image="localhost/hermes-no-such-image:latest", toolsets=["terminal"])
+    final = daemon.wait_job(job["id"], timeout=60)
+    assert final["status"] == "failed"
+    assert "hermes-no-such-image" in final["error"] and "image not known" in final["error"]
+    assert not of_job(job["id"])
+
+
+@needs_podman
+def test_cancel_removes_the_container(make_daemon, boxed):
+    daemon = make_daemon(CONFIG)
+    job = daemon.delegate("boxed", image=boxed, script=[terminal_step("sleep 60")], toolsets=["terminal"])
+    wait_for(lambda: of_job(job["id"]), 30, what="the container started")
+    daemon.call("cancel", id=job["id"])
+    assert daemon.wait_job(job["id"], timeout=30)["status"] == "cancelled"
+    wait_for(lambda: not of_job(job["id"]), 30, what="the container removed")
+
+
+@needs_podman
+def test_after_kill_9_a_restarted_daemon_removes_its_containers_and_no_others(make_daemon, tmp_path, boxed):
+    daemon = make_daemon(CONFIG)
+    job = daemon.delegate("boxed", image=boxed, script=[terminal_step("sleep 60")], toolsets=["terminal"])
+    wait_for(lambda: of_job(job["id"]), 30, what="the container started")
+    other_dir = tmp_path / "another-daemon"
+    other = subprocess.run([*ENGINE, "run", "-d", "--label", f"hermes.state_dir={other_dir}", "--label",
+                            f"hermes.job={job['id']}", "--network", "none", *ulimit_args(4096), boxed, "sleep", "600"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    daemon.kill9()
+    wait_for(lambda: not daemon.children(), 10, what="the child gone with the daemon")
+    assert len(of_job(job["id"])) == 2  # nobody removed them: the child died with the daemon
+    daemon.start()
+    wait_for(lambda: of_job(job["id"]) == [other[:12]], 30, what="the sweep of the restarted daemon")
+    assert daemon.call("job", id=job["id"])["status"] == "lost"
+    assert "removed 1 container(s) left by an earlier hermesd" in daemon.log()
