@@ -1,4 +1,4 @@
-"""``python -m bench``: every benchmark of issues 8, 14, 15, 20 and 22 in one run, figures printed as they come.
+"""``python -m bench``: every benchmark of issues 8, 14, 15, 18, 20 and 22 in one run, figures printed as they come.
 
 First hermesd beside circus and supervisord (:mod:`bench.bench_peers`, issue
 22: every row, the ratios, each goal met or not; the peers are installed from
@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import (bench_batch, bench_batch_scheduling, bench_control, bench_events, bench_local_model, bench_longrun,  # noqa: E402
-                   bench_memory, bench_peers, bench_spawn, bench_warm_start)
+from bench import (bench_batch, bench_batch_scheduling, bench_containers, bench_control, bench_events,  # noqa: E402
+                   bench_local_model, bench_longrun, bench_memory, bench_peers, bench_spawn, bench_warm_start)
 from child.providers import local  # noqa: E402
 from bench.common import machine  # noqa: E402
 
@@ -58,6 +58,7 @@ def main() -> None:
     else:
         print(f"embedded model: not installed ({local.INSTALL_HINT})", flush=True)
     print(bench_longrun.report(bench_longrun.run(200 if args.quick else 2000, 10, 100_000, 500)), flush=True)
+    print(bench_containers.report(bench_containers.run(10)), flush=True)
     print(f"\n# done · {machine()}")
 
 

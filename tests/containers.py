@@ -81,5 +81,5 @@ def remove_under(engine: list[str], root: Path) -> list[str]:
     """Remove (``rm -f``) the containers of :func:`labelled_under`; returns their ids."""
     ids = labelled_under(engine, root)
     if ids:
-        subprocess.run([*engine, "rm", "-f", *ids], capture_output=True)
+        subprocess.run([*engine, "rm", "-f", "-t", "0", *ids], capture_output=True)
     return ids

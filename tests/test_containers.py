@@ -114,6 +114,7 @@ def test_file_tools_take_paths_under_the_mount_point(tmp_path):
 
 # with podman ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @needs_podman
 def test_a_batch_runs_the_prompts_with_docker_image_in_containers(make_daemon, tmp_path, boxed):
     daemon = make_daemon(CONFIG)
@@ -145,6 +146,7 @@ def test_a_batch_runs_the_prompts_with_docker_image_in_containers(make_daemon, t
     assert labelled_under(ENGINE, daemon.home) == []
 
 
+@pytest.mark.slow
 @needs_podman
 def test_a_delegation_with_an_image_shares_its_directory_with_the_file_tools(make_daemon, tmp_path, boxed):
     daemon = make_daemon(CONFIG)
@@ -188,13 +190,14 @@ def test_cancel_removes_the_container(make_daemon, boxed):
     wait_for(lambda: not of_job(job["id"]), 30, what="the container removed")
 
 
+@pytest.mark.slow
 @needs_podman
 def test_after_kill_9_a_restarted_daemon_removes_its_containers_and_no_others(make_daemon, tmp_path, boxed):
     daemon = make_daemon(CONFIG)
     job = daemon.delegate("boxed", image=boxed, script=[terminal_step("sleep 60")], toolsets=["terminal"])
     wait_for(lambda: of_job(job["id"]), 30, what="the container started")
     other_dir = tmp_path / "another-daemon"
-    other = subprocess.run([*ENGINE, "run", "-d", "--label", f"hermes.state_dir={other_dir}", "--label",
+    other = subprocess.run([*ENGINE, "run", "-d", "--stop-signal", "KILL", "--label", f"hermes.state_dir={other_dir}", "--label",
                             f"hermes.job={job['id']}", "--network", "none", *ulimit_args(4096), boxed, "sleep", "600"],
                            capture_output=True, text=True, check=True).stdout.strip()
     daemon.kill9()
