@@ -121,12 +121,12 @@ class Agent:
             self.tools = [t.spec() for t in registry.tools_for(list(self.spec["toolsets"]), self.spec["role"])]
             self.system = system_prompt(self.spec, self.tools)
             unrecorded = [str(self.spec["ephemeral_system_prompt"] or "").strip(), self.prefill_system.strip(),
-                          container_note(self.spec) if self.spec["workdir_placeholder"] else ""]
+                          container_note(self.spec, self.tools) if self.spec["workdir_placeholder"] else ""]
             self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
             self.add(m.user(first_message(self.spec)))
             self.provider = make_provider(self.spec, stop=self.stop)
             self.provider.activity = self.liveness
-            with opened(self.spec["container"], self.cwd()) as self.container:  # removed whatever happens
+            with opened(container_of(self.spec, self.tools), self.cwd()) as self.container:  # removed in any case
                 if self.container is not None:
                     log(f"container {self.container.id[:12]} of {self.container.image} started")
                 return self.loop(registry)
@@ -369,7 +369,7 @@ def system_prompt(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
     lines = [spec.get("system_prompt") or SYSTEM_PROMPT, "", f"Working directory: {where}"]
     if placeholder:
         return "\n".join(lines)
-    note = container_note(spec)
+    note = container_note(spec, tools)
     if note:
         lines.append(note)
     if tools:
@@ -380,9 +380,14 @@ def system_prompt(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def container_note(spec: dict[str, Any]) -> str:
-    """What the model is told of the spec's ``container`` ('' without one)."""
-    box = spec.get("container")
+def container_of(spec: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The spec's ``container`` when the job can use it (it has the ``terminal`` tool), else None."""
+    return spec.get("container") if any(t["name"] == "terminal" for t in tools) else None
+
+
+def container_note(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
+    """What the model is told of the container its commands run in (:func:`container_of`; '' without one)."""
+    box = container_of(spec, tools)
     if not box:
         return ""
     return (f"Terminal commands run in a container of image {box['image']}, where the working directory is "

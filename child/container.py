@@ -35,9 +35,6 @@ ULIMITS = {"nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC, "fs
            "cpu": resource.RLIMIT_CPU, "data": resource.RLIMIT_DATA, "core": resource.RLIMIT_CORE}
 """The job's resource limits a container gets (names of ``docker run --ulimit``)."""
 
-ALWAYS_PASSED = ("nofile", "nproc")
-"""Limits passed even when unlimited: the engines' defaults for them exceed what a limited host allows."""
-
 SLEEP_SECONDS = 2**31 - 1
 """The container's one process sleeps this long (about 68 years): it only has to exist."""
 
@@ -49,23 +46,21 @@ class ContainerError(Exception):
     """The container could not be started: the engine's message (image not there, engine failing...)."""
 
 
-def _limit(value: int) -> str:
-    return "-1" if value == resource.RLIM_INFINITY else str(value)
-
-
 def ulimit_args(max_processes: int) -> list[str]:
-    """``--ulimit name=SOFT:HARD`` for each of :data:`ULIMITS`, from this process's own
-    limits (``getrlimit``), ``nproc`` at most ``max_processes``; unlimited pairs are
-    left to the engine except :data:`ALWAYS_PASSED`."""
+    """``--ulimit name=SOFT:HARD`` for each of :data:`ULIMITS` this process has a (soft)
+    limit for (``getrlimit``), never above it: ``nproc`` at most ``max_processes``, an
+    unlimited hard limit given as the soft one.  ``nofile`` and ``nproc`` are always
+    passed, so the engines' own defaults for them (more than a limited host allows)
+    never apply."""
     args = []
     for name, res in ULIMITS.items():
         soft, hard = resource.getrlimit(res)
         if name == "nproc":
             hard = max_processes if hard == resource.RLIM_INFINITY else min(hard, max_processes)
             soft = hard if soft == resource.RLIM_INFINITY else min(soft, hard)
-        if name not in ALWAYS_PASSED and soft == hard == resource.RLIM_INFINITY:
-            continue
-        args += ["--ulimit", f"{name}={_limit(soft)}:{_limit(hard)}"]
+        if soft == resource.RLIM_INFINITY:
+            continue  # unlimited: the engine's default (nofile never is)
+        args += ["--ulimit", f"{name}={soft}:{soft if hard == resource.RLIM_INFINITY else hard}"]
     return args
 
 
