@@ -21,8 +21,6 @@ Without podman, runc and busybox-static it says what to install and measures not
 
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -31,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import daemon, machine, pct, summary  # noqa: E402
+from bench.common import command_line, daemon, machine, pct, summary  # noqa: E402
 from child.container import ulimit_args  # noqa: E402
 from tests.containers import APT_HINT, RUNTIME, ensure_image, podman, remove_under  # noqa: E402
 
@@ -114,15 +112,5 @@ def report(results: dict[str, list[float]] | None) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    """Command line: see the module doc."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    results = run(args.runs)
-    print(json.dumps(results) if args.json else report(results))
-
-
 if __name__ == "__main__":
-    main()
+    command_line(__doc__, run, lambda results, args: report(results), runs=10)

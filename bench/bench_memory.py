@@ -14,8 +14,6 @@ answers (measured once every child waits in its request).  Usage::
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +22,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import daemon, machine, mean, wait_for  # noqa: E402
+from bench.common import command_line, daemon, machine, mean, wait_for  # noqa: E402
 from tests.chaos.helpers import zygote_pids  # noqa: E402
 from tests.fakes.anthropic_server import FakeAnthropic  # noqa: E402
 
@@ -78,15 +76,5 @@ def report(results: dict, children: int) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    """Command line: see the module doc."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--children", type=int, default=16)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    results = run(args.children)
-    print(json.dumps(results) if args.json else report(results, args.children))
-
-
 if __name__ == "__main__":
-    main()
+    command_line(__doc__, run, lambda results, args: report(results, args.children), children=16)

@@ -7,7 +7,9 @@ cleaned up whatever happens).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import platform
 import statistics
@@ -15,7 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -24,7 +26,7 @@ if str(ROOT) not in sys.path:
 from tests.chaos.helpers import forkserver, warm_on_start  # noqa: E402
 from tests.harness import DaemonProc, wait_for  # noqa: E402
 
-__all__ = ["daemon", "pct", "machine", "ms", "wait_for", "Timer", "ROOT"]
+__all__ = ["daemon", "pct", "machine", "ms", "wait_for", "Timer", "ROOT", "command_line"]
 
 
 @contextlib.contextmanager
@@ -78,3 +80,17 @@ class Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.monotonic() - self.start
+
+
+def command_line(doc: str, measure: Callable[..., Any], show: Callable[[Any, argparse.Namespace], str],
+                 **defaults: Any) -> None:
+    """The command line of a benchmark module: an option ``--NAME`` per keyword of
+    ``defaults`` (of the default's type) and ``--json``; prints ``show(results, args)``,
+    or with ``--json`` the raw ``results = measure(**options)``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    for name, default in defaults.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = measure(**{name: getattr(args, name) for name in defaults})
+    print(json.dumps(results) if args.json else show(results, args))
