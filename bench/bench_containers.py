@@ -105,8 +105,9 @@ def report(results: dict[str, list[float]] | None) -> str:
     for name, values in results.items():
         lines.append(f"  {name:<34} {summary(values, 50, 95)}")
     p50 = {name: pct(values, 50) for name, values in results.items()}
-    lines.append(f"  per job, a container adds {1000 * (p50['job, container terminal'] - p50['job, local terminal']):.0f}"
-                 f" ms (p50): start to first command {1000 * p50['container: run -d to first exec']:.0f} ms, removal "
+    added = p50["job, container terminal"] - p50["job, local terminal"]
+    lines.append(f"  per job, a container adds {1000 * added:.0f} ms (p50): start to first command "
+                 f"{1000 * p50['container: run -d to first exec']:.0f} ms, removal "
                  f"{1000 * p50['container: rm -f']:.0f} ms; each later command "
                  f"{p50['container: one exec'] / p50['local: /bin/sh -c true']:.0f}x a local one")
     return "\n".join(lines)

@@ -198,8 +198,9 @@ def test_after_kill_9_a_restarted_daemon_removes_its_containers_and_no_others(ma
     job = daemon.delegate("boxed", image=boxed, script=[terminal_step("sleep 60")], toolsets=["terminal"])
     wait_for(lambda: of_job(job["id"]), 30, what="the container started")
     other_dir = tmp_path / "another-daemon"
-    other = subprocess.run([*ENGINE, "run", "-d", "--stop-signal", "KILL", "--label", f"hermes.state_dir={other_dir}", "--label",
-                            f"hermes.job={job['id']}", "--network", "none", *ulimit_args(4096), boxed, "sleep", "600"],
+    labels = ["--label", f"hermes.state_dir={other_dir}", "--label", f"hermes.job={job['id']}"]
+    other = subprocess.run([*ENGINE, "run", "-d", "--stop-signal", "KILL", *labels, "--network", "none",
+                            *ulimit_args(4096), boxed, "sleep", "600"],
                            capture_output=True, text=True, check=True).stdout.strip()
     daemon.kill9()
     wait_for(lambda: not daemon.children(), 10, what="the child gone with the daemon")
