@@ -364,6 +364,10 @@ def parse(text: str, file: str | None = None) -> Config:
     errors = [ConfigError(f"set twice (first on line {first}); remove one", file, line, key)
               for key, line, first in lines.duplicates]
     config = _build(Config, data, "", file, lines, errors)
+    if config.terminal.backend != "local" and not config.terminal.image:
+        errors.append(ConfigError(f"{config.terminal.backend} runs every job's commands in a container, so "
+                                  "terminal.image must name its image", file, lines.get("terminal.backend"),
+                                  "terminal.backend"))
     if errors:
         errors.sort(key=lambda e: e.line or 0)
         errors[0].problems = errors

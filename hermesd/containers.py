@@ -109,17 +109,12 @@ def prepare(config: Config, job_id: str, fields: dict[str, Any]) -> None:
     The entry: ``engine`` (argv prefix), ``kind`` (``docker``/``podman``),
     ``image``, ``name``, ``labels``, ``workdir``, ``network`` (bool), ``pull``
     (bool), ``runtime``, ``max_processes``, ``start_timeout_seconds``.
-    Raises ``ProtocolError(bad_request)`` naming the job for a bad image, a
-    container backend without ``terminal.image``, or no engine installed.
+    Raises ``ProtocolError(bad_request)`` naming the job for a bad image or no
+    engine installed.
     """
     t = config.terminal
     spec = dict(fields.get("spec") or {})
-    image = spec.pop("image", None)
-    if image is None and t.backend != "local":
-        image = t.image
-        if image is None:
-            raise ProtocolError("bad_request", f"job {job_id}: terminal.backend is {t.backend} but terminal.image "
-                                "is not set in config.yaml; set it or pass an image", {"field": "image"})
+    image = spec.pop("image", None) or (t.image if t.backend != "local" else None)  # the config checks it is set
     if image is None:
         return
     try:

@@ -76,10 +76,10 @@ def test_no_engine_is_refused_at_submit_naming_the_job_or_the_line(make_daemon, 
     assert result.returncode != 0 and "install podman" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_prepare_rejects_option_like_images_and_a_backend_without_image(tmp_path):
-    config = config_mod.parse("terminal: {backend: podman, engine_path: /bin/true}\n")
-    with pytest.raises(ProtocolError, match="terminal.image is not set"):
-        containers.prepare(config, "deleg_1", {"spec": {}})
+def test_prepare_rejects_option_like_images_and_the_config_a_backend_without_image(tmp_path):
+    with pytest.raises(config_mod.ConfigError, match=r"^x.yaml:2: terminal.backend: podman runs .* terminal.image"):
+        config_mod.parse("model: m\nterminal: {backend: podman}\n", "x.yaml")
+    config = config_mod.parse("terminal: {backend: podman, image: 'a:1', engine_path: /bin/true}\n")
     fields = {"spec": {"image": "--privileged"}}
     with pytest.raises(ProtocolError, match="not an image reference"):
         containers.prepare(config, "deleg_1", fields)
