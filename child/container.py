@@ -10,6 +10,11 @@ with ``sleep`` as its only process —, runs each terminal command with
 that, hermesd removes it by its labels (on the job's end, or at its next
 start after a ``kill -9``).
 
+``run`` and ``rm`` run in sessions of their own, without the ``HERMES_*``
+variables: when hermesd stops the job's process group (SIGTERM, then SIGKILL)
+or sweeps what the job left, they finish anyway, since podman interrupted
+half-way can forget a container that still runs.
+
 Inside: the job's working directory bind-mounted at ``workdir``
 (``/workspace``), which is also the commands' working directory; no network
 unless ``terminal.network``; the image is never pulled unless
@@ -44,6 +49,12 @@ ENGINE_TIMEOUT_SECONDS = 30.0
 
 class ContainerError(Exception):
     """The container could not be started: the engine's message (image not there, engine failing...)."""
+
+
+def _detached_env() -> dict[str, str]:
+    """The environment of an engine command that must outlive the job's processes: without
+    the ``HERMES_*`` variables, by which hermesd finds (and kills) what a job left behind."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
 
 
 def ulimit_args(max_processes: int) -> list[str]:
@@ -103,7 +114,7 @@ class Container:
         timeout = float(self.desc.get("start_timeout_seconds") or 60)
         try:
             done = subprocess.run(self.run_argv(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=timeout)
+                                  timeout=timeout, start_new_session=True, env=_detached_env())  # see _quietly
         except subprocess.TimeoutExpired:
             self.remove()
             raise ContainerError(f"starting a container of {self.image!r} took more than {timeout:g}s "
@@ -123,7 +134,7 @@ class Container:
     def kill_commands(self) -> None:
         """Kill every process inside but the container's own (``kill -KILL -1`` from inside):
         what a timed-out or interrupted command left running."""
-        self._quietly([*self.engine, "exec", self.id, "/bin/sh", "-c", "kill -KILL -1"])
+        self._quietly([*self.engine, "exec", self.id, "/bin/sh", "-c", "kill -KILL -1"], session=False)
 
     def host_path(self, path: str) -> str:
         """``path`` as a file tool takes it: one under :attr:`workdir` (the model sees the
@@ -137,10 +148,15 @@ class Container:
         self._quietly([*self.engine, "rm", "-f", self.id])
 
     @staticmethod
-    def _quietly(argv: list[str]) -> None:
+    def _quietly(argv: list[str], session: bool = True) -> None:
+        """Run an engine command, its failure only logged.  ``session``: in a session of
+        its own, so the signals that stop the job's process group cannot cut it short —
+        an ``rm`` (or ``run``) killed half-way can leave the container running where the
+        engine no longer lists it, beyond any removal by label."""
         try:
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=ENGINE_TIMEOUT_SECONDS)
+                                  timeout=ENGINE_TIMEOUT_SECONDS, start_new_session=session,
+                                  env=_detached_env() if session else None)
             if done.returncode != 0 and "no such" not in done.stderr.lower():
                 print(f"container: {' '.join(argv[1:3])} failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -83,3 +83,18 @@ def remove_under(engine: list[str], root: Path) -> list[str]:
     if ids:
         subprocess.run([*engine, "rm", "-f", "-t", "0", *ids], capture_output=True)
     return ids
+
+
+def runc_orphans(engine: list[str]) -> set[str]:
+    """Ids of containers runc runs that podman no longer lists: what a podman command killed
+    half-way can leave (invisible to any removal by label)."""
+    running = subprocess.run([RUNTIME, "list", "-q"], capture_output=True, text=True).stdout.split()
+    known = subprocess.run([*engine, "ps", "-aq", "--no-trunc"], capture_output=True, text=True).stdout.split()
+    return set(running) - set(known)
+
+
+def kill_orphans(ids: set[str]) -> None:
+    """End containers of :func:`runc_orphans` (``runc kill`` then ``runc delete --force``)."""
+    for cid in ids:
+        subprocess.run([RUNTIME, "kill", cid, "KILL"], capture_output=True)
+        subprocess.run([RUNTIME, "delete", "--force", cid], capture_output=True)

@@ -23,7 +23,8 @@ import pytest
 from child.container import Container, ulimit_args
 from hermesd import config as config_mod, containers
 from hermesd.protocol import ProtocolError
-from tests.containers import APT_HINT, ensure_image, labelled_under, podman, remove_under
+from tests.containers import (APT_HINT, ensure_image, kill_orphans, labelled_under, podman, remove_under,
+                              runc_orphans)
 from tests.harness import wait_for
 from tests.test_batch_daemon import finish, start, write_dataset
 
@@ -41,9 +42,14 @@ def image(tmp_path_factory) -> str:
 
 @pytest.fixture
 def boxed(tmp_path, image):
-    """The image; at the end every container of this test's daemons is removed."""
+    """The image; at the end every container of this test's daemons is removed, and the
+    test fails if one still runs that podman forgot (it is ended too)."""
+    before = runc_orphans(ENGINE)
     yield image
     remove_under(ENGINE, tmp_path)
+    leaked = runc_orphans(ENGINE) - before
+    kill_orphans(leaked)
+    assert not leaked, f"containers still running in runc, unknown to podman: {sorted(leaked)}"
 
 
 def of_job(job_id: str) -> list[str]:
