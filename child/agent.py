@@ -126,7 +126,10 @@ class Agent:
             self.add(m.user(first_message(self.spec)))
             self.provider = make_provider(self.spec, stop=self.stop)
             self.provider.activity = self.liveness
-            with opened(container_of(self.spec, self.tools), self.cwd()) as self.container:  # removed in any case
+            box = container_of(self.spec, self.tools)
+            if box is not None:  # a timeout or crash meanwhile says so (hermesd.exits)
+                self.doing(0, f"starting a container of image {box['image']}")
+            with opened(box, self.cwd()) as self.container:  # removed in any case
                 if self.container is not None:
                     log(f"container {self.container.id[:12]} of {self.container.image} started")
                 return self.loop(registry)

@@ -140,8 +140,9 @@ class Runner:
         Background jobs go through the ``async`` cap (``capacity_reached``
         unless ``queue``).  The plugins' ``admit`` hook may change its fields
         first (a spec ``image`` becomes the spec's ``container``:
-        :class:`hermesd.containers.ContainersPlugin`).  Raises ``ProtocolError`` (``shutting_down``, ``bad_request`` for a missing
-        cwd or a container that cannot be had, ``capacity_reached``).
+        :class:`hermesd.containers.ContainersPlugin`).  Raises ``ProtocolError``
+        (``shutting_down``, ``bad_request`` for a missing cwd or a container
+        that cannot be had, ``capacity_reached``).
         """
         if not self.accepting:
             raise ProtocolError("shutting_down", "hermesd is shutting down and accepts no new work")
