@@ -22,7 +22,9 @@ import pytest
 
 from child.container import Container, ulimit_args
 from hermesd import config as config_mod, containers
+from hermesd.contract import JobSpec
 from hermesd.protocol import ProtocolError
+from tests.chaos.helpers import delegate_warm, forkserver, wait_warm
 from tests.containers import (APT_HINT, ensure_image, kill_orphans, labelled_under, podman, remove_under,
                               runc_orphans)
 from tests.harness import wait_for
@@ -99,6 +101,8 @@ def test_prepare_rejects_option_like_images_and_the_config_a_backend_without_ima
     box = fields["spec"]["container"]
     assert box["engine"] == ["/bin/true", "--runtime", "runc"] and box["image"] == "x:1" and not box["network"]
     assert box["labels"] == {"hermes.job": "deleg_2", "hermes.state_dir": str(tmp_path.resolve())}
+    # what the child receives: the contract's JobSpec keeps it (from_wire drops unknown keys)
+    assert JobSpec.from_wire({"job": "deleg_2", **fields["spec"]}).to_wire()["container"] == box
 
 
 def test_ulimits_never_exceed_the_processs_own():
@@ -151,6 +155,24 @@ def test_a_batch_runs_the_prompts_with_docker_image_in_containers(make_daemon, t
     for job in items:
         wait_for(lambda: not of_job(job["id"]), 30, what=f"the container of {job['id']} removed")
     assert labelled_under(ENGINE, daemon.home) == []
+
+
+@needs_podman
+def test_a_warm_child_runs_its_commands_in_the_container(make_daemon, tmp_path, boxed):
+    """Warm start (a spare forked by the zygote) and a container: the spec reaches the spare's agent."""
+    daemon = make_daemon(forkserver(CONFIG))
+    wait_warm(daemon)
+    work = tmp_path / "w"
+    work.mkdir()
+    script = [terminal_step("hostname > host.txt; ls / > root.txt; sleep 2"), {"thinking": "t", "text": "ok"}]
+    job = delegate_warm(daemon, "boxed", cwd=str(work), image=boxed, script=script, toolsets=["terminal"])
+    wait_for(lambda: of_job(job["id"]), 60, what="the container started")
+    pid = daemon.call("job", id=job["id"])["pid"]
+    assert "HERMES_ZYGOTE=" in Path(f"/proc/{pid}/environ").read_text(errors="replace"), "not a warm child"
+    assert daemon.wait_job(job["id"], timeout=60)["status"] == "completed"
+    assert (work / "host.txt").read_text().strip() != socket.gethostname()
+    assert "workspace" in (work / "root.txt").read_text().split()
+    wait_for(lambda: not of_job(job["id"]), 30, what="the container removed")
 
 
 @pytest.mark.slow
@@ -214,7 +236,8 @@ def test_after_kill_9_a_restarted_daemon_removes_its_containers_and_no_others(ma
     daemon.start()
     wait_for(lambda: of_job(job["id"]) == [other[:12]], 30, what="the sweep of the restarted daemon")
     assert daemon.call("job", id=job["id"])["status"] == "lost"
-    assert "removed 1 container(s) left by an earlier hermesd" in daemon.log()
+    wait_for(lambda: "removed 1 container(s) left by an earlier hermesd" in daemon.log(), 30,
+             what="the sweep logged (after the engine's rm returned, which may be after the container is gone)")
 
 
 @needs_podman
