@@ -12,6 +12,9 @@ of its own kinds only — the core names no kind, and no plugin filters on
 
 Adding a job type is one module (kinds, ops, hooks) and one line in
 ``hermesd.server.PLUGINS``.
+A plugin may also declare no kind and use only the hooks that see every job
+(``admit``, ``after_exit``, ``restore``…): :class:`hermesd.containers.ContainersPlugin`
+gives any job's container its life that way, without a line per job kind.
 """
 
 from __future__ import annotations
