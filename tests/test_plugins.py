@@ -73,6 +73,23 @@ def test_hooks_reach_only_the_plugin_of_the_kind():
     assert seen == [("A", "a_1"), ("after", "b_2")]
 
 
+def test_admit_reaches_every_plugin_and_may_refuse_the_job():
+    class Stamp(Plugin):  # no kind of its own, as hermesd.containers.ContainersPlugin
+        def admit(self, job_id, kind, fields):
+            if fields.get("goal") == "refuse":
+                raise ProtocolError("bad_request", f"job {job_id}: refused")
+            fields["spec"] = {**fields.get("spec", {}), "stamped": kind}
+
+    plugins = Plugins((Stamp,))
+    plugins.start(SimpleNamespace())
+    assert plugins.kinds == {}
+    fields = {"goal": "g"}
+    plugins.admit("a_1", "a", fields)
+    assert fields == {"goal": "g", "spec": {"stamped": "a"}}
+    with pytest.raises(ProtocolError, match="a_2: refused"):
+        plugins.admit("a_2", "b", {"goal": "refuse"})
+
+
 def test_a_kind_without_a_process_skips_starting(tmp_path):
     store = Store(tmp_path / "state.db")
     try:
