@@ -100,6 +100,8 @@ class Container:
         if not d.get("network"):
             argv += ["--network", "none"]
         argv += ulimit_args(int(d.get("max_processes") or 4096))
+        if d.get("memory_mb"):  # the job's memory limit (the child itself has no RLIMIT_AS then)
+            argv += ["--memory", f"{int(d['memory_mb'])}m"]
         if d["kind"] == "docker" and d.get("runtime"):
             argv += ["--runtime", d["runtime"]]
         if os.getuid() != 0:  # files written inside belong to whoever runs hermesd

@@ -41,6 +41,7 @@ import shutil
 import subprocess
 from typing import Any
 
+from hermesd import limits
 from hermesd.config import Config, Terminal
 from hermesd.contract import ACTIVE
 from hermesd.jobs import JobTable
@@ -108,7 +109,8 @@ def prepare(config: Config, job_id: str, fields: dict[str, Any]) -> None:
 
     The entry: ``engine`` (argv prefix), ``kind`` (``docker``/``podman``),
     ``image``, ``name``, ``labels``, ``workdir``, ``network`` (bool), ``pull``
-    (bool), ``runtime``, ``max_processes``, ``start_timeout_seconds``.
+    (bool), ``runtime``, ``max_processes``, ``start_timeout_seconds``, ``memory_mb`` (the
+    job's memory limit, MiB or None: the container's ``--memory``, see :func:`hermesd.limits.for_child`).
     Raises ``ProtocolError(bad_request)`` naming the job for a bad image or no
     engine installed.
     """
@@ -124,11 +126,12 @@ def prepare(config: Config, job_id: str, fields: dict[str, Any]) -> None:
         raise ProtocolError("bad_request", f"job {job_id}: image {image!r}: {exc}",
                             {"field": "image", "job": job_id}) from None
     state_dir = str(config.state_dir().resolve())
+    memory_mb = limits.effective(limits.ceiling(config.child_limits), spec.get("resources")).memory_mb
     spec["container"] = {
         "engine": engine, "kind": kind, "image": image, "name": container_name(job_id, state_dir),
         "labels": {LABEL_JOB: job_id, LABEL_STATE_DIR: state_dir}, "workdir": WORKDIR,
         "network": t.network, "pull": t.pull, "runtime": t.runtime, "max_processes": t.max_processes,
-        "start_timeout_seconds": t.start_timeout_seconds,
+        "start_timeout_seconds": t.start_timeout_seconds, "memory_mb": memory_mb,
     }
     fields["spec"] = spec
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,16 @@ def effective(ceiling_: Limits, job: dict[str, Any] | None) -> Limits:
         mine = job.get(key)
         values[key] = most if mine is None else mine if most is None else min(most, mine)
     return Limits(**values)
+
+
+def for_child(spec: dict[str, Any], resources: Limits) -> Limits:
+    """The limits of the child process of a job with ``spec``: in a container job (``spec["container"]``,
+    :mod:`hermesd.containers`) the memory limit is the container's ``--memory``, where its commands
+    run, not the child's ``RLIMIT_AS``, under which the engine's command line the child runs
+    cannot start."""
+    if spec.get("container") and resources.memory_mb is not None:
+        return replace(resources, memory_mb=None)
+    return resources
 
 
 def exceeded(limits: Limits, returncode: int | None, oom_killed: bool) -> str | None:

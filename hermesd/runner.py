@@ -239,8 +239,8 @@ class Runner:
                                           "HERMES_CHILD_SOCKET": str(self.children_socket),
                                           "HERMES_CHILD_TOKEN": token},
                                      title=[row["kind"], one_line(row.get("goal"))[:80]],
-                                     resources=limits.effective(limits.ceiling(self.config.child_limits),
-                                                                (row.get("spec") or {}).get("resources")))
+                                     resources=limits.for_child(row.get("spec") or {}, limits.effective(
+                                         limits.ceiling(self.config.child_limits), (row.get("spec") or {}).get("resources"))))
         except (OSError, ValueError) as exc:  # ValueError: what exec refuses, e.g. a NUL byte
             self._fail_start(job_id, str(exc))
             return

@@ -158,6 +158,21 @@ def test_a_batch_runs_the_prompts_with_docker_image_in_containers(make_daemon, t
 
 
 @needs_podman
+def test_a_memory_limit_boxes_the_container_not_the_engine(make_daemon, tmp_path, boxed):
+    # under the child's RLIMIT_AS the engine could not start: the limit is the container's --memory
+    daemon = make_daemon({**CONFIG, "child_limits": {"memory_mb": 512}})
+    work = tmp_path / "w"
+    work.mkdir()
+    script = [terminal_step("cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes"
+                            " > limit.txt 2>/dev/null; echo limited >> limit.txt"), {"thinking": "t", "text": "done"}]
+    job = daemon.delegate("boxed with a limit", cwd=str(work), image=boxed, script=script, toolsets=["terminal"])
+    final = daemon.wait_job(job["id"])
+    assert final["status"] == "completed", final
+    seen = (work / "limit.txt").read_text()
+    assert "limited" in seen and str(512 * 1024 * 1024) in seen, seen
+
+
+@needs_podman
 def test_a_warm_child_runs_its_commands_in_the_container(make_daemon, tmp_path, boxed):
     """Warm start (a spare forked by the zygote) and a container: the spec reaches the spare's agent."""
     daemon = make_daemon(forkserver(CONFIG))
