@@ -9,8 +9,9 @@ that could not even start).
 
 :class:`SupervisorExecutor` runs each item as a ``batch_item`` child of this
 hermesd, in the pool ``batch:<job id>`` (``num_workers``) and under the global
-``supervisor.max_children`` cap.  A later executor (``--executor ray``) runs
-the same requests as Ray tasks and reports through the same two callbacks.
+``supervisor.max_children`` cap.  :class:`batch.executor_ray.RayExecutor`
+(``--executor ray``) runs the same requests as Ray tasks and reports through
+the same two callbacks.
 """
 
 from __future__ import annotations
@@ -87,10 +88,27 @@ class ItemOutcome:
     handle: str
 
 
+def item_spec(request: ItemRequest) -> dict[str, Any]:
+    """What a ``batch_item`` job's ``spec`` adds to a child's spec for ``request``."""
+    spec: dict[str, Any] = {"max_turns": request.max_turns, "record_trajectory": True,
+                            "prompt_index": request.index, "batch": request.batch,
+                            "workdir_placeholder": WORKDIR_PLACEHOLDER,
+                            "invalid_tool_call_retries": INVALID_TOOL_CALL_RETRIES}
+    for key in OPTIONAL_SPEC_KEYS:
+        if getattr(request, key) is not None:
+            spec[key] = getattr(request, key)
+    return spec
+
+
 class ItemOwner(Protocol):
-    """What an executor reports to (a batch run)."""
+    """What an executor reports to (a batch run): ``job_id`` (the batch job) and
+    ``settings`` (its :class:`batch.settings.Settings`)."""
 
     job_id: str
+    settings: Any
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        """End the run (``failed`` with ``error`` when the executor cannot go on)."""
 
     def on_done(self, outcome: ItemOutcome) -> None:
         """The item of ``outcome.index`` ended."""
@@ -132,6 +150,10 @@ class ItemExecutor(Protocol):
         """Take back items of ``owner`` left waiting by an earlier daemon; returns
         their indices (items of indices not in ``wanted`` are cancelled)."""
 
+    def describe(self, batch: str) -> dict[str, Any] | None:
+        """Where the items of batch job ``batch`` run, for ``batch.status``: at least
+        ``{name}``; None when the executor does not serve it now."""
+
 
 @dataclass
 class _Live:
@@ -140,7 +162,7 @@ class _Live:
     delivered: bool = False
 
 
-def _guarded(callback: Callable[[], None]) -> None:
+def guarded(callback: Callable[[], None]) -> None:
     """Run an owner's callback from a runner hook: a bug in a batch must not break the
     lifecycle of the job that reported (the prompt then stays unsettled and runs on resume)."""
     try:
@@ -180,13 +202,7 @@ class SupervisorExecutor:
     def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
         """Admit a ``batch_item`` job (parent: the batch) that starts when its pools have room."""
         handle = self.d.jobs.new_id("batch_item")
-        spec: dict[str, Any] = {"max_turns": request.max_turns, "record_trajectory": True,
-                                "prompt_index": request.index, "batch": request.batch,
-                                "workdir_placeholder": WORKDIR_PLACEHOLDER,
-                                "invalid_tool_call_retries": INVALID_TOOL_CALL_RETRIES}
-        for key in OPTIONAL_SPEC_KEYS:
-            if getattr(request, key) is not None:
-                spec[key] = getattr(request, key)
+        spec = item_spec(request)
         self.items[handle] = _Live(owner, request.index)
         try:
             self.d.runner.submit("batch_item", id=handle, pools=(self.pool(owner),), parent=owner.job_id,
@@ -220,6 +236,10 @@ class SupervisorExecutor:
                                        error="not needed when its batch resumed (prompt already settled)")
         return adopted
 
+    def describe(self, batch: str) -> dict[str, Any]:
+        """``{"name": "local"}``: items are children of this hermesd."""
+        return {"name": self.name}
+
     def cancel_orphans(self, owners: set[str]) -> None:
         """Cancel ``queued`` batch items whose batch is not one of ``owners`` (job ids)."""
         for row in self.d.jobs.list(statuses=("queued",), kinds=("batch_item",)):
@@ -234,7 +254,7 @@ class SupervisorExecutor:
         if live is None or live.delivered:
             return
         live.delivered = True
-        _guarded(lambda: live.owner.on_done(ItemOutcome(
+        guarded(lambda: live.owner.on_done(ItemOutcome(
             index=live.index, status=str(result.get("status") or "failed"), result=result,
             error=result.get("error"), started_at=row.get("started_at") or "", completed_at=clock.now_iso(),
             shutdown=not self.accepting(), handle=row["id"])))
@@ -246,8 +266,8 @@ class SupervisorExecutor:
         if live is None:
             return
         if not live.delivered:
-            _guarded(lambda: live.owner.on_done(ItemOutcome(
+            guarded(lambda: live.owner.on_done(ItemOutcome(
                 index=live.index, status=row["status"], result=None, error=row.get("error"),
                 started_at=row.get("started_at") or "", completed_at=row.get("completed_at") or clock.now_iso(),
                 shutdown=not self.accepting(), handle=row["id"])))
-        _guarded(lambda: live.owner.on_freed(live.index))
+        guarded(lambda: live.owner.on_freed(live.index))

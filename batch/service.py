@@ -1,8 +1,9 @@
 """The batch job type inside hermesd: start, resume, cancel, report, survive restarts.
 
 A batch is the job ``batch_<run_name>`` (kind ``batch``); it has no process of
-its own.  Its prompts run as ``batch_item`` children (``parent`` = the batch)
-through a :class:`batch.runner_iface.ItemExecutor`.  The job's ``spec`` holds
+its own.  Its prompts run through a :class:`batch.runner_iface.ItemExecutor`:
+``batch_item`` children (``parent`` = the batch), or with ``executor: ray``
+Ray tasks through a supervised driver (:mod:`batch.executor_ray`).  The job's ``spec`` holds
 its :class:`batch.settings.Settings`; its files (``OUTPUT_DIR/RUN_NAME/``) hold
 everything else.
 
@@ -26,6 +27,7 @@ from typing import Any, Callable
 
 from batch import dataset as dataset_mod, distributions
 from batch.checkpoint import Checkpoint, CheckpointError
+from batch.executor_ray import RayExecutor
 from batch.job import STATISTICS, BatchRun
 from batch.output import TRAJECTORIES, batch_files
 from batch.runner_iface import SupervisorExecutor
@@ -51,6 +53,8 @@ class BatchService:
     def __init__(self, ctx: Any):
         self.d = ctx
         self.executor = SupervisorExecutor(ctx)
+        self.ray = RayExecutor(ctx)
+        self.executors = {"local": self.executor, "ray": self.ray}
         self.runs: dict[str, BatchRun] = {}
 
     # starting ----------------------------------------------------------------
@@ -81,7 +85,7 @@ class BatchService:
         return data
 
     def _open(self, job_id: str, s: Settings, data: dataset_mod.Dataset) -> BatchRun:
-        run = BatchRun(job_id, s, data, self.executor, lambda etype, payload: self.d.events.emit(
+        run = BatchRun(job_id, s, data, self.executors[s.executor], lambda etype, payload: self.d.events.emit(
             etype, job=job_id, data=payload, durable=False), self._finished, self._offload)
         try:
             run.open()
@@ -186,13 +190,15 @@ class BatchService:
     def record(self, job_id: str) -> dict[str, Any]:
         """The batch's job record plus ``run_name``, ``run_dir``, ``settings``,
         ``progress`` (see :meth:`BatchRun.progress`; from the checkpoint when the
-        run is not live), ``bad_lines``, ``errors`` (first bad lines), ``problems``,
+        run is not live), ``executor`` (``{name}``; with ``ray`` while live:
+        ``address, nodes, cpus, cpus_free, driver, driver_starts, in_flight``), ``bad_lines``, ``errors`` (first bad lines), ``problems``,
         ``files`` and ``seq`` (the last event seq, to follow from)."""
         row = self.d.jobs.require(job_id)
         s = Settings.from_dict(row["spec"])
         rec = jobs_mod.record(row)
         run = self.runs.get(job_id)
         rec.update(run_name=s.run_name, run_dir=str(s.run_dir), settings=s.to_dict(),
+                   executor=self.executors[s.executor].describe(job_id) or {"name": s.executor},
                    files={name: str(s.run_dir / name) for name in (TRAJECTORIES, STATISTICS, "checkpoint.json")},
                    seq=self.d.events.last_seq())
         if run is not None:

@@ -98,7 +98,11 @@ class Settings:
     (per model reply), ``reasoning_disabled`` (reasoning effort ``none``),
     ``provider`` and ``base_url`` (None: the daemon's).  hermesd's:
     ``allow_synthetic`` (samples of the ``scripted`` provider go into
-    ``trajectories.jsonl``) and ``exclude_partial`` (partial samples do not)."""
+    ``trajectories.jsonl``) and ``exclude_partial`` (partial samples do not).
+
+    Where the items run: ``executor`` (``local`` or ``ray``) with, for ``ray``,
+    ``ray_address`` (None: the daemon's ``RAY_ADDRESS``, else ``auto``),
+    ``ray_num_cpus`` and ``ray_memory_mb`` per item."""
 
     run_name: str
     dataset_file: str
@@ -119,6 +123,10 @@ class Settings:
     base_url: str | None = None
     allow_synthetic: bool = False
     exclude_partial: bool = False
+    executor: str = "local"
+    ray_address: str | None = None
+    ray_num_cpus: float = 1.0
+    ray_memory_mb: int | None = None
 
     @property
     def effort(self) -> str | None:

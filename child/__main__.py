@@ -2,7 +2,10 @@
 
 Order matters: arm the lifeline (PDEATHSIG + parent check) first, then name
 the process, then install the interrupt handlers, then fetch the job spec and
-run the agent.  Whatever happens, one ``child.result`` is sent before exit.
+run the agent (or, for a ``batch_driver`` job, the Ray driver of a batch:
+:mod:`child.ray_driver`).  Whatever happens, one ``child.result`` is sent
+before exit: to hermesd on ``children.sock``, or, for a batch item started by a
+Ray task (``HERMES_ITEM_DIR``, :mod:`child.item`), into that directory.
 """
 
 from __future__ import annotations
@@ -71,22 +74,29 @@ def prepare() -> None:
 def main() -> int:
     """Run the job named by ``HERMES_JOB_ID``; returns the process exit status."""
     job = os.environ.get("HERMES_JOB_ID", "")
-    parent = os.environ.get("HERMES_DAEMON_PID")
-    lifeline.arm(int(parent) if parent else None)
+    lifeline.arm(lifeline.serves())
     faulthandler.enable()  # a crash in native code (llama.cpp) leaves the Python stack in the job's log
     _title(job)
     stop = StopFlag()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: stop.set(signal.Signals(signum).name))
 
-    from child.channel import Channel
+    if os.environ.get("HERMES_ITEM_DIR"):  # a batch item started by a Ray task (child.item)
+        from child.item import FileChannel
 
-    channel = Channel(os.environ["HERMES_CHILD_SOCKET"], job, os.environ.get("HERMES_CHILD_TOKEN", ""))
+        channel = FileChannel(os.environ["HERMES_ITEM_DIR"])
+    else:
+        from child.channel import Channel
+
+        channel = Channel(os.environ["HERMES_CHILD_SOCKET"], job, os.environ.get("HERMES_CHILD_TOKEN", ""))
     started = time.monotonic()
     try:
         spec = channel.call("child.hello", pid=os.getpid())
         _title(job, spec)
-        from child.agent import run
+        if spec.get("kind") == "batch_driver":
+            from child.ray_driver import run
+        else:
+            from child.agent import run
 
         result = run(spec, channel, stop)
     except BaseException as exc:  # noqa: BLE001 - report every failure, then exit

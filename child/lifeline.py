@@ -6,8 +6,9 @@ PDEATHSIG alone does not reach them.  Three layers:
 
 1. ``prctl(PR_SET_PDEATHSIG, SIGUSR2)`` (Linux, ``prctl(2)``): the kernel signals
    the child when its parent exits; the handler kills the whole process group.
-2. Right after arming, the parent pid is compared with ``HERMES_DAEMON_PID``:
-   a daemon that died before the prctl call is caught here.
+2. Right after arming, the parent pid is compared with the pid the child
+   serves (:func:`serves`): a parent that died before the prctl call is
+   caught here.
 3. A daemon thread polls ``getppid()`` every 0.2 s, for the case where the
    main thread sits in a long C call and cannot run the Python signal handler.
 """
@@ -22,6 +23,10 @@ import time
 from hermesd.prctl import set_death_signal
 
 DEATH_SIGNAL = signal.SIGUSR2
+SERVES_ENV = ("HERMES_LIFELINE_PID", "HERMES_DAEMON_PID")
+"""Whom a child serves, first found wins: ``HERMES_LIFELINE_PID`` (a batch item
+started by a Ray task: the Ray worker, see :mod:`child.item`), else
+``HERMES_DAEMON_PID`` (hermesd)."""
 _armed_for: int | None = None  # the parent pid the layers are armed against
 
 
@@ -30,6 +35,12 @@ def _die_with_group(*_: object) -> None:
         os.killpg(os.getpgrp(), signal.SIGKILL)
     finally:
         os._exit(137)
+
+
+def serves() -> int | None:
+    """The pid this child must die with (see :data:`SERVES_ENV`); None: its parent now."""
+    value = next((os.environ[k] for k in SERVES_ENV if os.environ.get(k)), None)
+    return int(value) if value else None
 
 
 def arm(expected_parent: int | None) -> None:

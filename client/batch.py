@@ -27,7 +27,7 @@ import click
 from client import render
 from client.common import (COMPLETION_HELP, TERMINAL, Ctl, conn, exit_for, fail, global_options, is_json, json_option,
                            out, show, stopped_watching)
-from hermesd.config import PROVIDERS, REASONING_EFFORTS
+from hermesd.config import EXECUTORS, PROVIDERS, REASONING_EFFORTS
 
 batch_group = click.Group("batch", help="Batch runs: trajectories over a JSONL dataset of prompts.")
 
@@ -68,6 +68,15 @@ RUN_OPTIONS = [
     _flag("exclude_partial", is_flag=True,
           help="Leave partial samples (stopped for invalid tool calls) out of trajectories.jsonl (counted)."),
     _flag("verbose", is_flag=True, help="Print what became of each prompt."),
+    _flag("executor", type=click.Choice(EXECUTORS), default=None,
+          help="Where the prompts run: local child processes, or tasks on a Ray cluster (default: batch.executor, local)."),
+    _flag("ray_address", envvar="RAY_ADDRESS", default=None,
+          help="Address of the Ray cluster, e.g. 10.0.0.5:6379 or ray://head:10001 (default: RAY_ADDRESS, "
+               "batch.ray_address, auto)."),
+    _flag("ray_num_cpus", type=click.FloatRange(min=0), default=None, help="CPUs each prompt reserves on a Ray node "
+          "(default: batch.ray_num_cpus, 1)."),
+    _flag("ray_memory_mb", type=click.IntRange(min=1), default=None, help="Memory (MiB) each prompt reserves on a "
+          "Ray node (default: none)."),
     _flag("detach", is_flag=True, help="Print the job id and return; the batch runs on."),
 ]
 
@@ -174,6 +183,14 @@ def record_text(rec: dict[str, Any]) -> str:
     lines = [f"{rec['id']}  {rec['status']}" + (f" ({rec['exit_reason']})" if rec.get("exit_reason") else ""),
              f"  dataset: {s.get('dataset_file')}  batch_size {s.get('batch_size')}  workers {s.get('num_workers')}"
              f"  distribution {s.get('distribution')}", f"  output: {rec.get('run_dir')}"]
+    ex = rec.get("executor") or {}
+    if ex.get("name") == "ray":
+        where = f"Ray cluster {ex.get('address') or 'RAY_ADDRESS/auto'}"
+        if ex.get("nodes") is not None:
+            where += f": {ex['nodes']} node(s), {ex.get('cpus') or 0:g} CPUs ({ex.get('cpus_free') or 0:g} free)"
+        lines.append(f"  executor: {where}" + (f" · driver {ex['driver']}" if ex.get("driver") else ""))
+    elif ex:
+        lines.append(f"  executor: {ex['name']}")
     if p:
         lines.append(f"  progress: {p['processed']}/{p['total']} · {progress_text(p, rec['status'] == 'running')}")
     if rec.get("bad_lines"):

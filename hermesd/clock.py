@@ -13,7 +13,13 @@ def monotonic() -> float:
 
 def now_iso() -> str:
     """Wall-clock time as ISO 8601 UTC with milliseconds: ``2026-11-29T11:25:08.123Z``."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso(None)
+
+
+def iso(epoch_seconds: float | None) -> str:
+    """``epoch_seconds`` (None: now) as ISO 8601 UTC with milliseconds, as :func:`now_iso`."""
+    moment = datetime.now(timezone.utc) if epoch_seconds is None else datetime.fromtimestamp(epoch_seconds, timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def parse_iso(text: str) -> datetime:

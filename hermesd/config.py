@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 START_METHODS = ("spawn", "forkserver")
 TERMINAL_BACKENDS = ("local", "docker", "podman")
+EXECUTORS = ("local", "ray")
 
 
 class ConfigError(Exception):
@@ -120,11 +121,18 @@ class Limits:
 
 @dataclass(frozen=True)
 class Batch:
-    """``batch:`` — defaults of the batch job type."""
+    """``batch:`` — defaults of the batch job type.  ``executor``: where items run
+    (``local`` children, or ``ray``: tasks on the Ray cluster at ``ray_address``,
+    else ``RAY_ADDRESS``); ``ray_num_cpus`` and ``ray_memory_mb``: what each item
+    reserves on a Ray node (``ray_memory_mb`` None: nothing)."""
 
     output_dir: str = "data"
     num_workers: int = field(default=4, metadata=_min(1))
     max_turns: int = field(default=10, metadata=_min(1))
+    executor: str = field(default="local", metadata=_choices(*EXECUTORS))
+    ray_address: str | None = None
+    ray_num_cpus: float = field(default=1.0, metadata=_min(0.0))
+    ray_memory_mb: int | None = field(default=None, metadata=_min(1))
 
 
 @dataclass(frozen=True)

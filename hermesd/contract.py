@@ -130,6 +130,8 @@ class JobSpec:
     ``workdir_placeholder`` and ``invalid_tool_call_retries`` (see ``child.agent``).
     ``container``: the container its terminal commands run in (engine, image,
     name, labels, workdir…: :func:`hermesd.containers.prepare`), None: on the host.
+    ``ray``: a ``batch_driver``'s cluster settings (``address, num_cpus, memory_mb,
+    max_retries, grace``; ``child.ray_driver``), else None.
     """
 
     job: str = ""
@@ -161,6 +163,7 @@ class JobSpec:
     output_schema: dict[str, Any] | None = None
     activity_interval_seconds: float = 2.0
     container: dict[str, Any] | None = None
+    ray: dict[str, Any] | None = None
 
     @classmethod
     def names(cls) -> frozenset[str]:

@@ -38,7 +38,7 @@ def test_the_child_takes_the_contract_spec_defaults():
 def test_the_plugins_declare_every_kind_once():
     plugins = Plugins(PLUGINS)
     assert set(plugins.kinds) == {"delegation", "background", "session_turn", "batch", "batch_item",
-                                  "kanban_worker"}
+                                  "batch_driver", "kanban_worker"}
     assert plugins.names(process=False) == ("batch",) and plugins.names(at_restart="resume") == ("batch",)
     assert set(plugins.names(at_shutdown="stop")) == {"delegation", "kanban_worker"}
 

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from batch import distributions
-from batch.service import BatchService
+from batch.service import BatchService, job_id_of
 from batch.settings import Settings, flag_options
 from hermesd import config as config_mod
 from hermesd.context import Context
@@ -29,9 +29,13 @@ class BatchPlugin(Plugin):
     """Batch runs.  A ``batch`` job has no process: it goes ``queued → running`` and
     ends when its run has written its files; found running at a restart it
     resumes from them.  Its prompts run as ``batch_item`` children in the pool
-    ``batch:<job id>``; a queued item waits over a restart for its batch to re-own it."""
+    ``batch:<job id>``; a queued item waits over a restart for its batch to re-own it.
+    With ``executor: ray`` a ``batch_driver`` child (one per batch) carries them to a
+    Ray cluster instead (``batch.executor_ray``); a driver dies with its daemon
+    (its tasks end with it) and the resumed batch starts a new one."""
 
-    kinds = (JobKind("batch", "batch", process=False, at_restart="resume"), JobKind("batch_item", "item"))
+    kinds = (JobKind("batch", "batch", process=False, at_restart="resume"), JobKind("batch_item", "item"),
+             JobKind("batch_driver", "raydrv", process=True, at_restart="lost"))
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
@@ -42,8 +46,10 @@ class BatchPlugin(Plugin):
         self.service.executor.on_result(row, result)
 
     def on_exit(self, row: dict[str, Any]) -> None:
-        """An item ended and was reaped: its run gets the worker back."""
+        """An item ended and was reaped: its run gets the worker back; a Ray driver
+        ended: it is started again, or its batch given up (each executor knows its own jobs)."""
         self.service.executor.on_exit(row)
+        self.service.ray.on_exit(row)
 
     def stop(self, row: dict[str, Any], reason: str) -> None:
         """The generic ``cancel`` of a batch job."""
@@ -100,7 +106,18 @@ def settings_from(ctx: Context, args: dict[str, Any]) -> Settings:
                     max_turns=_positive(args, "max_turns", ctx.config.batch.max_turns), distribution=distribution,
                     reasoning_effort=arg(args, "reasoning_effort", str, None, choices=config_mod.REASONING_EFFORTS),
                     max_samples=_positive(args, "max_samples"), model=arg(args, "model", str, None),
+                    executor=arg(args, "executor", str, ctx.config.batch.executor, choices=config_mod.EXECUTORS),
+                    ray_address=arg(args, "ray_address", str, ctx.config.batch.ray_address),
+                    ray_num_cpus=_not_negative(args, "ray_num_cpus", ctx.config.batch.ray_num_cpus),
+                    ray_memory_mb=_positive(args, "ray_memory_mb", ctx.config.batch.ray_memory_mb),
                     **flag_options(args))
+
+
+def _not_negative(args: dict[str, Any], name: str, default: float) -> float:
+    value = float(arg(args, name, (int, float), default))
+    if value < 0:
+        raise ProtocolError("bad_request", f"argument '{name}' must be >= 0, not {value:g}", {"field": name})
+    return value
 
 
 @op("batch.run", work=True)
@@ -117,24 +134,38 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``ephemeral_system_prompt``, ``prefill_messages_file`` (absolute; a JSON list
     of ``{role, content}``, refused as ``FILE: reason``), ``max_tokens``,
     ``reasoning_disabled``, ``provider``, ``base_url``; and ``allow_synthetic``,
-    ``exclude_partial`` (see ``batch.settings``).  The run writes
+    ``exclude_partial`` (see ``batch.settings``); ``executor`` (``local`` or
+    ``ray``; default ``batch.executor``) and, for ``ray``, ``ray_address``
+    (default ``batch.ray_address``, else the daemon's ``RAY_ADDRESS``, else
+    ``auto``), ``ray_num_cpus`` and ``ray_memory_mb`` (what each item reserves).
+    With ``ray`` the answer waits until the run's driver has joined the cluster.
+    The run writes
     ``OUTPUT_DIR/RUN_NAME/``.  Returns the batch record (see ``batch.status``).
     A line's ``docker_image`` runs that prompt's terminal commands in a
     container of that image.  Errors: ``bad_request`` (a bad argument, an
     unreadable dataset, a ``docker_image`` line that cannot run — a bad image
     name, no container engine installed —, a resume whose
     batch_size/dataset/distribution differ, a bad prefill file, ``resume`` of a
-    run that does not exist), ``invalid_state`` (already running; the directory
-    holds a run and ``resume`` is off).
+    run that does not exist; field ``executor``: Ray not installed, the cluster
+    unreachable), ``invalid_state`` (already running; the directory holds a run
+    and ``resume`` is off).
     """
     settings = settings_from(ctx, args)
-    return _service(ctx).run(settings, resume=arg(args, "resume", bool, False))
+    service, job_id = _service(ctx), job_id_of(settings.run_name)
+    if settings.executor == "ray" and job_id not in service.runs:
+        await service.ray.connect(job_id, settings)
+    try:
+        return service.run(settings, resume=arg(args, "resume", bool, False))
+    finally:
+        service.ray.discard(job_id)  # a driver started for a run that did not start
 
 
 @op("batch.status")
 async def batch_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The record of batch ``id`` (job id or run name): the job record plus
-    ``run_name, run_dir, settings, files, seq``, ``progress {total, done,
+    ``run_name, run_dir, settings, files, seq``, ``executor {name}`` (with
+    ``ray``: ``address, nodes, cpus, cpus_free, driver, driver_starts,
+    in_flight``), ``progress {total, done,
     discarded, failed, running, pending, processed, rate_per_minute,
     eta_seconds}``, ``bad_lines`` and ``errors`` (``FILE:LINE: reason``)."""
     service = _service(ctx)
@@ -165,3 +196,14 @@ async def batch_distributions(ctx: Context, args: dict[str, Any]) -> dict[str, A
     """The toolset distributions: ``{default, distributions: {name: {description,
     toolsets: {toolset: probability}}}}``."""
     return {"default": distributions.DEFAULT, "distributions": distributions.listing()}
+
+
+@op("child.batch_sync", child=True)
+async def child_batch_sync(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """From a batch's Ray driver (a ``batch_driver`` child): ``outcomes`` (items that
+    ended: ``handle, index, status, result, error, started_at, completed_at`` (seconds
+    since the epoch), ``node``), ``cluster`` (``address, nodes, cpus, cpus_free``, or
+    None), ``running`` (tasks in flight).  Each live attempt's outcome is recorded
+    once; repeated or stale ones are dropped.  Answers ``{run: [{handle, index,
+    spec}], cancel: [handle], stop}``: items to start, tasks to cancel, whether to end."""
+    return _service(ctx).ray.on_sync(job, args)

@@ -1,0 +1,286 @@
+"""Batch items on a Ray cluster, the daemon's side (``--executor ray``).  Never imports Ray.
+
+:class:`RayExecutor` is the :class:`batch.runner_iface.ItemExecutor` of runs
+whose ``executor`` is ``ray``.  Per batch it keeps one driver
+(:mod:`child.ray_driver`) running as a ``batch_driver`` child of hermesd
+(parent: the batch job), and talks to it through ``child.batch_sync``: the
+driver reports the items that ended and the cluster (nodes, CPUs); the reply
+hands it the items to start and to cancel, or tells it to stop.  The batch run
+(:class:`batch.job.BatchRun`) stays the single writer of the batch files and
+the checkpoint; the driver only carries items to the cluster and outcomes back.
+
+Exactly once.  Each attempt of a prompt has its own handle (a fresh
+``batch_item`` id); an outcome counts only when its handle is the live attempt
+of its prompt index, so a report repeated, a Ray retry's second result, or a
+report from a driver since replaced is dropped, and each prompt is recorded
+once.  Items are not rows of the job table: their counts reach the batch's
+files and events as a local run's do.
+
+Failures.  A driver that dies while its batch runs (``kill -9``, the cluster
+lost) is started again after :data:`RESTART_DELAYS` and is handed every
+unfinished item again (new attempts, new handles); :data:`MAX_FAILURES` deaths
+in a row without an outcome in between end the batch ``failed`` with the
+driver's last error.  When hermesd itself dies the driver dies with it (its
+lifeline), Ray ends the driver's tasks, and the restarted daemon resumes the
+batch from its files with a new driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from batch.runner_iface import ItemOutcome, ItemOwner, ItemRequest, SubmitError, guarded, item_spec
+from batch.settings import Settings
+from hermesd import clock
+from hermesd.protocol import ProtocolError
+
+log = logging.getLogger("hermesd.batch")
+
+KIND = "batch_driver"
+CONNECT_SECONDS = 60.0
+"""How long ``batch.run`` waits for a new driver to join the cluster before it gives up."""
+RESTART_DELAYS = (0.5, 2.0, 5.0)
+"""Seconds before a dead driver is started again: after the 1st, 2nd, later deaths in a row."""
+MAX_FAILURES = 5
+DRIVER_TIMEOUT_SECONDS = 10 * 365 * 86400.0
+"""A driver lives as long as its batch: no wall-clock limit."""
+
+
+class DriverFailed(Exception):
+    """The driver ended before it joined the cluster; the message is its error."""
+
+
+@dataclass
+class _Item:
+    index: int
+    spec: dict[str, Any]
+    sent: bool = False
+
+
+@dataclass
+class _Driver:
+    """The driver of batch ``batch`` and its items (by handle)."""
+
+    batch: str
+    settings: Settings
+    ready: asyncio.Future
+    owner: ItemOwner | None = None
+    job: str | None = None
+    cluster: dict[str, Any] | None = None
+    items: dict[str, _Item] = field(default_factory=dict)
+    cancel: list[str] = field(default_factory=list)
+    failures: int = 0
+    starts: int = 0
+    closing: bool = False
+    timer: Any = None
+
+
+class RayExecutor:
+    """Items as Ray tasks through a supervised driver per batch (``ctx``: the daemon's
+    :class:`hermesd.context.Context`).  The batch plugin calls :meth:`on_exit` for
+    its process jobs (``batch_driver`` ones are this executor's)."""
+
+    name = "ray"
+
+    def __init__(self, ctx: Any):
+        self.d = ctx
+        self.drivers: dict[str, _Driver] = {}  # batch job id -> its driver
+        self.by_job: dict[str, _Driver] = {}  # driver job id -> its driver
+
+    # the driver process ----------------------------------------------------
+
+    def _driver(self, batch: str, settings: Settings) -> _Driver:
+        drv = self.drivers.get(batch)
+        if drv is None:
+            drv = self.drivers[batch] = _Driver(batch, settings, self.d.loop.create_future())
+            self._start(drv)
+        return drv
+
+    def _start(self, drv: _Driver) -> None:
+        drv.timer = None
+        if drv.closing or drv.job is not None or self.drivers.get(drv.batch) is not drv:
+            return
+        s = drv.settings
+        ray = {"address": s.ray_address, "num_cpus": s.ray_num_cpus, "memory_mb": s.ray_memory_mb,
+               "max_retries": 3, "grace": self.d.config.supervisor.interrupt_grace_seconds}
+        drv.starts += 1
+        for item in drv.items.values():
+            item.sent = False  # a new driver knows nothing: every unfinished item goes again
+        try:
+            row = self.d.runner.submit(KIND, parent=drv.batch, goal=f"Ray driver of {drv.batch}", toolsets=[],
+                                       spec={"timeout_seconds": DRIVER_TIMEOUT_SECONDS, "ray": ray})
+        except ProtocolError as err:
+            self._failed(drv, err.message)
+            return
+        drv.job = row["id"]
+        self.by_job[row["id"]] = drv
+
+    def _failed(self, drv: _Driver, error: str) -> None:
+        """The driver is gone (or could not start): fail the connect, restart, or give up."""
+        if not drv.ready.done():
+            drv.ready.set_exception(DriverFailed(error))
+            drv.ready.exception()  # retrieved: nobody may be waiting
+        if drv.closing or self.drivers.get(drv.batch) is not drv:
+            return
+        if not self.accepting():  # hermesd stops: the batch resumes from its files at the next start
+            for handle in list(drv.items):
+                self._deliver(drv, handle, status="interrupted", error="hermesd shut down", shutdown=True)
+            return
+        if drv.owner is None:  # only a connect was waiting
+            self.discard(drv.batch)
+            return
+        drv.failures += 1
+        if drv.failures >= MAX_FAILURES:
+            owner = drv.owner
+            guarded(lambda: owner.finish("failed", f"the Ray driver of this batch ended {drv.failures} times in a "
+                                                   f"row without a result; the last time: {error}"))
+            return
+        delay = RESTART_DELAYS[min(drv.failures, len(RESTART_DELAYS)) - 1]
+        log.warning("Ray driver of %s ended (%s); starting it again in %.1f s", drv.batch, error, delay)
+        drv.timer = self.d.loop.call_later(delay, self._start, drv)
+
+    def on_exit(self, row: dict[str, Any] | None) -> None:
+        """A job ended and was reaped: when it was a driver of a live batch, start it again or give up."""
+        drv = self.by_job.pop(row["id"], None) if row else None
+        if drv is None:
+            return
+        drv.job = None
+        self._failed(drv, row.get("error") or f"the driver ended {row['status']}")
+
+    async def connect(self, batch: str, settings: Settings) -> dict[str, Any]:
+        """Start the driver of ``batch`` and wait until it has joined the cluster; returns
+        the cluster (``{address, nodes, cpus, cpus_free}``).  Raises ``ProtocolError``
+        (``bad_request``, field ``executor``): Ray not installed, the cluster unreachable,
+        or no answer within :data:`CONNECT_SECONDS`."""
+        if importlib.util.find_spec("ray") is None:  # finds, does not import
+            raise ProtocolError("bad_request", "--executor ray: Ray is not installed for hermesd's Python: "
+                                "pip install 'hermesd[ray]' (then restart hermesd)", {"field": "executor"})
+        drv = self._driver(batch, settings)
+        try:
+            return await asyncio.wait_for(asyncio.shield(drv.ready), CONNECT_SECONDS)
+        except asyncio.TimeoutError:
+            error = (f"the Ray cluster at {settings.ray_address or 'RAY_ADDRESS/auto'} did not answer within "
+                     f"{CONNECT_SECONDS:.0f} s")
+        except DriverFailed as exc:
+            error = str(exc).removeprefix("DriverError: ")
+        if drv.owner is None:
+            self.discard(batch)
+        raise ProtocolError("bad_request", f"--executor ray: {error}", {"field": "executor"})
+
+    def discard(self, batch: str) -> None:
+        """Stop the driver of ``batch`` if no run owns it (a ``batch.run`` that failed after connecting)."""
+        drv = self.drivers.get(batch)
+        if drv is not None and drv.owner is None:
+            self._stop(drv)
+
+    def _stop(self, drv: _Driver) -> None:
+        drv.closing = True
+        self.drivers.pop(drv.batch, None)
+        if drv.timer is not None:
+            drv.timer.cancel()
+        if drv.job is not None:
+            try:
+                self.d.runner.stop(drv.job, "cancel")
+            except ProtocolError:
+                pass  # already ending
+
+    # the ItemExecutor interface ------------------------------------------------
+
+    def open(self, owner: ItemOwner, workers: int) -> None:
+        """Own the batch's driver (started now unless a connect started it)."""
+        self._driver(owner.job_id, owner.settings).owner = owner
+
+    def close(self, owner: ItemOwner) -> None:
+        """Stop the batch's driver (it cancels the tasks it still has)."""
+        drv = self.drivers.get(owner.job_id)
+        if drv is not None and drv.owner is owner:
+            self._stop(drv)
+
+    def accepting(self) -> bool:
+        """False while the daemon shuts down."""
+        return bool(self.d.runner.accepting)
+
+    def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
+        """Queue ``request`` for the driver: it goes out with the reply to its next sync."""
+        drv = self.drivers.get(owner.job_id)
+        if drv is None or drv.owner is not owner:
+            raise SubmitError("the batch has no Ray driver", retry_later=True)
+        handle = self.d.jobs.new_id("batch_item")
+        row = {"id": handle, "kind": "batch_item", "goal": request.prompt, "toolsets": list(request.toolsets),
+               "model": request.model, "parent": owner.job_id, "spec": item_spec(request)}
+        spec = self.d.runner.child_spec(row)
+        spec["cwd"] = request.cwd  # None: a scratch directory on the worker
+        drv.items[handle] = _Item(request.index, spec)
+
+    def cancel_all(self, owner: ItemOwner) -> None:
+        """End every live item of ``owner`` now; the driver cancels their tasks at its next sync."""
+        drv = self.drivers.get(owner.job_id)
+        if drv is None:
+            return
+        for handle in list(drv.items):
+            if drv.items[handle].sent:
+                drv.cancel.append(handle)
+            self._deliver(drv, handle, status="cancelled", error="cancelled by request", shutdown=not self.accepting())
+
+    def adopt(self, owner: ItemOwner, wanted: set[int]) -> set[int]:
+        """Nothing to take back: the tasks of an earlier daemon's driver ended with it."""
+        return set()
+
+    def describe(self, batch: str) -> dict[str, Any] | None:
+        """``{name: "ray", address, nodes, cpus, cpus_free, driver, driver_starts, in_flight}``
+        for a live batch (its cluster as the driver last saw it), else None."""
+        drv = self.drivers.get(batch)
+        if drv is None:
+            return None
+        return {"name": self.name, "address": drv.settings.ray_address, **(drv.cluster or {}), "driver": drv.job,
+                "driver_starts": drv.starts, "in_flight": sum(1 for i in drv.items.values() if i.sent)}
+
+    # the driver's reports --------------------------------------------------------
+
+    def _deliver(self, drv: _Driver, handle: str, *, status: str, result: dict[str, Any] | None = None,
+                 error: str | None = None, started_at: str = "", completed_at: str = "", shutdown: bool = False) -> None:
+        item = drv.items.pop(handle)
+        owner = drv.owner
+        if owner is None:
+            return
+        now = clock.now_iso()
+        guarded(lambda: owner.on_done(ItemOutcome(
+            index=item.index, status=status, result=result, error=error, started_at=started_at or now,
+            completed_at=completed_at or now, shutdown=shutdown, handle=handle)))
+        guarded(lambda: owner.on_freed(item.index))
+
+    def on_sync(self, job: str, args: dict[str, Any]) -> dict[str, Any]:
+        """``child.batch_sync`` of driver ``job``: record its outcomes (each live attempt
+        once; others dropped) and cluster; returns ``{run: [{handle, index, spec}],
+        cancel: [handle], stop: bool}``."""
+        drv = self.by_job.get(job)
+        if drv is None or drv.closing:
+            return {"run": [], "cancel": [], "stop": True}
+        if isinstance(args.get("cluster"), dict):
+            drv.cluster = {k: args["cluster"].get(k) for k in ("address", "nodes", "cpus", "cpus_free")}
+            if not drv.ready.done():
+                drv.ready.set_result(drv.cluster)
+        for o in args.get("outcomes") or []:
+            item = drv.items.get(o.get("handle")) if isinstance(o, dict) else None
+            if item is None or not item.sent or item.index != o.get("index"):
+                log.info("dropped a stale or repeated outcome from %s: %s", job, o.get("handle"))
+                continue
+            drv.failures = 0
+            stamp = [clock.iso(o[k]) if isinstance(o.get(k), (int, float)) else "" for k in ("started_at", "completed_at")]
+            self._deliver(drv, o["handle"], status=str(o.get("status") or "failed"),
+                          result=o.get("result") if isinstance(o.get("result"), dict) else None,
+                          error=o.get("error"), started_at=stamp[0], completed_at=stamp[1],
+                          shutdown=not self.accepting())
+            if self.drivers.get(drv.batch) is not drv:
+                break  # the run ended inside that outcome
+        run = []
+        for handle, item in drv.items.items():
+            if not item.sent:
+                item.sent = True
+                run.append({"handle": handle, "index": item.index, "spec": item.spec})
+        cancel, drv.cancel = drv.cancel, []
+        return {"run": run, "cancel": cancel, "stop": drv.closing}

@@ -1,0 +1,164 @@
+"""One batch item as an OS process of its own, started by a Ray task on a worker node.
+
+:func:`run_item` is the body of the Ray task (:mod:`child.ray_driver` wraps it
+with ``ray.remote``; it imports no Ray itself).  It does not run the agent in the
+long-lived Ray worker: it starts ``python -m child`` in a new session (its own
+process group, so nothing the item does or kills reaches the worker), with
+
+* ``HERMES_LIFELINE_PID`` = the Ray worker's pid: the item's lifeline serves the
+  task that started it (hermesd is on another machine, or at least not its
+  parent); when the worker dies (its node lost, the task force-cancelled) the
+  item dies by ``PDEATHSIG`` and takes its group along;
+* ``HERMES_ITEM_DIR`` = a scratch directory holding ``spec.json``; the item's
+  channel (:class:`FileChannel`) answers ``child.hello`` from it and writes the
+  ``child.result`` to ``result.json``;
+* the provider's settings from the driver's environment (:data:`FORWARDED_ENV`),
+  passed as a task argument — never as Ray's ``runtime_env``, which Ray shows in
+  its state API and logs.
+
+A cancelled task (``ray.cancel``: ``KeyboardInterrupt`` in the task) stops its
+item (SIGINT, then SIGKILL to its group after ``grace`` seconds); an item still
+running ``timeout_seconds`` + 5 s after it started (its own wall clock failed)
+is stopped the same way and reported ``timed_out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from hermesd.protocol import ProtocolError
+
+FORWARDED_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY",
+                 "OPENAI_BASE_URL", "OPENROUTER_API_KEY", "HERMES_WEB_SEARCH_URL")
+"""The environment variables that carry provider settings (keys, base URLs) to items on other machines."""
+
+DROPPED_ENV = ("HERMES_DAEMON_PID", "HERMES_CHILD_SOCKET", "HERMES_CHILD_TOKEN", "HERMES_SUPERVISOR", "HERMES_JOB_ID",
+               "HERMES_ZYGOTE_OF")
+"""Variables of the worker's environment an item must not inherit (they name another process's daemon)."""
+
+LOG_TAIL_BYTES = 800
+
+
+class FileChannel:
+    """The channel of an item started by :func:`run_item` (``directory``: its ``HERMES_ITEM_DIR``).
+
+    Same calls as :class:`child.channel.Channel`: ``child.hello`` returns the spec
+    from ``spec.json``, ``child.result`` writes ``result.json`` (atomically);
+    progress reports are dropped (the outcome carries the counts); any other op
+    (delegation, Kanban) raises :class:`ProtocolError` (``bad_request``): there is
+    no hermesd to ask.
+    """
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def call(self, op: str, /, timeout: float | None = None, **args: Any) -> Any:
+        """Answer ``op`` locally (see the class doc)."""
+        if op == "child.hello":
+            with open(os.path.join(self.directory, "spec.json"), encoding="utf-8") as fh:
+                return json.load(fh)
+        if op == "child.result":
+            path = os.path.join(self.directory, "result.json")
+            with open(path + ".tmp", "w", encoding="utf-8") as fh:
+                json.dump(args, fh, ensure_ascii=False, default=str)
+            os.replace(path + ".tmp", path)
+            return {}
+        raise ProtocolError("bad_request", f"{op} is not available to a batch item on a Ray cluster")
+
+    def notify(self, op: str, /, **args: Any) -> None:
+        """Progress: dropped."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - LOG_TAIL_BYTES))
+            return fh.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _stop(proc: subprocess.Popen, grace: float) -> None:
+    """SIGINT to the item, then SIGKILL to its process group after ``grace`` seconds."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+
+
+def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[str, str],
+             grace: float = 3.0) -> dict[str, Any]:
+    """Run the item ``handle`` (prompt ``index``, job ``spec`` as a child receives it)
+    as its own process; returns its outcome: ``handle, index, status, result`` (the
+    child's result map or None), ``error``, ``started_at`` and ``completed_at`` (seconds since the epoch), ``node`` (host name).
+    ``provider_env``: :data:`FORWARDED_ENV` values of the driver.  Never raises
+    but ``KeyboardInterrupt`` (the task cancelled: the item is stopped first)."""
+    started = time.time()
+    outcome: dict[str, Any] = {"handle": handle, "index": index, "status": "failed", "result": None, "error": None,
+                               "started_at": started, "completed_at": started, "node": socket.gethostname()}
+    with tempfile.TemporaryDirectory(prefix="hermes-item-") as tmp:
+        spec = {**spec, "cwd": spec.get("cwd") or os.path.join(tmp, "work")}
+        os.makedirs(os.path.join(tmp, "work"))
+        with open(os.path.join(tmp, "spec.json"), "w", encoding="utf-8") as fh:
+            json.dump(spec, fh)
+        env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV and k not in FORWARDED_ENV}
+        env.update(provider_env)
+        env.update(HERMES_JOB_ID=handle, HERMES_ITEM_DIR=tmp, HERMES_LIFELINE_PID=str(os.getpid()),
+                   PYTHONUNBUFFERED="1")
+        log_path = os.path.join(tmp, "log")
+        limit = float(spec.get("timeout_seconds") or 600.0) + 5.0
+        try:
+            with open(log_path, "ab", buffering=0) as log:
+                proc = subprocess.Popen([sys.executable, "-m", "child"], cwd=spec["cwd"], env=env,
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, close_fds=True)
+        except OSError as exc:
+            outcome.update(error=f"could not start the item on {outcome['node']}: {exc}", completed_at=time.time())
+            return outcome
+        try:
+            proc.wait(limit)
+        except subprocess.TimeoutExpired:
+            _stop(proc, grace)
+            outcome["status"] = "timed_out"
+        except BaseException:  # ray.cancel: KeyboardInterrupt in the task
+            _stop(proc, grace)
+            raise
+        finally:
+            try:  # what the item's tools left in its group
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        outcome["completed_at"] = time.time()
+        try:
+            with open(os.path.join(tmp, "result.json"), encoding="utf-8") as fh:
+                result = json.load(fh)
+        except (OSError, ValueError):
+            if outcome["status"] != "timed_out":
+                tail = _tail(log_path)
+                outcome["error"] = (f"the item exited with status {proc.returncode} on {outcome['node']} before "
+                                    "reporting a result" + (f"; last log lines:\n{tail}" if tail else ""))
+            else:
+                outcome["error"] = f"still running {limit:.0f} s after it started (timeout_seconds + 5)"
+            return outcome
+        outcome.update(status=str(result.get("status") or "failed"), result=result, error=result.get("error"))
+        return outcome
+
