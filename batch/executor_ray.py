@@ -50,6 +50,14 @@ DRIVER_TIMEOUT_SECONDS = 10 * 365 * 86400.0
 """A driver lives as long as its batch: no wall-clock limit."""
 
 
+def ray_installed() -> bool:
+    """Whether hermesd's Python can import Ray (looked up, not imported)."""
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 class DriverFailed(Exception):
     """The driver ended before it joined the cluster; the message is its error."""
 
@@ -156,7 +164,7 @@ class RayExecutor:
         the cluster (``{address, nodes, cpus, cpus_free}``).  Raises ``ProtocolError``
         (``bad_request``, field ``executor``): Ray not installed, the cluster unreachable,
         or no answer within :data:`CONNECT_SECONDS`."""
-        if importlib.util.find_spec("ray") is None:  # finds, does not import
+        if not ray_installed():
             raise ProtocolError("bad_request", "--executor ray: Ray is not installed for hermesd's Python: "
                                 "pip install 'hermesd[ray]' (then restart hermesd)", {"field": "executor"})
         drv = self._driver(batch, settings)

@@ -96,7 +96,7 @@ class Driver:
                                    "max_retries": int(settings.get("max_retries", 3)), "retry_exceptions": False}
         if settings.get("memory_mb"):
             options["memory"] = int(settings["memory_mb"]) * 1024 * 1024
-        self.task = ray.remote(run_item).options(**options)
+        self.task = ray.remote(**options)(run_item)
         self.env = ray.put({k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)})
         self.live: dict[Any, dict[str, Any]] = {}  # ObjectRef -> {handle, index}
         self.outcomes: list[dict[str, Any]] = []

@@ -1,0 +1,284 @@
+"""``hermes-batch --executor ray`` on a real Ray cluster started here: a head and two
+worker nodes as processes of their own (``tests.ray_cluster``), hermesd and its
+driver, items as processes on the workers, the fake Anthropic server as the model.
+
+The slow cases share one cluster (module scope; the node-killing case comes last).
+The quick cases need Ray installed but no cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.fakes.anthropic_server import FakeAnthropic, Message, last_user_text, text_block, thinking_block
+from tests.harness import wait_for
+from tests.ray_cluster import TAG_ENV, RayCluster, free_port
+from tests.test_batch_daemon import check_consistent, read_run, write_dataset
+
+pytest.importorskip("ray", reason="the Ray extra is not installed (pip install -e '.[test,ray]')")
+
+SECRET = "sk-ant-test-" + "5ecret" * 4
+"""The provider key of these runs: it must reach the fake server and appear nowhere else."""
+
+
+class Model:
+    """The fake model: thinks, answers, ``delay`` seconds per reply; remembers when each prompt was asked."""
+
+    def __init__(self, delay: float = 0.0):
+        self.api = FakeAnthropic(delay=delay)
+        self.asked: list[tuple[float, str]] = []
+        self.lock = threading.Lock()
+        self.api.default = self.reply
+
+    def reply(self, request) -> Message:
+        with self.lock:
+            self.asked.append((time.monotonic(), last_user_text(request)))
+        return Message([thinking_block("I think it through."), text_block("done")])
+
+    def __enter__(self) -> "Model":
+        self.api.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.api.__exit__(*exc)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One head and two worker nodes (2 CPUs each), stopped whatever happens."""
+    c = RayCluster(workers=2, cpus=2)
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+
+
+def ray_daemon(make_daemon, api_url: str):
+    """A hermesd whose items ask the fake Anthropic server, with the secret key in its environment."""
+    return make_daemon({"provider": "anthropic", "base_url": api_url, "supervisor": {"max_children": 4}},
+                       env={"ANTHROPIC_API_KEY": SECRET})
+
+
+def prompts(path: Path, n: int) -> Path:
+    return write_dataset(path, [{"prompt": f"prompt number {i}"} for i in range(n)])
+
+
+def run_ray(daemon, cluster, dataset: Path, name: str, **args: Any) -> dict[str, Any]:
+    args.setdefault("batch_size", 10)
+    return daemon.call("batch.run", dataset_file=str(dataset), run_name=name, output_dir=str(daemon.base / "out"),
+                       executor="ray", ray_address=cluster.address, **args)
+
+
+def items_running(cluster) -> list[psutil.Process]:
+    """Item processes on the cluster's nodes (``python -m child`` started by a Ray task)."""
+    return [p for p in cluster.processes() if "HERMES_ITEM_DIR" in _environ(p)]
+
+
+def _environ(p: psutil.Process) -> dict[str, str]:
+    try:
+        return p.environ()
+    except psutil.Error:
+        return {}
+
+
+def indices(run: dict[str, Any]) -> list[int]:
+    return sorted(line["prompt_index"] for lines in run["batches"].values() for line in lines)
+
+
+def driver_pids(daemon) -> list[int]:
+    return [p.pid for p in daemon.children() if "batch_driver" in " ".join(_cmdline(p))]
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def no_secret_in(*places: Path) -> None:
+    for place in places:
+        for path in ([place] if place.is_file() else place.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                try:
+                    assert SECRET.encode() not in path.read_bytes(), f"the provider key leaked into {path}"
+                except OSError:
+                    continue
+
+
+# without a cluster ---------------------------------------------------------------------
+
+
+def test_an_unreachable_cluster_is_one_clear_error_before_anything_starts(make_daemon, tmp_path):
+    daemon = make_daemon()
+    dataset = prompts(tmp_path / "p.jsonl", 3)
+    address = f"127.0.0.1:{free_port()}"
+    out = subprocess.run([sys.executable, "-c", "from client.batch import main; main()", "--dataset_file",
+                          str(dataset), "--batch_size", "2", "--run_name", "nowhere", "--output_dir",
+                          str(tmp_path / "out"), "--executor", "ray"], env={**daemon.env, "RAY_ADDRESS": address},
+                         cwd=str(daemon.work), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out
+    assert f"cannot reach the Ray cluster at {address}" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "out" / "nowhere").exists()
+    assert daemon.call("batch.list")["batches"] == []
+    wait_for(lambda: not driver_pids(daemon), 30, 0.2, "the probing driver to end")
+
+
+def test_ray_not_installed_is_one_clear_error(make_daemon, tmp_path):
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text(  # hermesd's Python without Ray: the import system finds no 'ray'
+        "import sys\n"
+        "class _NoRay:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name == 'ray' or name.startswith('ray.'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, _NoRay)\n")
+    daemon = make_daemon(env={"PYTHONPATH": str(hide)})
+    from hermesd.protocol import ProtocolError
+
+    with pytest.raises(ProtocolError) as err:
+        daemon.call("batch.run", dataset_file=str(prompts(tmp_path / "p.jsonl", 2)), run_name="noray",
+                    batch_size=2, output_dir=str(tmp_path / "out"), executor="ray", ray_address="127.0.0.1:1")
+    assert err.value.code == "bad_request" and "pip install 'hermesd[ray]'" in err.value.message
+    assert not (tmp_path / "out" / "noray").exists() and not driver_pids(daemon)
+
+
+def test_an_item_serves_the_process_that_started_it_not_hermesd(tmp_path):
+    """The trap of a child started from a Ray task by hand: its lifeline checked for
+    hermesd and killed the task's process group.  run_item's item serves its starter,
+    in a group of its own, and the starter lives on."""
+    starter = tmp_path / "starter.py"
+    starter.write_text(
+        "import json, os, sys\n"
+        "from child.item import run_item\n"
+        "spec = {'job': 'item_x', 'kind': 'batch_item', 'goal': 'hello', 'provider': 'scripted', 'toolsets': [],\n"
+        "        'script': [{'thinking': 'hm', 'text': 'hi'}], 'max_turns': 2, 'timeout_seconds': 60,\n"
+        "        'record_trajectory': True}\n"
+        "out = run_item('item_x', 7, spec, {'ANTHROPIC_API_KEY': 'k'})\n"
+        "print(json.dumps({'outcome': out, 'alive': os.getpid(), 'group': os.getpgrp()}))\n")
+    env = {**os.environ, "HERMES_DAEMON_PID": "1", "HERMES_CHILD_SOCKET": "/nonexistent", "PYTHONPATH": str(Path.cwd())}
+    done = subprocess.run([sys.executable, str(starter)], env=env, capture_output=True, text=True, timeout=120,
+                          start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    outcome = report["outcome"]
+    assert outcome["status"] == "completed", outcome
+    assert outcome["index"] == 7 and outcome["result"]["trajectory"]["conversations"][-1]["value"].endswith("hi")
+
+
+# on the cluster --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_forty_prompts_each_index_once_items_on_workers_and_the_key_nowhere(make_daemon, cluster, tmp_path):
+    with Model(delay=0.3) as model:
+        daemon = ray_daemon(make_daemon, model.api.url)
+        record = run_ray(daemon, cluster, prompts(tmp_path / "p.jsonl", 40), "forty", num_workers=4,
+                         distribution="no_web")
+        ex = record["executor"]
+        assert ex["name"] == "ray" and ex["nodes"] == 3 and ex["cpus"] == 4.0 and ex["driver"].startswith("raydrv_")
+        seen = wait_for(lambda: items_running(cluster), 60, 0.05, "an item process on a worker")
+        for item in seen[:2]:
+            try:
+                env, parent = item.environ(), item.parent()
+                assert item.pid == os.getpgid(item.pid)  # a session and process group of its own
+                assert env["HERMES_LIFELINE_PID"] == str(parent.pid) and "HERMES_DAEMON_PID" not in env
+                assert _environ(parent)[TAG_ENV].split("-")[-1].startswith("worker")  # a Ray worker on a worker node
+            except (psutil.Error, ProcessLookupError):
+                continue  # ended meanwhile
+        text = daemon.ctl("batch", "status", "forty").stdout
+        assert "executor: Ray cluster" in text and "3 node(s), 4 CPUs" in text
+        daemon.wait_job(record["id"], timeout=240)
+    final = daemon.call("batch.status", id=record["id"])
+    assert final["status"] == "completed", final
+    run = read_run(Path(final["run_dir"]))
+    check_consistent(run, 10)
+    assert indices(run) == list(range(40)) and run["statistics"]["prompts"]["written"] == 40
+    assert final["progress"]["done"] == 40
+    events = daemon.call("events_since", seq=0)["events"]
+    progress = [e for e in events if e["type"] == "batch.progress" and e["job"] == record["id"]]
+    assert len(progress) == 40 and progress[-1]["data"]["done"] == 40
+    assert {r.headers.get("x-api-key") for r in model.api.requests} == {SECRET}  # the key reached every item
+    assert len(model.api.requests) == 40
+    line = run["batches"][0][0]
+    assert line["metadata"]["provider"] == "anthropic" and "<think>" in line["conversations"][2]["value"]
+    no_secret_in(daemon.base, cluster.temp)
+    assert SECRET not in json.dumps(events)
+    pid = daemon.proc.pid  # the daemon never imported Ray: no Ray library mapped in its memory
+    assert not [m.path for m in psutil.Process(pid).memory_maps() if "/ray/" in m.path or "_raylet" in m.path]
+    wait_for(lambda: not driver_pids(daemon) and not items_running(cluster), 30, 0.2, "the driver to end")
+
+
+@pytest.mark.slow
+def test_cancel_stops_in_flight_items(make_daemon, cluster, tmp_path):
+    with Model(delay=30.0) as model:
+        daemon = ray_daemon(make_daemon, model.api.url)
+        record = run_ray(daemon, cluster, prompts(tmp_path / "p.jsonl", 12), "cancelled", num_workers=4)
+        wait_for(lambda: len(items_running(cluster)) == 4 and len(model.api.requests) == 4, 90, 0.1,
+                 "four items asking the model")
+        out = daemon.ctl("batch", "cancel", "cancelled", timeout=90)
+        assert out.returncode == 0 and "cancelled" in out.stdout, out
+        wait_for(lambda: not items_running(cluster), 30, 0.1, "the items on the workers to stop")
+        wait_for(lambda: not driver_pids(daemon), 30, 0.1, "the driver to end")
+        final = daemon.call("batch.status", id=record["id"])
+        assert final["status"] == "cancelled" and final["progress"]["done"] == 0
+        assert len(model.api.requests) == 4  # nothing more was started
+
+
+@pytest.mark.slow
+def test_kill9_of_hermesd_mid_run_then_restart_resumes_without_rerunning(make_daemon, cluster, tmp_path):
+    with Model(delay=0.5) as model:
+        daemon = ray_daemon(make_daemon, model.api.url)
+        record = run_ray(daemon, cluster, prompts(tmp_path / "p.jsonl", 40), "killed", num_workers=4)
+        run_dir = Path(record["run_dir"])
+
+        def done() -> set[int]:
+            try:
+                return {int(i) for i in json.loads((run_dir / "checkpoint.json").read_text())["done"]}
+            except (OSError, ValueError, KeyError):
+                return set()
+
+        wait_for(lambda: len(done()) >= 8, 120, 0.1, "eight prompts done")
+        daemon.kill9()
+        killed_at, finished = time.monotonic(), done()
+        wait_for(lambda: not items_running(cluster) and not driver_pids(daemon), 60, 0.2,
+                 "the driver and its items to die with hermesd")
+        daemon.start()
+        daemon.wait_job(record["id"], timeout=240)
+    final = daemon.call("batch.status", id=record["id"])
+    assert final["status"] == "completed", final
+    run = read_run(run_dir)
+    check_consistent(run, 10)
+    assert indices(run) == list(range(40))
+    again = {text for at, text in model.asked if at > killed_at}
+    assert not again & {f"prompt number {i}" for i in finished}, "a finished prompt ran again"
+
+
+@pytest.mark.slow
+def test_a_worker_node_lost_mid_run_its_items_run_again_exactly_once(make_daemon, cluster, tmp_path):
+    with Model(delay=1.0) as model:
+        daemon = ray_daemon(make_daemon, model.api.url)
+        record = run_ray(daemon, cluster, prompts(tmp_path / "p.jsonl", 40), "nodelost", num_workers=4)
+        on_worker1 = lambda: [p for p in items_running(cluster) if _environ(p)[TAG_ENV].endswith("-worker1")]  # noqa: E731
+        wait_for(lambda: len(model.api.requests) >= 8 and on_worker1(), 120, 0.1, "items running on worker1")
+        lost = {_environ(p).get("HERMES_JOB_ID") for p in on_worker1()}
+        cluster.kill_node("worker1")
+        daemon.wait_job(record["id"], timeout=300)
+    final = daemon.call("batch.status", id=record["id"])
+    assert final["status"] == "completed", final
+    run = read_run(Path(final["run_dir"]))
+    check_consistent(run, 10)
+    assert indices(run) == list(range(40)), "every prompt exactly once"
+    assert lost and final["progress"]["failed"] == 0  # Ray ran the lost node's items again
