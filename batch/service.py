@@ -252,6 +252,7 @@ class BatchService:
                 continue
             self._go(run, adopt=True)
         self.executor.cancel_orphans(set(self.runs))
+        self.executors["ray"].cancel_orphans()
 
     def shutdown(self) -> None:
         """Daemon shutdown: save each live run's checkpoint; the jobs stay ``running``

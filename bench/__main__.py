@@ -1,4 +1,4 @@
-"""``python -m bench``: every benchmark of issues 8, 14, 15, 18, 20 and 22 in one run, figures printed as they come.
+"""``python -m bench``: every benchmark of issues 8, 14, 15, 17, 18, 20 and 22 in one run, figures printed as they come.
 
 First hermesd beside circus and supervisord (:mod:`bench.bench_peers`, issue
 22: every row, the ratios, each goal met or not; the peers are installed from
@@ -14,12 +14,13 @@ killed).  Each benchmark can also be run on its own (``bench/bench_*.py --help``
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import (bench_batch, bench_batch_scheduling, bench_containers, bench_control, bench_events,  # noqa: E402
+from bench import (bench_batch, bench_batch_ray, bench_batch_scheduling, bench_containers, bench_control, bench_events,  # noqa: E402
                    bench_local_model, bench_longrun, bench_memory, bench_peers, bench_spawn, bench_warm_start)
 from child.providers import local  # noqa: E402
 from bench.common import machine  # noqa: E402
@@ -59,6 +60,10 @@ def main() -> None:
         print(f"embedded model: not installed ({local.INSTALL_HINT})", flush=True)
     print(bench_longrun.report(bench_longrun.run(200 if args.quick else 2000, 10, 100_000, 500)), flush=True)
     print(bench_containers.report(bench_containers.run(10)), flush=True)
+    if importlib.util.find_spec("ray") is None:
+        print("batch overhead, local vs Ray: skipped (pip install -e '.[ray]')", flush=True)
+    else:
+        print(bench_batch_ray.report(bench_batch_ray.run(prompts, 1, 1.0, 8), prompts, 1, 1.0), flush=True)
     print(f"\n# done · {machine()}")
 
 

@@ -40,12 +40,13 @@ def dataset(path: Path, prompts: int, turns: int, delay: float) -> Path:
     return path
 
 
-def one_run(d, data: Path, workers: int, name: str) -> dict:
-    """Run ``hermes-batch`` to the end; returns its wall time and the run's statistics."""
+def one_run(d, data: Path, workers: int, name: str, extra: tuple[str, ...] = ()) -> dict:
+    """Run ``hermes-batch`` (plus the flags ``extra``) to the end; returns its wall time
+    and the run's statistics."""
     exe = shutil.which("hermes-batch", path=str(Path(sys.executable).parent))
     argv = [exe] if exe else [sys.executable, "-c", "from client.batch import main; main()"]
     argv += ["--dataset_file", str(data), "--batch_size", "100", "--run_name", name,
-             "--num_workers", str(workers), "--output_dir", str(d.base / "out"), "--json"]
+             "--num_workers", str(workers), "--output_dir", str(d.base / "out"), "--json", *extra]
     t0 = time.monotonic()
     out = subprocess.run(argv, env=d.env, cwd=str(d.work), capture_output=True, text=True)
     wall = time.monotonic() - t0

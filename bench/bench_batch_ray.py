@@ -1,0 +1,88 @@
+"""Batch overhead on a Ray cluster beside the local executor, at the same concurrency.
+
+The same measurement as ``bench_batch.py`` (scripted provider: every model call
+sleeps ``--delay`` seconds; ideal time = prompts × turns × delay / workers;
+overhead = measured / ideal − 1, the whole ``hermes-batch`` process from start
+to exit), run three ways with ``--workers`` prompts in flight:
+
+* ``local spawn`` and ``local forkserver``: ``batch_item`` children of hermesd;
+* ``ray``: ``--executor ray`` on a 3-node Ray cluster started on this machine
+  (``tests.ray_cluster``: a head without CPUs and two worker nodes of
+  ``--cpus`` logical CPUs each; every item reserves ``2 × cpus / workers`` CPUs
+  so that exactly ``--workers`` fit).  Each item is a Ray task that starts the
+  agent as a process of its own; the cluster's start is not counted.
+
+Usage::
+
+    .venv/bin/python bench/bench_batch_ray.py [--prompts 1000] [--turns 1] [--delay 1.0]
+        [--workers 8] [--cpus 2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_batch import dataset, one_run  # noqa: E402
+from bench.common import daemon, machine  # noqa: E402
+from tests.ray_cluster import RayCluster  # noqa: E402
+
+
+def run(prompts: int, turns: int, delay: float, workers: int, cpus: int = 2) -> list[dict]:
+    """One row per executor: local spawn, local forkserver, ray."""
+    ideal = prompts * turns * delay / workers
+    rows = []
+
+    def row(executor: str, result: dict) -> None:
+        rows.append({"executor": executor, "workers": workers, "ideal": ideal, **result,
+                     "overhead": result["wall"] / ideal - 1, "per_prompt": (result["wall"] - ideal) * workers / prompts})
+
+    config = {"batch": {"max_turns": turns + 1}, "supervisor": {"max_children": max(16, workers + 1)}}
+    for method in ("spawn", "forkserver"):
+        with daemon(config, warm=method == "forkserver") as d:
+            data = dataset(d.base / "prompts.jsonl", prompts, turns, delay)
+            row(f"local {method}", one_run(d, data, workers, f"bench_local_{method}"))
+    cluster = RayCluster(workers=2, cpus=cpus).start()
+    try:
+        with daemon(config) as d:
+            data = dataset(d.base / "prompts.jsonl", prompts, turns, delay)
+            per_item = 2 * cpus / workers
+            row("ray (3 nodes)", one_run(d, data, workers, "bench_ray", ("--executor", "ray", "--ray_address",
+                                                                          cluster.address, "--ray_num_cpus",
+                                                                          f"{per_item:g}")))
+    finally:
+        cluster.stop()
+    return rows
+
+
+def report(rows: list[dict], prompts: int, turns: int, delay: float) -> str:
+    """The figures as text."""
+    lines = [f"batch overhead, local vs Ray: {prompts} prompts x {turns} turn(s) x {delay:g}s per model call",
+             machine(),
+             f"  {'executor':<17} {'workers':>7} {'ideal':>8} {'measured':>9} {'overhead':>9} {'per prompt':>11}"]
+    for r in rows:
+        lines.append(f"  {r['executor']:<17} {r['workers']:>7} {r['ideal']:>7.1f}s {r['wall']:>8.1f}s "
+                     f"{r['overhead']:>8.1%} {r['per_prompt'] * 1000:>8.0f} ms")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Command line: see the module doc."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--prompts", type=int, default=1000)
+    parser.add_argument("--turns", type=int, default=1)
+    parser.add_argument("--delay", type=float, default=1.0)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = run(args.prompts, args.turns, args.delay, args.workers, args.cpus)
+    print(json.dumps(rows) if args.json else report(rows, args.prompts, args.turns, args.delay))
+
+
+if __name__ == "__main__":
+    main()
