@@ -73,10 +73,17 @@ def run(prompts: int, turns: int, delay: float, workers: list[int], methods: lis
 
 def report(rows: list[dict], prompts: int, turns: int, delay: float) -> str:
     """The figures as text."""
-    lines = [f"batch overhead: {prompts} prompts x {turns} turn(s) x {delay:g}s per model call", machine(),
-             f"  {'start':<11} {'workers':>7} {'ideal':>8} {'measured':>9} {'overhead':>9} {'per prompt':>11}"]
+    return table(f"batch overhead: {prompts} prompts x {turns} turn(s) x {delay:g}s per model call", rows,
+                 "method", "start", 11)
+
+
+def table(title: str, rows: list[dict], key: str, label: str, width: int) -> str:
+    """``title``, the machine line, then one line per row: ``row[key]`` (column ``label``,
+    ``width`` wide), workers, ideal, measured, overhead, per prompt."""
+    lines = [title, machine(),
+             f"  {label:<{width}} {'workers':>7} {'ideal':>8} {'measured':>9} {'overhead':>9} {'per prompt':>11}"]
     for r in rows:
-        lines.append(f"  {r['method']:<11} {r['workers']:>7} {r['ideal']:>7.1f}s {r['wall']:>8.1f}s "
+        lines.append(f"  {r[key]:<{width}} {r['workers']:>7} {r['ideal']:>7.1f}s {r['wall']:>8.1f}s "
                      f"{r['overhead']:>8.1%} {r['per_prompt'] * 1000:>8.0f} ms")
     return "\n".join(lines)
 

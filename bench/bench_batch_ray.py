@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_batch import dataset, one_run  # noqa: E402
-from bench.common import daemon, machine  # noqa: E402
+from bench.bench_batch import dataset, one_run, table  # noqa: E402
+from bench.common import daemon  # noqa: E402
 from tests.ray_cluster import RayCluster  # noqa: E402
 
 
@@ -61,13 +61,8 @@ def run(prompts: int, turns: int, delay: float, workers: int, cpus: int = 2) -> 
 
 def report(rows: list[dict], prompts: int, turns: int, delay: float) -> str:
     """The figures as text."""
-    lines = [f"batch overhead, local vs Ray: {prompts} prompts x {turns} turn(s) x {delay:g}s per model call",
-             machine(),
-             f"  {'executor':<17} {'workers':>7} {'ideal':>8} {'measured':>9} {'overhead':>9} {'per prompt':>11}"]
-    for r in rows:
-        lines.append(f"  {r['executor']:<17} {r['workers']:>7} {r['ideal']:>7.1f}s {r['wall']:>8.1f}s "
-                     f"{r['overhead']:>8.1%} {r['per_prompt'] * 1000:>8.0f} ms")
-    return "\n".join(lines)
+    return table(f"batch overhead, local vs Ray: {prompts} prompts x {turns} turn(s) x {delay:g}s per model call",
+                 rows, "executor", "executor", 17)
 
 
 def main() -> None:

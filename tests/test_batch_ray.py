@@ -181,8 +181,7 @@ def test_an_item_serves_the_process_that_started_it_not_hermesd(tmp_path):
 # on the cluster --------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # a loaded 2-core machine: one item can take seconds of CPU
+@on_cluster
 def test_forty_prompts_each_index_once_items_on_workers_and_the_key_nowhere(make_daemon, cluster, tmp_path):
     with Model(delay=0.3) as model:
         daemon = ray_daemon(make_daemon, model.api.url)
@@ -222,8 +221,7 @@ def test_forty_prompts_each_index_once_items_on_workers_and_the_key_nowhere(make
     wait_for(lambda: not driver_pids(daemon) and not items_running(cluster), 30, 0.2, "the driver to end")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # a loaded 2-core machine: one item can take seconds of CPU
+@on_cluster
 def test_cancel_stops_in_flight_items(make_daemon, cluster, tmp_path):
     with Model(delay=30.0) as model:
         daemon = ray_daemon(make_daemon, model.api.url)
@@ -239,8 +237,7 @@ def test_cancel_stops_in_flight_items(make_daemon, cluster, tmp_path):
         assert len(model.api.requests) == 4  # nothing more was started
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # a loaded 2-core machine: one item can take seconds of CPU
+@on_cluster
 def test_kill9_of_hermesd_mid_run_then_restart_resumes_without_rerunning(make_daemon, cluster, tmp_path):
     with Model(delay=0.5) as model:
         daemon = ray_daemon(make_daemon, model.api.url)
@@ -269,8 +266,7 @@ def test_kill9_of_hermesd_mid_run_then_restart_resumes_without_rerunning(make_da
     assert not again & {f"prompt number {i}" for i in finished}, "a finished prompt ran again"
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # a loaded 2-core machine: one item can take seconds of CPU
+@on_cluster
 def test_kill9_of_the_driver_mid_run_a_new_driver_finishes_exactly_once(make_daemon, cluster, tmp_path):
     with Model(delay=0.5) as model:
         daemon = ray_daemon(make_daemon, model.api.url)
@@ -289,8 +285,7 @@ def test_kill9_of_the_driver_mid_run_a_new_driver_finishes_exactly_once(make_dae
     assert daemon.call("job", id=first)["status"] == "failed"  # the killed one, reaped and recorded
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # a loaded 2-core machine: one item can take seconds of CPU
+@on_cluster
 def test_a_worker_node_lost_mid_run_its_items_run_again_exactly_once(make_daemon, cluster, tmp_path):
     with Model(delay=1.0) as model:
         daemon = ray_daemon(make_daemon, model.api.url)
