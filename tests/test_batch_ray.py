@@ -210,7 +210,9 @@ def test_forty_prompts_each_index_once_items_on_workers_and_the_key_nowhere(make
     events = daemon.call("events_since", seq=0)["events"]
     progress = [e for e in events if e["type"] == "batch.progress" and e["job"] == record["id"]]
     assert len(progress) == 40 and progress[-1]["data"]["done"] == 40
-    assert {r.headers.get("x-api-key") for r in model.api.requests} == {SECRET}  # the key reached every item
+    keys = {r.headers.get("x-api-key") or r.headers.get("authorization", "").removeprefix("Bearer ")
+            for r in model.api.requests}
+    assert keys == {SECRET}  # the key reached every item (the SDK sends it as x-api-key or a bearer token)
     assert len(model.api.requests) == 40
     line = run["batches"][0][0]
     assert line["metadata"]["provider"] == "anthropic" and "<think>" in line["conversations"][2]["value"]
