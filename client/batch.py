@@ -33,6 +33,9 @@ batch_group = click.Group("batch", help="Batch runs: trajectories over a JSONL d
 
 PLAIN_INTERVAL = 2.0
 """Seconds between progress lines when stdout is not a terminal."""
+RUN_REPLY_SECONDS = 75.0
+"""The least ``batch.run`` is given to answer: with ``--executor ray`` the daemon waits up to
+60 s for the run's driver to join the cluster."""
 
 
 
@@ -254,7 +257,8 @@ def run_batch(flags: dict[str, Any]) -> None:
     for key in ("dataset_file", "output_dir", "prefill_messages_file"):
         if key in args:
             args[key] = os.path.abspath(os.path.expanduser(args[key]))
-    record = conn().call("batch.run", **args)
+    connection = conn()
+    record = connection.call("batch.run", max(connection.timeout, RUN_REPLY_SECONDS), **args)
     for message in record.get("errors") or []:
         out(message, err=True)
     if (record.get("bad_lines") or 0) > len(record.get("errors") or []):

@@ -120,12 +120,12 @@ def no_secret_in(*places: Path) -> None:
 
 
 def test_an_unreachable_cluster_is_one_clear_error_before_anything_starts(make_daemon, tmp_path):
-    daemon = make_daemon()
+    daemon = make_daemon({"batch": {"executor": "ray"}})  # the executor from the config, the address from RAY_ADDRESS
     dataset = prompts(tmp_path / "p.jsonl", 3)
     address = f"127.0.0.1:{free_port()}"
     out = subprocess.run([sys.executable, "-c", "from client.batch import main; main()", "--dataset_file",
                           str(dataset), "--batch_size", "2", "--run_name", "nowhere", "--output_dir",
-                          str(tmp_path / "out"), "--executor", "ray"], env={**daemon.env, "RAY_ADDRESS": address},
+                          str(tmp_path / "out")], env={**daemon.env, "RAY_ADDRESS": address},
                          cwd=str(daemon.work), capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out
     assert f"cannot reach the Ray cluster at {address}" in out.stderr and "Traceback" not in out.stderr
@@ -179,6 +179,11 @@ def test_an_item_serves_the_process_that_started_it_not_hermesd(tmp_path):
 
 
 # on the cluster --------------------------------------------------------------------------
+
+
+def on_cluster(fn):
+    """A slow case on the shared cluster, with room for a loaded 2-core machine (an item can take seconds of CPU)."""
+    return pytest.mark.slow(pytest.mark.timeout(900)(fn))
 
 
 @on_cluster
