@@ -80,16 +80,29 @@ class RayCluster:
     def start(self, timeout: float = 120.0) -> "RayCluster":
         """Start the head, then the workers; returns once every node is alive."""
         try:
-            self.nodes["head"] = self._start_node("head")
-            wait_for(lambda: self._listening(), timeout, 0.2, "the Ray head to listen")
-            for count, name in enumerate(self.names[1:], start=2):  # one at a time: two at once may collide
-                self.nodes[name] = self._start_node(name)
-                wait_for(lambda: self._listening() and self.alive_nodes() >= count, timeout, 1.0,
-                         f"Ray node {name} to join")
+            for count, name in enumerate(self.names, start=1):  # one at a time: two at once may collide
+                self._bring_up(name, count, timeout)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _bring_up(self, name: str, count: int, timeout: float, attempts: int = 3) -> None:
+        """Start node ``name`` until the cluster has ``count`` live nodes; a node whose start
+        fails (Ray gives a raylet 30 s to register, too little on a loaded machine) is killed
+        and started again, at most ``attempts`` times."""
+        for attempt in range(1, attempts + 1):
+            self.nodes[name] = self._start_node(name)
+            try:
+                if name == "head":
+                    wait_for(self._listening, timeout, 0.2, "the Ray head to listen")
+                wait_for(lambda: self._listening() and self.alive_nodes() >= count, timeout, 1.0,
+                         f"Ray node {name} to join")
+                return
+            except AssertionError:
+                if attempt == attempts:
+                    raise
+                self.kill_node(name)
 
     def _listening(self) -> bool:
         for name, proc in self.nodes.items():
@@ -114,7 +127,10 @@ class RayCluster:
                 proc.send_signal(signal.SIGKILL)
             except psutil.Error:
                 pass
-        self.nodes[name].wait(10)
+        try:
+            self.nodes[name].wait(10)
+        except subprocess.TimeoutExpired:
+            pass
 
     def stop(self) -> None:
         """Kill every process of this cluster and remove its temporary directory."""
