@@ -5,8 +5,8 @@ sleeps ``--delay`` seconds; ideal time = prompts × turns × delay / workers;
 overhead = measured / ideal − 1, the whole ``hermes-batch`` process from start
 to exit), run three ways with ``--workers`` prompts in flight:
 
-* ``local spawn`` and ``local forkserver``: ``batch_item`` children of hermesd;
-* ``ray``: ``--executor ray`` on a 3-node Ray cluster started on this machine
+* ``local spawn`` and ``local forkserver`` (``--methods``): ``batch_item`` children of hermesd;
+* ``ray`` (first; its cluster is stopped before the local runs): ``--executor ray`` on a 3-node Ray cluster started on this machine
   (``tests.ray_cluster``: a head without CPUs and two worker nodes of
   ``--cpus`` logical CPUs each; every item reserves ``2 × cpus / workers`` CPUs
   so that exactly ``--workers`` fit).  Each item is a Ray task that starts the
@@ -15,7 +15,7 @@ to exit), run three ways with ``--workers`` prompts in flight:
 Usage::
 
     .venv/bin/python bench/bench_batch_ray.py [--prompts 1000] [--turns 1] [--delay 1.0]
-        [--workers 8] [--cpus 2] [--json]
+        [--workers 8] [--cpus 2] [--methods spawn,forkserver] [--json]
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from bench.common import daemon  # noqa: E402
 from tests.ray_cluster import RayCluster  # noqa: E402
 
 
-def run(prompts: int, turns: int, delay: float, workers: int, cpus: int = 2) -> list[dict]:
-    """One row per executor: local spawn, local forkserver, ray."""
+def run(prompts: int, turns: int, delay: float, workers: int, cpus: int = 2,
+        methods: tuple[str, ...] = ("spawn", "forkserver")) -> list[dict]:
+    """One row per executor: ray first (its cluster is stopped before the local runs), then
+    local with each start method of ``methods``."""
     ideal = prompts * turns * delay / workers
     rows = []
 
@@ -42,20 +44,18 @@ def run(prompts: int, turns: int, delay: float, workers: int, cpus: int = 2) -> 
                      "overhead": result["wall"] / ideal - 1, "per_prompt": (result["wall"] - ideal) * workers / prompts})
 
     config = {"batch": {"max_turns": turns + 1}, "supervisor": {"max_children": max(16, workers + 1)}}
-    for method in ("spawn", "forkserver"):
-        with daemon(config, warm=method == "forkserver") as d:
-            data = dataset(d.base / "prompts.jsonl", prompts, turns, delay)
-            row(f"local {method}", one_run(d, data, workers, f"bench_local_{method}"))
     cluster = RayCluster(workers=2, cpus=cpus).start()
     try:
         with daemon(config) as d:
             data = dataset(d.base / "prompts.jsonl", prompts, turns, delay)
-            per_item = 2 * cpus / workers
-            row("ray (3 nodes)", one_run(d, data, workers, "bench_ray", ("--executor", "ray", "--ray_address",
-                                                                          cluster.address, "--ray_num_cpus",
-                                                                          f"{per_item:g}")))
+            flags = ("--executor", "ray", "--ray_address", cluster.address, "--ray_num_cpus", f"{2 * cpus / workers:g}")
+            row("ray (3 nodes)", one_run(d, data, workers, "bench_ray", flags))
     finally:
         cluster.stop()
+    for method in methods:
+        with daemon(config, warm=method == "forkserver") as d:
+            data = dataset(d.base / "prompts.jsonl", prompts, turns, delay)
+            row(f"local {method}", one_run(d, data, workers, f"bench_local_{method}"))
     return rows
 
 
@@ -73,9 +73,10 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=1.0)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--methods", default="spawn,forkserver", help="start methods of the local runs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    rows = run(args.prompts, args.turns, args.delay, args.workers, args.cpus)
+    rows = run(args.prompts, args.turns, args.delay, args.workers, args.cpus, tuple(args.methods.split(",")))
     print(json.dumps(rows) if args.json else report(rows, args.prompts, args.turns, args.delay))
 
 

@@ -72,8 +72,11 @@ class RayCluster:
         """Live nodes as the cluster sees them (asked in a separate process: tests never import ray)."""
         code = ("import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
                 "print('ALIVE', sum(1 for n in ray.nodes() if n['Alive']))" % self.address)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                             env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
+        try:
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                                 env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
+        except subprocess.TimeoutExpired:
+            return 0
         counts = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("ALIVE ")]
         return int(counts[-1]) if out.returncode == 0 and counts else 0
 
