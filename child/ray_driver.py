@@ -62,13 +62,38 @@ def reachable(address: str) -> None:
                           "batch.ray_address or RAY_ADDRESS)") from None
 
 
+def keep_loopback() -> None:
+    """Make Ray (in this process) keep a loopback host as given.
+
+    Ray replaces ``127.0.0.1``/``localhost``/``::1`` in a cluster address (``ray.init(address)``,
+    ``ray start --address``) and in ``--node-ip-address`` by the machine's primary interface
+    address (``ray._private.services.resolve_ip_for_localhost``; Ray 2.60, ray-project/ray#59110),
+    so a cluster meant to live on loopback talks over the machine's network interface.  After this
+    call a loopback host stays what it is; other hosts are untouched.  Needs Ray importable; a Ray
+    without that function is left alone."""
+    from ray._private import services
+
+    resolve = getattr(services, "resolve_ip_for_localhost", None)
+    if resolve is None or getattr(resolve, "keeps_loopback", False):
+        return
+
+    def keep(host: str) -> str:
+        if not host:
+            raise ValueError(f"Malformed host: {host}")
+        return host
+
+    keep.keeps_loopback = True  # type: ignore[attr-defined]
+    services.resolve_ip_for_localhost = keep
+
+
 def connect(address: str) -> Any:
-    """Import Ray and join the cluster at ``address``; returns the ``ray`` module.
-    Raises :class:`DriverError`."""
+    """Import Ray and join the cluster at ``address`` (a loopback host kept as given,
+    :func:`keep_loopback`); returns the ``ray`` module.  Raises :class:`DriverError`."""
     try:
         import ray
     except ImportError as exc:
         raise DriverError(f"Ray is not installed for hermesd's Python ({exc}): pip install 'hermesd[ray]'") from None
+    keep_loopback()
     reachable(address)
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, namespace="hermesd",
