@@ -60,13 +60,16 @@ def command_line(proc: psutil.Process) -> str:
 
 
 def processes_with_env(key: str, value: str) -> list[psutil.Process]:
-    """Every live (non-zombie) process whose environment has ``key=value``."""
+    """Every live (non-zombie) process whose environment has ``key=value`` (read raw from
+    ``/proc/PID/environ``: a process that retitled itself may have blanked its first entries,
+    which makes ``psutil.Process.environ`` return nothing)."""
+    entry = f"{key}={value}".encode()
     found = []
     for proc in psutil.process_iter(["pid", "status"]):
         try:
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            if proc.environ().get(key) == value:
+            if entry in Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0"):
                 found.append(proc)
         except (psutil.Error, OSError):
             continue

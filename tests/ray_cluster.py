@@ -12,6 +12,7 @@ worker nodes only; the dashboard is off and object stores are small (2 cores).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import shutil
@@ -27,7 +28,10 @@ import psutil
 
 from tests.harness import processes_with_env, wait_for
 
-BIN = Path(sys.executable).parent
+RAY_CLI = ("import sys; from child.ray_driver import keep_loopback; keep_loopback(); "
+           "from ray.scripts.scripts import main; sys.argv[0] = 'ray'; sys.exit(main())")
+"""``ray`` (the CLI) with loopback kept as given (:func:`child.ray_driver.keep_loopback`): every
+node, its services and its connections on 127.0.0.1, never the machine's other interfaces."""
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
 TAG_ENV = "HERMES_TEST_RAY"
 
@@ -51,7 +55,7 @@ class RayCluster:
         self.names = ["head"] + [f"worker{i + 1}" for i in range(workers)]
 
     def _start_node(self, name: str) -> subprocess.Popen:
-        argv = [str(BIN / "ray"), "start", "--block", "--disable-usage-stats", "--node-ip-address", "127.0.0.1",
+        argv = [sys.executable, "-c", RAY_CLI, "start", "--block", "--disable-usage-stats", "--node-ip-address", "127.0.0.1",
                 "--object-store-memory", str(OBJECT_STORE_BYTES),
                 "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
                 "--metrics-export-port", str(free_port()), "--runtime-env-agent-port", str(free_port()),
@@ -70,7 +74,8 @@ class RayCluster:
 
     def alive_nodes(self) -> int:
         """Live nodes as the cluster sees them (asked in a separate process: tests never import ray)."""
-        code = ("import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
+        code = ("import ray; from child.ray_driver import keep_loopback; keep_loopback(); "
+                "ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
                 "print('ALIVE', sum(1 for n in ray.nodes() if n['Alive']))" % self.address)
         try:
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -119,9 +124,42 @@ class RayCluster:
             return False
 
     def processes(self, name: str | None = None) -> list[psutil.Process]:
-        """This cluster's live processes (of node ``name`` only, when given)."""
-        names = [name] if name else self.names
-        return [p for n in names for p in processes_with_env(TAG_ENV, f"{self.tag}-{n}")]
+        """This cluster's live processes (of node ``name`` only, when given): those with its tag
+        and all their descendants (Ray's agents retitle themselves, which may wipe the tag out of
+        their ``/proc/PID/environ``; they are the raylet's children)."""
+        found: dict[int, psutil.Process] = {}
+        for n in [name] if name else self.names:
+            roots = processes_with_env(TAG_ENV, f"{self.tag}-{n}")
+            if n in self.nodes and self.nodes[n].poll() is None:
+                roots.append(psutil.Process(self.nodes[n].pid))
+            for root in roots:
+                try:
+                    family = [root, *root.children(recursive=True)]
+                except psutil.Error:
+                    family = [root]
+                found.update((p.pid, p) for p in family)
+        return list(found.values())
+
+    def outside_connections(self, *pids: int) -> list[str]:
+        """Sockets of this cluster's processes (and of ``pids``) bound or connected to an address
+        that is not loopback (unspecified ``0.0.0.0``/``::`` listeners aside), one line each."""
+        procs = self.processes()
+        for pid in pids:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.Error:
+                continue
+        found = []
+        for proc in procs:
+            try:
+                conns = proc.net_connections(kind="inet")
+            except psutil.Error:
+                continue
+            for conn in conns:
+                for addr in (conn.laddr, conn.raddr):
+                    if addr and not _loopback_or_unspecified(addr.ip):
+                        found.append(f"pid {proc.pid}: {conn.laddr} -> {conn.raddr or '-'} ({conn.status})")
+        return found
 
     def kill_node(self, name: str) -> None:
         """``kill -9`` every process of node ``name`` at once (a machine lost)."""
@@ -153,3 +191,9 @@ class RayCluster:
             except subprocess.TimeoutExpired:
                 pass
         shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _loopback_or_unspecified(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip.split("%")[0])
+    addr = getattr(addr, "ipv4_mapped", None) or addr
+    return addr.is_loopback or addr.is_unspecified

@@ -85,10 +85,13 @@ def items_running(cluster) -> list[psutil.Process]:
 
 
 def _environ(p: psutil.Process) -> dict[str, str]:
+    """The environment of ``p`` read raw (a retitled process may blank its first entries, and
+    then ``psutil.Process.environ`` returns nothing)."""
     try:
-        return p.environ()
-    except psutil.Error:
+        raw = Path(f"/proc/{p.pid}/environ").read_bytes().decode(errors="replace")
+    except OSError:
         return {}
+    return dict(entry.split("=", 1) for entry in raw.split("\0") if "=" in entry)
 
 
 def indices(run: dict[str, Any]) -> list[int]:
@@ -194,10 +197,12 @@ def test_forty_prompts_each_index_once_items_on_workers_and_the_key_nowhere(make
                          distribution="no_web")
         ex = record["executor"]
         assert ex["name"] == "ray" and ex["nodes"] == 3 and ex["cpus"] == 4.0 and ex["driver"].startswith("raydrv_")
+        assert ex["address"] == cluster.address  # the driver joined on loopback, as asked
         seen = wait_for(lambda: items_running(cluster), 60, 0.05, "an item process on a worker")
+        assert cluster.outside_connections(*driver_pids(daemon)) == []  # nodes, workers, items, driver: loopback only
         for item in seen[:2]:
             try:
-                env, parent = item.environ(), item.parent()
+                env, parent = _environ(item), item.parent()
                 assert item.pid == os.getpgid(item.pid)  # a session and process group of its own
                 assert env["HERMES_LIFELINE_PID"] == str(parent.pid) and "HERMES_DAEMON_PID" not in env
                 assert _environ(parent)[TAG_ENV].split("-")[-1].startswith("worker")  # a Ray worker on a worker node
