@@ -1,5 +1,6 @@
 """Batch ops: ``batch.run``, ``batch.status``, ``batch.cancel``, ``batch.list``,
-``batch.distributions`` (SPEC §6), and the hooks that keep batches going over restarts.
+``batch.distributions`` (SPEC §6), the child op ``child.batch_sync`` (a batch's Ray
+driver), and the hooks that keep batches going over restarts.
 
 The job type's insides live in ``batch/`` (``batch.service.BatchService``, the
 plugin's service); this module declares the plugin, validates arguments and maps them.
