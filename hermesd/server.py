@@ -55,7 +55,7 @@ RESTART_KEYS = ("state_dir", "log_dir", "start_method")
 PLUGINS: tuple[type[Plugin], ...] = (
     delegation.DelegationPlugin,  # delegation, background: subagents for people and agents
     sessions.SessionsPlugin,      # session_turn: persistent conversations
-    batch.BatchPlugin,            # batch (no process), batch_item: batch_runner runs
+    batch.BatchPlugin,            # batch (no process), batch_item, batch_driver (Ray): batch_runner runs
     kanban.KanbanPlugin,          # kanban_worker: the board's workers
     upkeep.UpkeepPlugin,          # no kinds: retention, the log cap, per-job cgroups
     control.ControlPlugin,        # no kind: pause/resume, the job-end hook
