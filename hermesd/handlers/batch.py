@@ -206,5 +206,7 @@ async def child_batch_sync(ctx: Context, job: str, args: dict[str, Any]) -> dict
     since the epoch), ``node``), ``cluster`` (``address, nodes, cpus, cpus_free``, or
     None), ``running`` (tasks in flight).  Each live attempt's outcome is recorded
     once; repeated or stale ones are dropped.  Answers ``{run: [{handle, index,
-    spec}], cancel: [handle], stop}``: items to start, tasks to cancel, whether to end."""
+    spec}], cancel: [handle], stop}``: items to start, tasks to cancel, whether to end.
+    A sync is the driver's sign of life (it is never interrupted as stale while it syncs)."""
+    ctx.runner.activity.seen(job)
     return _service(ctx).ray.on_sync(job, args)
