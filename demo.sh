@@ -21,6 +21,8 @@ SHARED=${HERMES_SHARED:-$ROOT/../shared}
   exit 2
 }
 PROVIDER=${HERMES_DEMO_PROVIDER:-local}
+SYNTHETIC=""  # the scripted provider's samples are synthetic: trajectories.jsonl takes them only when asked
+[ "$PROVIDER" = scripted ] && SYNTHETIC=yes
 VENV=${HERMES_DEMO_VENV:-$ROOT/.venv}
 
 fail() { echo "demo.sh: FAILED: $*" >&2; exit 1; }
@@ -107,7 +109,8 @@ hermesctl history main
 echo
 echo "== a batch run: 4 HumanEval prompts, 2 at a time, trajectories for fine-tuning"
 hermes-batch --dataset_file "$SHARED/data/humaneval_prompts.jsonl" --batch_size 2 --run_name humaneval_demo \
-  --max_samples 4 --num_workers 2 --max_turns 4 --output_dir "$DEMO/data" || true
+  --max_samples 4 --num_workers 2 --max_turns 4 --output_dir "$DEMO/data" \
+  ${SYNTHETIC:+--allow_synthetic} || true
 ls -la "$DEMO/data/humaneval_demo" || true
 TRAJECTORIES=$(python3 - "$DEMO/data/humaneval_demo" <<'PY'
 import json, sys, pathlib

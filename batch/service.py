@@ -173,7 +173,9 @@ class BatchService:
                           tokens_out=stats["tokens"]["output"],
                           summary=f"{p['written']} of {p['total']} prompts written ({p['completed']} completed, "
                                   f"{p['partial']} partial), {p['discarded_no_reasoning']} discarded (no reasoning), "
-                                  f"{p['filtered_invalid_tools']} filtered (unknown tools), {p['failed']} failed, "
+                                  f"{p['filtered_invalid_tools']} filtered (unknown tools), "
+                                  f"{p['filtered_synthetic']} filtered (synthetic: --allow_synthetic keeps them), "
+                                  f"{p['filtered_partial']} filtered (partial), {p['failed']} failed, "
                                   f"{p['pending']} pending; {p['in_trajectories']} in {run.run_dir / TRAJECTORIES}")
         self.d.jobs.transition(run.job_id, status, **fields)
 

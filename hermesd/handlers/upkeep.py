@@ -60,7 +60,8 @@ async def clean(ctx: "Context", args: dict[str, Any]) -> dict[str, Any]:
     policy = retention_mod.Policy(max_age_seconds=float(older)) if older is not None else retention_mod.policy_of(ctx.config)
     if not policy.active:
         raise ProtocolError("bad_request", "no retention policy in the config (retention.max_age_days, "
-                            "retention.max_jobs); give older_than_seconds", {"field": "older_than_seconds"})
+                            "retention.max_jobs); give an age (hermesctl clean --older-than 30d)",
+                            {"field": "older_than_seconds"})
     report = await service.apply(policy, dry_run=dry_run,
                                  run_in_thread=lambda fn, *a: ctx.loop.run_in_executor(None, fn, *a))
     return {**report.to_dict(), "dry_run": dry_run}
