@@ -32,13 +32,13 @@ an engine command's exit status first; what counts here is its output.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
 import re
 import shutil
 import subprocess
+import zlib
 from typing import Any
 
 from hermesd import limits
@@ -99,8 +99,10 @@ def find_engine(terminal: Terminal) -> tuple[list[str], str]:
 
 
 def container_name(job_id: str, state_dir: str) -> str:
-    """``hermes-<job id>-<8 hex of the state directory>``: unique per daemon and job."""
-    return f"hermes-{job_id}-{hashlib.sha256(state_dir.encode()).hexdigest()[:8]}"
+    """``hermes-<job id>-<8 hex of the state directory>``: unique per daemon and job.  The hex is a
+    CRC-32 (zlib), not a digest: ``hashlib`` would map OpenSSL into the daemon
+    (tests/test_daemon_footprint.py), and the labels, not the name, say whose a container is."""
+    return f"hermes-{job_id}-{zlib.crc32(state_dir.encode()):08x}"
 
 
 def prepare(config: Config, job_id: str, fields: dict[str, Any]) -> None:
