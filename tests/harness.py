@@ -59,6 +59,14 @@ def command_line(proc: psutil.Process) -> str:
         return ""
 
 
+def process_name(proc: psutil.Process) -> str:
+    """``proc``'s name; ``""`` once it has exited (as :func:`command_line`)."""
+    try:
+        return proc.name()
+    except (psutil.Error, OSError):
+        return ""
+
+
 def processes_with_env(key: str, value: str) -> list[psutil.Process]:
     """Every live (non-zombie) process whose environment has ``key=value`` (read raw from
     ``/proc/PID/environ``: a process that retitled itself may have blanked its first entries,

@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from tests.harness import wait_for, command_line
+from tests.harness import wait_for, command_line, process_name
 
 LONG_TOOL = [{"text": "about to run a long command",
               "tool_calls": [{"name": "terminal", "input": {"command": "echo started; sleep 100", "timeout": 300}}]},
@@ -22,7 +22,7 @@ def _child_of(daemon, job_id):
 
 def test_child_interrupted_mid_tool_reports_within_two_seconds(daemon):
     rec = daemon.delegate("interrupt me", script=LONG_TOOL)
-    wait_for(lambda: any(p.name() == "sleep" for p in daemon.children()), what="the long command")
+    wait_for(lambda: any(process_name(p) == "sleep" for p in daemon.children()), what="the long command")
     child = _child_of(daemon, rec["id"])
     t0 = time.monotonic()
     child.send_signal(signal.SIGINT)
@@ -43,7 +43,7 @@ def test_runaway_command_killed_at_its_timeout_with_its_group(daemon):
     final = daemon.wait_job(rec["id"])
     assert final["status"] == "completed"
     assert final["trace"][0]["name"] == "terminal" and final["trace"][0]["ok"] is False
-    assert not [p for p in daemon.children() if p.name() == "sleep"]
+    assert not [p for p in daemon.children() if process_name(p) == "sleep"]
 
 
 def test_child_timeout_ends_timed_out(make_daemon):

@@ -12,7 +12,7 @@ import pytest
 
 from tests.chaos.helpers import (assert_no_leftovers, forkserver, live, running_job, status_of, titled,
                                  warm_on_start)
-from tests.harness import wait_for
+from tests.harness import wait_for, process_name
 
 # The command stops its own child (SIGSTOP: SIGINT and SIGTERM stay pending), then
 # ignores TERM and INT itself, as the sleep it leaves running does.
@@ -28,7 +28,7 @@ FORKER = [{"text": "leaving processes behind", "tool_calls": [{"name": "terminal
 
 def _sleeps(daemon, *seconds: int) -> bool:
     wanted = {str(s) for s in seconds}
-    found = {p.cmdline()[-1] for p in daemon.children() if p.name() == "sleep"}
+    found = {p.cmdline()[-1] for p in daemon.children() if process_name(p) == "sleep"}
     return wanted <= found
 
 
@@ -72,7 +72,7 @@ def test_grandchildren_and_double_forked_grandchild_gone_after_cancel(any_daemon
     rec = d.delegate("forker", script=FORKER)
     pid = running_job(d, rec["id"])["pid"]
     wait_for(lambda: _sleeps(d, 301, 302, 303), what="three grandchildren")
-    escaped = [p for p in d.children() if p.name() == "sleep" and os.getsid(p.pid) != pid]
+    escaped = [p for p in d.children() if process_name(p) == "sleep" and os.getsid(p.pid) != pid]
     assert escaped, "the setsid grandchild should have left the child's session"
     d.call("cancel", id=rec["id"])
     assert d.wait_job(rec["id"])["status"] == "cancelled"
@@ -83,7 +83,7 @@ def test_grandchildren_gone_after_shutdown(make_daemon):
     d = make_daemon()
     recs = [d.delegate(f"forker {i}", background=True, script=FORKER) for i in range(2)]
     pids = {running_job(d, r["id"])["pid"] for r in recs}
-    wait_for(lambda: len([p for p in d.children() if p.name() == "sleep"]) >= 6, what="six grandchildren")
+    wait_for(lambda: len([p for p in d.children() if process_name(p) == "sleep"]) >= 6, what="six grandchildren")
     assert d.stop() == 0
     assert_no_leftovers(d, {r["id"] for r in recs}, pids, timeout=5)
 

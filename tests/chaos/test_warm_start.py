@@ -19,7 +19,7 @@ import pytest
 from hermesd.config import Config
 from tests.chaos.helpers import (assert_no_leftovers, delegate_warm, forkserver, live, proc_env, running_job,
                                  wait_warm, warm_on_start, zygote_pids)
-from tests.harness import wait_for, command_line
+from tests.harness import wait_for, command_line, process_name
 
 SLEEPY = [{"text": "resting", "sleep": 60}]
 WITH_GRANDCHILD = [{"text": "starting a long command",
@@ -90,7 +90,7 @@ def test_kill9_of_daemon_ends_warm_children_grandchildren_and_zygote(warm):
     zygote = zygote_pids(warm)[-1]
     recs = [warm.delegate(f"orphan {i}", background=True, script=WITH_GRANDCHILD) for i in range(2)]
     pids = {running_job(warm, r["id"])["pid"] for r in recs}
-    wait_for(lambda: any(p.name() == "sleep" for p in warm.children()), what="grandchild sleep")
+    wait_for(lambda: any(process_name(p) == "sleep" for p in warm.children()), what="grandchild sleep")
     warm.kill9()
     assert_no_leftovers(warm, {r["id"] for r in recs}, pids | {zygote}, timeout=5)
 
