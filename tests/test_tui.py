@@ -149,7 +149,8 @@ def test_top_follows_a_job_and_cancels_from_the_keyboard(daemon):
             await pilot.press("y")
             await until(pilot, lambda: status_of(app, long) == "cancelled", "the job cancelled from the keyboard")
             assert daemon.call("job", id=long)["status"] == "cancelled"
-            assert any(e["type"] == "async_delegation" and e["job"] == long for e in app.board.events)
+            await until(pilot, lambda: any(e["type"] == "async_delegation" and e["job"] == long
+                                           for e in app.board.events), "the completion notification")
             assert "cancelled" in snapshot_text(app.board)
 
     asyncio.run(scenario())
