@@ -15,10 +15,9 @@ schema and concatenate.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from batch import files
 
@@ -61,11 +60,19 @@ FEATURES: list[dict[str, Any]] = [
 """The features of a trajectory line, in the card's YAML form (``datasets.Features._to_yaml_list``)."""
 
 
+@functools.lru_cache(maxsize=1)
+def header() -> str:
+    """The card's YAML header (the same for every run; made once, PyYAML imported then)."""
+    import yaml
+
+    data = {"configs": [{"config_name": c, "data_files": [{"split": "train", "path": p}]} for c, p in CONFIGS],
+            "dataset_info": [{"config_name": c, "features": FEATURES} for c, _ in CONFIGS]}
+    return yaml.safe_dump(data, sort_keys=False)
+
+
 def text(run_name: str) -> str:
     """The card: the YAML header, then a short description of the files."""
-    header = {"configs": [{"config_name": c, "data_files": [{"split": "train", "path": p}]} for c, p in CONFIGS],
-              "dataset_info": [{"config_name": c, "features": FEATURES} for c, _ in CONFIGS]}
-    return (f"---\n{yaml.safe_dump(header, sort_keys=False)}---\n\n# hermesd batch run `{run_name}`\n\n"
+    return (f"---\n{header()}---\n\n# hermesd batch run `{run_name}`\n\n"
             "Agent trajectories written by hermesd's batch job type. `trajectories.jsonl` holds the samples "
             "that passed the filters, `batch_N.jsonl` every sample written; `checkpoint.json` and "
             "`statistics.json` are the run's bookkeeping (not data).\n\n"
@@ -77,5 +84,11 @@ def text(run_name: str) -> str:
 
 
 def write(run_dir: Path, run_name: str) -> None:
-    """Write ``RUN_DIR/README.md`` (atomic).  Raises ``OSError``."""
-    files.write_atomic(run_dir / NAME, text(run_name))
+    """Write ``RUN_DIR/README.md`` (atomic) unless it already holds this card.  Raises ``OSError``."""
+    card = text(run_name)
+    try:
+        if (run_dir / NAME).read_text(encoding="utf-8") == card:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    files.write_atomic(run_dir / NAME, card)

@@ -220,6 +220,10 @@ class RayExecutor:
         """False while the daemon shuts down."""
         return bool(self.d.runner.accepting)
 
+    def ready(self) -> bool:
+        """Always: the driver's cluster starts the items."""
+        return True
+
     def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
         """Queue ``request`` for the driver: it goes out with the reply to its next sync."""
         drv = self.drivers.get(owner.job_id)

@@ -13,7 +13,8 @@ nothing and runs nothing twice — see ``batch.checkpoint``):
    ``partial``, after invalid tool calls) without reasoning is *discarded*:
    written to the checkpoint;
 2. any other sample is appended to ``batch_N.jsonl`` (flushed, fsynced), then
-   the checkpoint names it;
+   the checkpoint names it — within :data:`SAVE_EVERY` seconds, as the batch
+   files are the truth for these (the checkpoint is rebuilt from them);
 3. anything else is a *failure* in the checkpoint — unless the daemon was
    stopping, in which case the prompt is simply pending again.
 
@@ -34,6 +35,11 @@ from batch.settings import Settings
 from hermesd import clock
 
 STATISTICS = "statistics.json"
+SAVE_EVERY = 1.0
+"""Seconds between two writes of the checkpoint while prompts only land in batch files: it is
+a whole-file rewrite per write (its lists grow with the run), and the files already hold
+those prompts.  An outcome that lives only in the checkpoint (discarded, failed, a failure
+lifted) is written at once; so is the end of the run."""
 
 Emit = Callable[[str, dict[str, Any]], None]
 Finished = Callable[["BatchRun", str, "dict[str, Any] | None", "str | None"], None]
@@ -77,6 +83,7 @@ class BatchRun:
         self.settled_now = 0
         self._base_seconds = 0.0
         self._started = clock.monotonic()
+        self._saved = -SAVE_EVERY  # when the checkpoint was last written
         self._filling = self._again = False
 
     # opening ---------------------------------------------------------------
@@ -133,7 +140,7 @@ class BatchRun:
             while self._again:
                 self._again = False
                 while (self.pending and not self.closed and len(self.in_flight) < self.settings.num_workers
-                       and self.executor.accepting()):
+                       and self.executor.accepting() and self.executor.ready()):
                     if not self._submit(self.pending.popleft()):
                         break
         finally:
@@ -179,12 +186,14 @@ class BatchRun:
         if not sample and o.shutdown:
             self.pending.appendleft(self.prompts[o.index])
             return
+        only_here = not sample or o.index in self.checkpoint.failed  # a failure noted or lifted
         try:
             if sample:
                 self._sample(o, result, trajectory, completed=o.status == "completed", partial=partial)
             else:
                 self._failure(o, result)
-            self.save()
+            if only_here or o.index in self.checkpoint.discarded or clock.monotonic() - self._saved >= SAVE_EVERY:
+                self.save()
         except OSError as exc:
             self.finish("failed", f"cannot write the run's files in {self.run_dir}: {exc}")
             return
@@ -246,6 +255,7 @@ class BatchRun:
         """Write the checkpoint (atomic, fsynced).  Raises ``OSError``."""
         self.checkpoint.active_seconds = self.active_seconds()
         self.checkpoint.save()
+        self._saved = clock.monotonic()
 
     # progress and the end ----------------------------------------------------
 

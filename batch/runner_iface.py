@@ -140,6 +140,10 @@ class ItemExecutor(Protocol):
     def accepting(self) -> bool:
         """False once the executor is stopping: submit nothing more."""
 
+    def ready(self) -> bool:
+        """False while an item submitted now would start slower than one submitted a
+        moment later; the executor then calls the owners' ``fill`` when it is ready."""
+
     def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
         """Run ``request`` for ``owner``.  Raises :class:`SubmitError`."""
 
@@ -198,6 +202,14 @@ class SupervisorExecutor:
     def accepting(self) -> bool:
         """False while the daemon shuts down."""
         return bool(self.d.runner.accepting)
+
+    def ready(self) -> bool:
+        """False while no warm start is at hand but one is on its way (``forkserver``: the
+        zygote forks a spare in milliseconds; a cold start costs a whole interpreter's
+        imports, on a machine the other items share): batch items start warm, in the
+        order their slots came free, as spares arrive; the batch service refills every
+        run when the spawner says so (:meth:`hermesd.procs.Spawner.at_hand`)."""
+        return self.d.procs.spawner.at_hand()
 
     def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
         """Admit a ``batch_item`` job (parent: the batch) that starts when its pools have room."""

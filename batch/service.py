@@ -56,6 +56,13 @@ class BatchService:
         self.ray = RayExecutor(ctx)
         self.executors = {"local": self.executor, "ray": self.ray}
         self.runs: dict[str, BatchRun] = {}
+        ctx.procs.spawner.subscribe(self._refill)  # items wait for a warm start on its way
+
+    def _refill(self) -> None:
+        """A start is at hand again: every live run hands out the prompts it held back."""
+        for run in list(self.runs.values()):
+            if not run.closed and run.executor.ready():
+                run.fill()
 
     # starting ----------------------------------------------------------------
 

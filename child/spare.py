@@ -3,12 +3,17 @@
 Who is whose parent — the design in one paragraph.  A child forked directly
 by the zygote would have the zygote as its parent: its ``PR_SET_PDEATHSIG``
 would fire when the *zygote* dies rather than the daemon, and the daemon could
-not ``waitpid`` it.  So the zygote double-forks: it forks an intermediate
-process, which forks the spare and exits at once.  The orphaned spare is
-re-parented by the kernel to the nearest child subreaper above it — hermesd,
-which is one (``PR_SET_CHILD_SUBREAPER``) — and only *then* arms its lifeline
-against the daemon's pid (arming before would fire when the intermediate
-exits).  From there on a warm child is indistinguishable from a cold one for
+not ``waitpid`` it.  So the zygote forks the spare as its own *sibling*:
+``clone(2)`` with ``CLONE_PARENT`` (:func:`fork_beside`) makes the daemon the
+spare's parent from its first instruction.  Where that call is refused (a
+seccomp filter, another architecture), the zygote double-forks instead: it
+forks an intermediate process, which forks the spare and exits at once; the
+orphaned spare is re-parented by the kernel to the nearest child subreaper
+above it — hermesd, which is one (``PR_SET_CHILD_SUBREAPER``) — and only
+*then* arms its lifeline against the daemon's pid (arming before would fire
+when the intermediate exits).  The double fork costs a second copy of the
+zygote's page tables and their teardown when the intermediate exits: on 2
+cores about as much CPU as the job of a short batch item.  From there on a warm child is indistinguishable from a cold one for
 the daemon: its parent is hermesd, hermesd reaps it through ``SIGCHLD`` and
 learns its exit status, ``killpg(pid)`` reaches its process group, and
 ``PDEATHSIG`` fires when hermesd dies.  When the daemon is not a subreaper
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import importlib
 import os
 import signal
@@ -52,10 +58,49 @@ from hermesd import rlimits
 from hermesd.prctl import set_death_signal
 from hermesd.warm.wire import MARK_ENV, read_request, send_msg
 
+_CLONE_PARENT = 0x00008000
+"""``clone(2)`` flag: the new process's parent is the caller's parent (``<linux/sched.h>``)."""
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
+"""The ``clone`` system call's number here (``asm/unistd_64.h``, ``asm-generic/unistd.h``)."""
+_beside_refused = False  # fork_beside() was refused once: the zygote double-forks from then on
+
 ENTRY = "child.__main__:main"
 """What a spare runs once it has its job (``module:function`` returning an exit status)."""
 PREPARE = "child.__main__:prepare"
 """What a spare runs while it waits for a job (connects to the daemon ahead of time)."""
+
+
+def fork_beside() -> int:
+    """``os.fork()`` whose child is the caller's sibling: ``clone(CLONE_PARENT | SIGCHLD)``.
+
+    Returns 0 in the child and the child's pid in the caller, like ``os.fork``,
+    and does what ``os.fork`` does around it (``PyOS_BeforeFork``, then
+    ``PyOS_AfterFork_Child`` or ``_Parent``: locks, threads, ``os.register_at_fork``
+    callbacks such as ``random``'s reseed), with the GIL held throughout
+    (``ctypes.PyDLL``).  What glibc's ``fork()`` adds and a raw ``clone`` skips —
+    its ``pthread_atfork`` handlers, the child's cached thread id, its robust-mutex
+    list — matters only to a process with other threads; the zygote has none.
+    The child's exit is signalled to the parent with the caller's own exit signal
+    (``SIGCHLD``, from ``subprocess``).  Raises ``OSError`` (``ENOSYS`` on an
+    architecture whose call number is not known here; ``EINVAL``/``EPERM`` where
+    the kernel or a seccomp filter refuses it).
+    """
+    if _SYS_CLONE is None:
+        raise OSError(errno.ENOSYS, f"clone(CLONE_PARENT) is not wired for {os.uname().machine}")
+    libc = ctypes.PyDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    api = ctypes.pythonapi
+    api.PyOS_BeforeFork()
+    pid = libc.syscall(ctypes.c_long(_SYS_CLONE), ctypes.c_ulong(_CLONE_PARENT | signal.SIGCHLD),
+                       ctypes.c_ulong(0), ctypes.c_void_p(None), ctypes.c_void_p(None), ctypes.c_ulong(0))
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    failed = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(failed, f"clone(CLONE_PARENT): {os.strerror(failed)}")
+    return pid
 
 
 def arm_lifeline(sig: int) -> None:
@@ -87,6 +132,32 @@ class Spare:
 
     @classmethod
     def fork(cls, sock: socket.socket) -> Spare:
+        """Fork a spare as the zygote's sibling (a child of the daemon) that waits on its
+        pipe; where :func:`fork_beside` is refused, double-fork it (:meth:`_double_fork`).
+        Raises ``OSError`` when a fork failed.
+        """
+        global _beside_refused
+        if not _beside_refused:
+            cmd_r, cmd_w = os.pipe()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            try:
+                pid = fork_beside()
+            except OSError as exc:
+                os.close(cmd_r)
+                os.close(cmd_w)
+                if exc.errno not in (errno.ENOSYS, errno.EINVAL, errno.EPERM):
+                    raise
+                _beside_refused = True
+            else:
+                if pid == 0:
+                    _spare_main(cmd_r, sock, None)
+                os.close(cmd_r)
+                return cls(cmd_w, pid)
+        return cls._double_fork(sock)
+
+    @classmethod
+    def _double_fork(cls, sock: socket.socket) -> Spare:
         """Double-fork a spare; it is re-parented to the daemon and waits on its pipe.
 
         The intermediate reports the spare's pid on a pipe before it exits.
@@ -127,14 +198,16 @@ class Spare:
             os.close(self.cmd)
 
 
-def _spare_main(cmd_fd: int, sock: socket.socket, middle: int) -> None:
-    """In a spare: leave the zygote's session, belong to the daemon, wait for a job, become its child."""
+def _spare_main(cmd_fd: int, sock: socket.socket, middle: int | None) -> None:
+    """In a spare: leave the zygote's session, belong to the daemon (at once, or once the
+    intermediate ``middle`` exited), wait for a job, become its child."""
     code = 1
     try:
         os.setsid()
         os.close(sock.detach())
         _close_all_but(cmd_fd)
-        _await_new_parent(middle)
+        if middle is not None:
+            _await_new_parent(middle)
         arm_lifeline(signal.SIGKILL)  # until the child's own lifeline takes over
         title("hermes-zygote (spare)")
         _fresh_process()  # before the request: it costs the job nothing

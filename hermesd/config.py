@@ -17,6 +17,7 @@ names and stay fast).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import typing
 from dataclasses import dataclass, field
@@ -229,11 +230,18 @@ class Config:
 
     def log_dir(self) -> Path:
         """Directory of per-job directories (``supervisor.log_dir`` or ``HERMES_HOME/jobs``)."""
-        return Path(self.supervisor.log_dir).expanduser() if self.supervisor.log_dir else paths.hermes_home() / "jobs"
+        return _log_dir(self.supervisor.log_dir, os.environ.get("HERMES_HOME"), os.environ.get("HOME"))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data view (for ``status`` and child specs)."""
         return dataclasses.asdict(self)
+
+
+@functools.lru_cache(maxsize=8)
+def _log_dir(configured: str | None, hermes_home: str | None, home: str | None) -> Path:
+    """:meth:`Config.log_dir` for a ``supervisor.log_dir``, ``$HERMES_HOME`` and ``$HOME`` (cached:
+    the runner asks for it several times per job)."""
+    return Path(configured).expanduser() if configured else paths.hermes_home() / "jobs"
 
 
 def default_path() -> Path:

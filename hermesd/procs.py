@@ -138,6 +138,18 @@ class Spawner(Protocol):
     def describe(self) -> dict[str, Any]:
         """For ``status``: ``{"method": …}`` and what the strategy can tell; only reads."""
 
+    def own_pids(self) -> frozenset[int]:
+        """Processes of the strategy's own among the daemon's children (a zygote, spares):
+        no job's, so no search for a job's escaped descendants looks into them."""
+
+    def at_hand(self) -> bool:
+        """True when a child started now starts as fast as this strategy can start one;
+        False while a faster start is on its way (a warm spare being forked): a job type
+        that paces its own starts (batch) may wait for :meth:`subscribe`'s call."""
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` from the event loop whenever :meth:`at_hand` may have turned true."""
+
     def close(self) -> None:
         """Stop what :meth:`start` started (at shutdown)."""
 
@@ -163,6 +175,17 @@ class ColdSpawner:
     def describe(self) -> dict[str, Any]:
         """``{"method": "spawn"}``."""
         return {"method": self.method}
+
+    def own_pids(self) -> frozenset[int]:
+        """None: every child is a job's."""
+        return frozenset()
+
+    def at_hand(self) -> bool:
+        """Always: a cold start is the only kind."""
+        return True
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Nothing to tell: :meth:`at_hand` is always true."""
 
     def close(self) -> None:
         """Nothing to stop."""
@@ -297,7 +320,8 @@ class ProcessManager:
     def cleanup_group(self, child: Child) -> None:
         """Kill what is left of the child's process group and its escaped descendants."""
         self.os.killpg(child.pid, signal.SIGKILL)
-        others = frozenset(self._by_pid)  # live children of other jobs: their subtrees are theirs
+        # live children of other jobs (their subtrees are theirs), the zygote and the held spares
+        others = frozenset(self._by_pid) | self.spawner.own_pids()
         for pid in self.os.descendants_with_env("HERMES_JOB_ID", child.job, others):
             self.os.kill(pid, signal.SIGKILL)
 

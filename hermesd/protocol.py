@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from typing import Any, NamedTuple
 
 import msgpack
@@ -178,7 +179,8 @@ def decode_request(frame: bytes) -> Request:
             args = {}
         if not isinstance(args, dict):
             raise ProtocolError("bad_request", "request field 'args' must be a map")
-        check_ints(args)
+        if may_hold_bad_numbers(frame):
+            check_ints(args)
         return Request(req_id, op, args)
     except ProtocolError as err:
         err.req_id = req_id if isinstance(req_id, (str, int)) and not isinstance(req_id, bool) else None
@@ -218,6 +220,20 @@ def raise_for_reply(reply: dict[str, Any]) -> Any:
 def encode_event(event: dict[str, Any]) -> list[bytes]:
     """Return the PUB frames ``[EVENT_TOPIC, msgpack(event)]`` of an event map."""
     return [EVENT_TOPIC, packb(event)]
+
+
+_BAD_NUMBER_MARKS = re.compile(rb"\xcf|\xcb[\x7f\xff][\xf0-\xff]|\xca[\x7f\xff][\x80-\xff]")
+"""Bytes a msgpack frame must contain to carry an integer or float :func:`check_ints` refuses
+(msgpack spec, "formats"): ``0xcf`` starts a uint64 (the only integer format that holds
+more than :data:`INT64_MAX`); a float 64 (``0xcb``) or float 32 (``0xca``) whose exponent
+bits are all ones is an infinity or a NaN (IEEE 754)."""
+
+
+def may_hold_bad_numbers(frame: bytes) -> bool:
+    """False when the msgpack ``frame`` cannot hold a number :func:`check_ints` refuses: a
+    scan of the bytes in C instead of a walk of every value (a child's result carries its
+    whole trajectory).  True means "maybe" (the marks may sit inside a string)."""
+    return _BAD_NUMBER_MARKS.search(frame) is not None
 
 
 def check_ints(value: Any, where: str = "", depth: int = 0) -> None:

@@ -20,6 +20,10 @@ export CMAKE_ARGS=${CMAKE_ARGS:--DGGML_NATIVE=OFF}
 "$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -vE "^WARNING: Location|^$" || true
 "$VENV/bin/pip" install -q -e "$ROOT$EXTRAS" 2>&1 | grep -vE "^WARNING: Location|^$" || true
 "$VENV/bin/python" -c "import hermesd" # the install above must have worked
+# Bytecode for the project's own modules: an editable install compiles nothing, and where
+# PYTHONDONTWRITEBYTECODE is set (as on the CI machines) every cold child and every hermesctl
+# would compile them again from source.
+"$VENV/bin/python" -m compileall -q "$ROOT/hermesd" "$ROOT/child" "$ROOT/client" "$ROOT/batch" >/dev/null
 if "$VENV/bin/pip" show -q llama-cpp-python >/dev/null 2>&1 \
     && ! why=$(cd "$ROOT" && "$VENV/bin/python" -m child.providers.llama_build 2>&1); then
   echo "install-venv.sh: ${why:-the installed llama-cpp-python crashed on this CPU}" >&2

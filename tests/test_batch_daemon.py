@@ -183,6 +183,20 @@ def test_per_prompt_scheduling_within_num_workers_and_max_children(make_daemon, 
     assert sum(1 for goal, seq in ended.items() if goal != "slow" and seq < ended["slow"]) >= 6
 
 
+def test_with_warm_start_every_item_starts_warm(make_daemon, tmp_path):
+    """Items wait for the spare the zygote is forking (milliseconds) instead of starting a
+    whole interpreter each when the spares held run out (hermesd.procs.Spawner.at_hand)."""
+    daemon = make_daemon()
+    if daemon.call("status")["start"]["method"] != "forkserver":
+        pytest.skip("warm start only (HERMES_TEST_START_METHOD=spawn)")
+    wait_for(lambda: daemon.call("status")["start"].get("zygote"), 120, what="the zygote warm")
+    quick = [{"thinking": "t", "text": "ok"}]
+    entries = [{"prompt": f"quick {i}", "script": quick} for i in range(12)]
+    record = start(daemon, write_dataset(tmp_path / "d.jsonl", entries), "warm", num_workers=6)
+    assert finish(daemon, record)["status"] == "completed"
+    assert daemon.call("status")["start"]["starts"] == {"warm": 12, "cold": 0}
+
+
 def test_cwd_is_honoured(  # docker_image: tests/test_containers.py
         make_daemon, tmp_path):
     daemon = make_daemon()

@@ -9,6 +9,7 @@ import msgpack
 import pytest
 import zmq
 
+from hermesd import protocol
 from hermesd.protocol import ProtocolError
 from tests.harness import DaemonProc
 
@@ -112,3 +113,22 @@ def test_client_refuses_what_msgpack_cannot_carry(daemon):
     with pytest.raises(ProtocolError) as err:
         daemon.call("events_since", since=1 << 70)
     assert err.value.code == "bad_request" and err.value.details["field"] == "since"
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_the_byte_scan_never_passes_a_frame_whose_numbers_check_ints_refuses(single):
+    """``protocol.may_hold_bad_numbers`` lets the daemon skip the walk of a frame: it must
+    say "maybe" for every frame the walk would refuse (floats 64 and 32 bits, ints)."""
+    values = [0, 1, -1, (1 << 63) - 1, -(1 << 63), 1 << 63, (1 << 64) - 1, 0.0, -0.0, 1.5, -2.5e300, 5e-324,
+              float("inf"), float("-inf"), float("nan"), -float("nan"), 3.4e38, "x" * 40, [1.0, [2**63]]]
+    for value in values:
+        try:
+            frame = msgpack.packb({"a": [value, {"b": value}]}, use_single_float=single)
+        except OverflowError:  # a double no float 32 holds
+            continue
+        decoded = msgpack.unpackb(frame, raw=False)
+        try:
+            protocol.check_ints(decoded)
+        except ProtocolError:
+            assert protocol.may_hold_bad_numbers(frame), (value, single)
+    assert not protocol.may_hold_bad_numbers(msgpack.packb({"ok": [1, 2.5, "text", -(1 << 63)]}))

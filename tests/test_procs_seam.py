@@ -203,6 +203,9 @@ class RecordingSpawner:
     def describe(self):
         return {"method": self.method}
 
+    def own_pids(self):
+        return frozenset()
+
     def close(self):
         pass
 

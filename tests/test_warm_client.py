@@ -111,3 +111,40 @@ def test_no_subreaper_no_zygote(monkeypatch, loop):
     client = ZygoteClient({}, loop)
     client.start()
     assert client.proc is None and "not a child subreaper" in client.describe()["cold_reason"]
+
+
+def test_at_hand_says_wait_while_a_spare_is_coming_and_tells_the_listeners_when_it_came(monkeypatch, loop):
+    client, theirs = _client(monkeypatch, loop, [])
+    client.loop.add_reader(client.sock.fileno(), client._on_readable)
+    told = []
+    client.listeners.append(lambda: told.append(loop.time()))
+    assert client.spawn(cwd="/", env={}, log_path=os.devnull) is None  # cold: the job never waits
+    assert client.at_hand() is False, "a spare is on its way: a batch item waits for it"
+    r, w = os.pipe()
+    send_msg(theirs, {"spare": 6666}, (w,))
+    os.close(w)
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert told and client.at_hand() is True
+    client.close()
+    os.close(r)
+    theirs.close()
+
+
+def test_at_hand_stops_waiting_for_a_spare_that_does_not_come(monkeypatch, loop):
+    monkeypatch.setattr(warm_client, "SPARE_WAIT", 0.1)
+    client, theirs = _client(monkeypatch, loop, [])
+    told = []
+    client.listeners.append(lambda: told.append(True))
+    assert client.at_hand() is False
+    loop.run_until_complete(asyncio.sleep(0.3))  # the zygote is stuck: no spare
+    assert told == [True] and client.at_hand() is True, "after SPARE_WAIT a cold start is as good"
+    theirs.close()
+    client.sock.close()
+
+
+def test_at_hand_without_a_warm_zygote_never_waits(monkeypatch, loop):
+    client, theirs = _client(monkeypatch, loop, [])
+    client.info = None  # warming up
+    assert client.at_hand() is True
+    theirs.close()
+    client.sock.close()

@@ -30,8 +30,9 @@ async def child_progress(ctx: Context, job: str, args: dict[str, Any]) -> dict[s
 def _save_trajectory(ctx: Context, job: str, trajectory: Any) -> None:
     path = ctx.runner.job_dir(job) / "trajectory.json"
     tmp = path.with_suffix(".tmp")
+    text = json.dumps(trajectory, ensure_ascii=False)  # json.dump would stream through the pure-Python encoder
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(trajectory, fh, ensure_ascii=False)
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

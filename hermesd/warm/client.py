@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import msgpack
 
@@ -52,6 +52,9 @@ READY_TIMEOUT = 120.0
 """Seconds a zygote may take to get warm before it is given up (and tried again)."""
 RESTART_AFTER = 10.0
 """Seconds between two starts of a zygote that does not get warm or keeps dying."""
+SPARE_WAIT = 0.5
+"""Seconds a start may wait for a spare on its way before :meth:`ZygoteClient.at_hand` says
+waiting is pointless (a zygote too slow or stuck: a cold start is then as good)."""
 _BROKEN = (OSError, ValueError, msgpack.UnpackException)
 """What reading or writing the zygote's socket raises when the zygote broke."""
 
@@ -98,6 +101,9 @@ class ZygoteClient:
         self.closed = False
         self._started = -RESTART_AFTER
         self._timer: Any = None  # the ready deadline, or the next start
+        self.listeners: list[Callable[[], None]] = []  # told when at_hand() may have turned true
+        self._empty_since: float | None = None  # when a start last found no spare (none arrived since)
+        self._wait_timer: Any = None
 
     # starting and stopping -------------------------------------------------
 
@@ -165,6 +171,7 @@ class ZygoteClient:
         self.cold_reason = f"{why}; children start cold, next try in {RESTART_AFTER:.0f}s"
         log.warning("warm start: %s", self.cold_reason)
         self._stop_zygote()
+        self._at_hand_again()
         if not self.closed:
             self._timer = self.loop.call_later(RESTART_AFTER, self.start)
 
@@ -181,6 +188,7 @@ class ZygoteClient:
         log.warning("warm start: zygote lost (%s); %d spare(s) held, then children start cold until it "
                     "is back", why, len(self.spares))
         self._stop_zygote()
+        self._at_hand_again()
         if not self.closed:
             self.start()
 
@@ -227,6 +235,7 @@ class ZygoteClient:
             elif msg.get("spare") and fds:
                 self.asked = max(0, self.asked - 1)
                 self.spares.append(HeldSpare(int(msg["spare"]), fds[0], int((self.info or {}).get("pid") or 0)))
+                self._at_hand_again()
             elif msg.get("error"):
                 self.asked = max(0, self.asked - 1)
                 log.warning("warm start: %s (errno %s); asked again at the next start", msg["error"],
@@ -266,6 +275,7 @@ class ZygoteClient:
                 if write_request(spare.fd, {"cwd": cwd, "env": env, "log_path": log_path,
                                             "zygote": spare.zygote}):
                     return ForkedChild(spare.pid)
+            self._empty_since = self._empty_since or time.monotonic()
             return None
         finally:
             self._replenish()
@@ -284,6 +294,42 @@ class ZygoteClient:
             self._lost(exc)
             return
         self.asked += missing
+
+    def at_hand(self) -> bool:
+        """True when a job started now starts warm (a spare held), or when waiting would
+        not make it warm: no zygote warm (starting, dead, given up), or none of the
+        spares asked for arrived within :data:`SPARE_WAIT` of the first start that found
+        none.  When it says False, :attr:`listeners` are called once it may be true
+        again (a spare arrived, the zygote was lost, or that wait ran out).  Only reads
+        and sets a timer; never waits."""
+        if self.spares or self.info is None or self.sock is None:
+            return True
+        now = time.monotonic()
+        self._empty_since = self._empty_since or now
+        if now - self._empty_since >= SPARE_WAIT:
+            return True
+        if self._wait_timer is None:  # also marks that someone waits
+            self._wait_timer = self.loop.call_later(SPARE_WAIT - (now - self._empty_since) + 0.001,
+                                                    self._at_hand_again)
+        return False
+
+    def _at_hand_again(self) -> None:
+        """:meth:`at_hand` may be true again: tell the listeners, if it said False since the
+        last time (from the loop, later: this may run inside a start)."""
+        if self.spares:
+            self._empty_since = None
+        if self._wait_timer is None:
+            return  # no one was told to wait
+        self._wait_timer.cancel()
+        self._wait_timer = None
+        for callback in self.listeners:
+            self.loop.call_soon(callback)
+
+    def own_pids(self) -> frozenset[int]:
+        """The zygote's pid (its subtree: spares on their way to the daemon) and the held
+        spares' (waiting for a job, so no job's yet)."""
+        zygote = {self.proc.pid} if self.proc is not None else set()
+        return frozenset(zygote | {s.pid for s in self.spares})
 
     def describe(self) -> dict[str, Any]:
         """``{"zygote": pid once warm else None, "spares": held}``, and ``cold_reason`` when

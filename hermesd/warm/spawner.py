@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hermesd.procs import OS, ColdSpawner, Spawner, child_env
 from hermesd.warm.client import ZygoteClient
@@ -31,6 +31,7 @@ class WarmSpawner:
     def __init__(self, cold: ColdSpawner, zygote: ZygoteClient):
         self.cold = cold
         self.zygote = zygote
+        self.starts = {"warm": 0, "cold": 0}
 
     def start(self) -> None:
         """Start the zygote (it warms up in the background)."""
@@ -47,16 +48,35 @@ class WarmSpawner:
         if not os.path.isdir(cwd):
             raise FileNotFoundError(errno.ENOENT, "No such directory", cwd)
         handle = self.zygote.spawn(cwd=cwd, env=env, log_path=str(log_path))
-        return handle if handle is not None else self.cold.spawn(argv, cwd=cwd, env=env, log_path=log_path)
+        if handle is None:
+            handle = self.cold.spawn(argv, cwd=cwd, env=env, log_path=log_path)
+            self.starts["cold"] += 1
+        else:
+            self.starts["warm"] += 1
+        return handle
+
+    def at_hand(self) -> bool:
+        """Would a child started now start warm, or is waiting pointless (see
+        :meth:`ZygoteClient.at_hand`)?"""
+        return self.zygote.at_hand()
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` (soon, from the loop) each time :meth:`at_hand` may have turned true."""
+        self.zygote.listeners.append(callback)
 
     def reaped(self, exits: list[tuple[int, int]]) -> None:
         """A zygote among ``exits`` is replaced, a held spare dropped."""
         self.zygote.reaped(exits)
 
     def describe(self) -> dict[str, Any]:
-        """``{"method": "forkserver", "zygote": pid or None (not warm), "spares": held}``, with
+        """``{"method": "forkserver", "zygote": pid or None (not warm), "spares": held,
+        "starts": {"warm": n, "cold": n}}`` (starts since the daemon started), with
         ``cold_reason`` when the zygote could not start."""
-        return {"method": self.method, **self.zygote.describe()}
+        return {"method": self.method, **self.zygote.describe(), "starts": dict(self.starts)}
+
+    def own_pids(self) -> frozenset[int]:
+        """The zygote's pid and the held spares' (see :meth:`ZygoteClient.own_pids`)."""
+        return self.zygote.own_pids()
 
     def close(self) -> None:
         """Stop the zygote and the spares held."""

@@ -35,8 +35,9 @@ def warm(make_daemon):
 
 def test_warm_child_has_its_own_everything(warm):
     zygote = zygote_pids(warm)[-1]
-    wait_for(lambda: warm.call("status")["start"] == {"method": "forkserver", "zygote": zygote, "spares": 2},
-             what="status naming the zygote and its two spares")
+    wait_for(lambda: warm.call("status")["start"] == {"method": "forkserver", "zygote": zygote, "spares": 2,
+                                                      "starts": {"warm": 0, "cold": 0}},
+             what="status naming the zygote, its two spares and no start yet")
     cwd = warm.work / "here"
     cwd.mkdir()
     rec = warm.delegate("isolated goal", cwd=str(cwd), script=SLEEPY)
@@ -46,7 +47,8 @@ def test_warm_child_has_its_own_everything(warm):
     assert env.get("HERMES_ZYGOTE") == str(zygote), "not forked from the zygote"
     assert env["HERMES_JOB_ID"] == rec["id"] and env["HERMES_SUPERVISOR"] == warm.supervisor_id
     assert "NOTIFY_SOCKET" not in env and "HERMES_ENV_ROOM" not in env and "HERMES_ZYGOTE_OF" not in env
-    assert child.ppid() == warm.proc.pid, "a warm child must be re-parented to the daemon"
+    assert child.ppid() == warm.proc.pid, "a warm child must be the daemon's child"
+    assert warm.call("status")["start"]["starts"] == {"warm": 1, "cold": 0}
     assert os.getpgid(pid) == pid and os.getsid(pid) == pid
     assert child.cwd() == str(cwd)
     log = warm.home / "jobs" / rec["id"] / "log"
