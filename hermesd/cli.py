@@ -1,13 +1,33 @@
-"""``hermesd run | check-config | version``: the daemon's own command line."""
+"""``hermesd run | check-config | version``: the daemon's own command line.
+
+argparse, not click as ``hermesctl``: the process that parses ``hermesd run``
+becomes the daemon, and click would stay in its memory for its whole life
+(about a megabyte of an idle daemon, issue 22) for three commands.
+"""
 
 from __future__ import annotations
 
+import argparse
 import logging
+import os
 import sys
-
-import click
+from typing import Any, Callable
 
 from hermesd import __version__, config as config_mod
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help layout with the width found here: its own way imports ``shutil``
+    (with ``bz2`` and ``lzma``) into what becomes the daemon."""
+
+    def __init__(self, prog: str):
+        try:
+            width = int(os.environ.get("COLUMNS") or os.get_terminal_size(sys.stdout.fileno()).columns)
+        except (ValueError, OSError):
+            width = 80
+        super().__init__(prog, width=max(width - 2, 40))
 
 
 def keep_tls_out() -> None:
@@ -28,53 +48,65 @@ def _load(path: str | None) -> config_mod.Config:
         return config_mod.load(path)
     except config_mod.ConfigError as err:
         for problem in err.problems:
-            click.echo(f"hermesd: invalid configuration: {problem}", err=True)
+            print(f"hermesd: invalid configuration: {problem}", file=sys.stderr)
         sys.exit(7)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="hermesd")
-def cli() -> None:
-    """hermesd: the supervisor daemon for AI subagents."""
-
-
-@cli.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Config file (default $HERMES_HOME/config.yaml).")
-@click.option("--foreground", is_flag=True, default=True, hidden=True,
-              help="Stay in the foreground (always; hermesd never daemonizes itself).")
-@click.option("--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-def run(config_path: str | None, foreground: bool, log_level: str) -> None:
+def run(args: argparse.Namespace) -> None:
     """Run the daemon in the foreground until SIGTERM, SIGINT or `hermesctl shutdown`."""
-    logging.basicConfig(level=log_level, stream=sys.stderr,
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s")
-    cfg = _load(config_path)
+    cfg = _load(args.config)
     keep_tls_out()
     from hermesd import server
 
-    sys.exit(server.run(cfg, config_path))
+    sys.exit(server.run(cfg, args.config))
 
 
-@cli.command("check-config")
-@click.argument("path", type=click.Path(dir_okay=False), required=False)
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="The file to check (the same as PATH).")
-def check_config(path: str | None, config_path: str | None) -> None:
-    """Validate the config file (PATH, else $HERMES_HOME/config.yaml); exit 0 if valid, 7 with
-    one file:line: key: reason line per problem if not."""
-    cfg = _load(path or config_path)
-    click.echo(f"{cfg.source or 'defaults (no config file)'}: OK")
+def check_config(args: argparse.Namespace) -> None:
+    """Validate the config file (PATH, else $HERMES_HOME/config.yaml).
+
+    Exit 0 if valid, 7 with one file:line: key: reason line per problem if not."""
+    cfg = _load(args.path or args.config)
+    print(f"{cfg.source or 'defaults (no config file)'}: OK")
 
 
-@cli.command()
-def version() -> None:
+def version(_args: argparse.Namespace) -> None:
     """Print the version."""
-    click.echo(__version__)
+    print(__version__)
 
 
-def main() -> None:
-    """Console-script entry point."""
-    cli()
+def parser() -> argparse.ArgumentParser:
+    """The command line: ``run``, ``check-config``, ``version`` (each command's help is its doc)."""
+    top = argparse.ArgumentParser(prog="hermesd", description="hermesd: the supervisor daemon for AI subagents.",
+                                  formatter_class=_Formatter)
+    top.add_argument("--version", action="version", version=f"hermesd, version {__version__}")
+    commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    config_help = "Config file (default $HERMES_HOME/config.yaml)."
+    cmd = _command(commands, "run", run)
+    cmd.add_argument("--config", metavar="PATH", default=None, help=config_help)
+    cmd.add_argument("--foreground", action="store_true", default=True, help=argparse.SUPPRESS)  # always
+    cmd.add_argument("--log-level", default="INFO", choices=LOG_LEVELS)
+    cmd = _command(commands, "check-config", check_config)
+    cmd.add_argument("path", nargs="?", default=None, metavar="PATH")
+    cmd.add_argument("--config", metavar="PATH", default=None, help="The file to check (the same as PATH).")
+    cmd = _command(commands, "version", version)
+    return top
+
+
+def _command(commands: Any, name: str, fn: Callable[[argparse.Namespace], None]) -> argparse.ArgumentParser:
+    """The sub-parser of command ``name`` run by ``fn`` (its help: ``fn``'s doc)."""
+    doc = (fn.__doc__ or "").strip()
+    cmd = commands.add_parser(name, formatter_class=_Formatter, help=doc.splitlines()[0], description=doc)
+    cmd.set_defaults(func=fn)
+    return cmd
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point.  Exits 2 on a usage error (as argparse does), 7 on an
+    invalid configuration."""
+    args = parser().parse_args(argv)
+    args.func(args)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 import zlib
 from typing import Any
@@ -86,6 +85,8 @@ def find_engine(terminal: Terminal) -> tuple[list[str], str]:
     """
     names = [terminal.engine_path] if terminal.engine_path else (
         [terminal.backend] if terminal.backend != "local" else ["podman", "docker"])
+    import shutil  # here: shutil imports bz2 and lzma, a megabyte of the idle daemon (issue 22)
+
     path = next((found for found in map(shutil.which, names) if found), None)
     if path is None:
         raise EngineError(f"no container engine found ({' or '.join(names)} is not installed or not "

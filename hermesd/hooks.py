@@ -19,7 +19,6 @@ import logging
 import os
 import signal
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -71,6 +70,8 @@ class JobEndHooks:
         exited: asyncio.Future[int] = loop.create_future()
         try:
             directory.mkdir(parents=True, exist_ok=True)
+            import tempfile  # here: it imports shutil and random, not needed by a daemon without hooks
+
             with tempfile.TemporaryFile(dir=directory) as stdin, open(directory / "hook.log", "ab") as out:
                 stdin.write(json.dumps(jobs_mod.record(row), ensure_ascii=False, default=str).encode() + b"\n")
                 stdin.seek(0)  # a file, not a pipe: a hook that does not read never blocks the daemon

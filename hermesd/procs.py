@@ -28,7 +28,6 @@ strategy the process manager owns (:class:`Spawner`): :class:`ColdSpawner`
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import subprocess
@@ -37,9 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-import psutil
 
-from hermesd import limits, rlimits
+from hermesd import limits, procfs, rlimits
 
 SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 SUPERVISOR_ENV = "HERMES_SUPERVISOR"
@@ -100,23 +98,17 @@ class OS:
         subtrees searched, not per process we supervise.
         """
         found = []
-        todo = [pid for pid in children_of("self") if pid not in skip]
+        todo = [pid for pid in procfs.children_of("self") if pid not in skip]
         while todo:
             pid = todo.pop()
-            todo.extend(children_of(str(pid)))
-            try:
-                if psutil.Process(pid).environ().get(key) == value:
-                    found.append(pid)
-            except psutil.Error:
-                continue
+            todo.extend(procfs.children_of(str(pid)))
+            if procfs.has_env(pid, key, value):
+                found.append(pid)
         return found
 
     def start_time(self, pid: int) -> float | None:
         """The process's start time (seconds since the epoch), or None when gone."""
-        try:
-            return psutil.Process(pid).create_time()
-        except psutil.Error:
-            return None
+        return procfs.start_time(pid)
 
 
 class Spawner(Protocol):
@@ -331,33 +323,6 @@ class ProcessManager:
             self.os.killpg(child.pid, sig)
 
 
-def children_of(pid: str) -> list[int]:
-    """Pids of the children of process ``pid`` (a pid or ``"self"``), from
-    ``/proc/PID/task/*/children`` (Linux ≥ 3.5 with ``CONFIG_PROC_CHILDREN``;
-    one small read per thread, not a scan of every process; psutil where the
-    files are missing).  ``[]`` when the process is gone.
-    """
-    pids: set[int] = set()
-    try:
-        tasks = list(os.scandir(f"/proc/{pid}/task"))
-    except OSError:
-        return []
-    for task in tasks:
-        try:
-            with open(f"{task.path}/children") as fh:
-                pids.update(int(p) for p in fh.read().split())
-        except FileNotFoundError:
-            if not os.path.exists(f"/proc/{pid}"):
-                return []
-            try:  # a kernel without CONFIG_PROC_CHILDREN: psutil's scan of every process
-                return [c.pid for c in psutil.Process(None if pid == "self" else int(pid)).children()]
-            except psutil.Error:
-                return []
-        except OSError:
-            continue  # the thread ended meanwhile
-    return sorted(pids)
-
-
 def sweep_leftovers(supervisor_id: str) -> list[int]:
     """Kill every process left by an earlier daemon of this state directory.
 
@@ -366,15 +331,12 @@ def sweep_leftovers(supervisor_id: str) -> list[int]:
     """
     killed = []
     me = os.getpid()
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid == me:
+    for pid in procfs.all_pids():
+        if pid == me or not procfs.has_env(pid, SUPERVISOR_ENV, supervisor_id):
             continue
         try:
-            if proc.environ().get(SUPERVISOR_ENV) != supervisor_id:
-                continue
-            proc.kill()
-            killed.append(proc.pid)
-        except (psutil.Error, OSError) as exc:
-            if getattr(exc, "errno", None) not in (None, errno.ESRCH):
-                continue
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
+            continue  # gone meanwhile, or not ours to signal
     return killed

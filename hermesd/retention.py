@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -173,6 +172,8 @@ class Retention:
         path = self.job_dir(job)
         if not path.exists():
             return False
+        import shutil  # here: shutil imports bz2 and lzma, a megabyte of the idle daemon (issue 22)
+
         shutil.rmtree(path, ignore_errors=True)
         return True
 

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from hermesd import config as config_mod
 from hermesd import paths
@@ -107,6 +105,8 @@ def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None 
 def load(name: str) -> Profile:
     """Read profile ``name``.  Raises ``not_found`` (listing the profiles there are)
     or ``invalid_config`` (a broken file, naming the file and the key)."""
+    import yaml  # here, as shutil below: what only profile commands need is not in the idle daemon
+
     path = file_of(name)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -169,6 +169,8 @@ def save(name: str, fields: dict[str, Any], *, replace: bool = False) -> Profile
     paths.ensure_private_dir(root())
     paths.ensure_private_dir(path.parent)
     tmp = path.with_suffix(".tmp")
+    import yaml
+
     text = yaml.safe_dump({"name": name, **checked}, sort_keys=False, allow_unicode=True)
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -188,5 +190,7 @@ def delete(name: str) -> dict[str, Any]:
         gone = load(name).to_dict()
     except ProtocolError:
         gone = {"name": name, "path": str(path)}
+    import shutil
+
     shutil.rmtree(path.parent)
     return gone

@@ -1,0 +1,94 @@
+"""What the daemon reads about processes from ``/proc`` (Linux, proc(5)).
+
+The daemon needs four facts about processes that are not its jobs' own
+bookkeeping: a process's children, whether its environment holds a given
+``KEY=value``, its start time, and the list of every process (the sweep of
+leftovers at start).  psutil would answer all four, but importing it costs the
+idle daemon about a megabyte of resident memory (issue 22), for four reads of
+documented files.  Clients, children and tests keep using psutil.
+
+Every function raises nothing for a process that is gone or unreadable (it
+answers ``[]``, ``False`` or ``None``): between listing a process and reading
+it, it may exit.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+__all__ = ["children_of", "has_env", "start_time", "all_pids"]
+
+
+def children_of(pid: int | str) -> list[int]:
+    """Pids of the children of process ``pid`` (a pid or ``"self"``), sorted.
+
+    From ``/proc/PID/task/*/children`` (Linux ≥ 3.5 with
+    ``CONFIG_PROC_CHILDREN``: one small read per thread, not a scan of every
+    process); where those files are missing, by the parent pid of every
+    process (``/proc/*/stat``).  ``[]`` when the process is gone.
+    """
+    pids: set[int] = set()
+    try:
+        tasks = list(os.scandir(f"/proc/{pid}/task"))
+    except OSError:
+        return []
+    for task in tasks:
+        try:
+            with open(f"{task.path}/children") as fh:
+                pids.update(int(p) for p in fh.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}"):
+                return []
+            target = os.getpid() if pid == "self" else int(pid)
+            return sorted(p for p in all_pids() if _stat(p) is not None and int(_stat(p)[1]) == target)
+        except OSError:
+            continue  # the thread ended meanwhile
+    return sorted(pids)
+
+
+def has_env(pid: int, key: str, value: str) -> bool:
+    """True when process ``pid``'s environment (``/proc/PID/environ``, as the process
+    last left it) holds ``key=value`` exactly."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return False
+    return f"{key}={value}".encode("utf-8", "surrogateescape") in data.split(b"\0")
+
+
+def start_time(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds since the epoch (as psutil's
+    ``create_time``: boot time plus field 22 of ``/proc/PID/stat`` in clock ticks);
+    None when it is gone."""
+    fields = _stat(pid)
+    if fields is None:
+        return None
+    return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def all_pids() -> list[int]:
+    """Every process's pid (the numeric entries of ``/proc``)."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (index 0: the state, field 3
+    of proc(5)); None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return data.rsplit(b")", 1)[1].decode("ascii", "replace").split()
+
+
+@functools.lru_cache(maxsize=1)
+def _boot_time() -> float:
+    """The ``btime`` line of ``/proc/stat``: when the system booted, seconds since the epoch."""
+    with open("/proc/stat", "rb") as fh:
+        for line in fh:
+            if line.startswith(b"btime"):
+                return float(line.split()[1])
+    return 0.0
