@@ -88,6 +88,17 @@ def _starting(sockets: paths.Sockets) -> bool:
     return True
 
 
+def _replaced(sockets: paths.Sockets, served_by: int | None) -> str | None:
+    """Why a request sent while daemon ``served_by`` held the lock can no longer be answered:
+    another daemon holds it now (the first died and a new one started between two liveness
+    checks; the socket reconnected to the new one, which never saw the request).  None when
+    the same daemon (or none known) holds it."""
+    now = _lock_pid(sockets.lock)
+    if served_by is None or now is None or now == served_by:
+        return None
+    return f"its daemon (pid {served_by}) was replaced by pid {now}"
+
+
 def daemon_gone(sockets: paths.Sockets) -> str | None:
     """Why no daemon serves ``sockets`` (a short reason), or ``None`` when one may.
 
@@ -165,13 +176,14 @@ class Connection:
         protocol.check_ints(args)  # a number msgpack or the daemon cannot hold: bad_request naming it
         sock = self._socket()
         req_id, frame = protocol.encode_request(op, args)
+        served_by = _lock_pid(self.sockets.lock)
         sock.send(frame)
         wait = self.timeout if _timeout is None else _timeout
         deadline = time.monotonic() + wait
         while True:
             left = deadline - time.monotonic()
             if left > 0 and not sock.poll(int(min(left, LIVENESS_SECONDS) * 1000) + 1):
-                why = daemon_gone(self.sockets)
+                why = daemon_gone(self.sockets) or _replaced(self.sockets, served_by)
                 if why is None:
                     continue
                 self.close()
