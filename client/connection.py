@@ -89,10 +89,11 @@ def _starting(sockets: paths.Sockets) -> bool:
 
 
 def _replaced(sockets: paths.Sockets, served_by: int | None) -> str | None:
-    """Why a request sent while daemon ``served_by`` held the lock can no longer be answered:
-    another daemon holds it now (the first died and a new one started between two liveness
-    checks; the socket reconnected to the new one, which never saw the request).  None when
-    the same daemon (or none known) holds it."""
+    """Why a request on a connection made while daemon ``served_by`` held the lock may never be
+    answered: another daemon holds it now (the first died and a new one started between two
+    liveness checks; the socket reconnected to the new one, which may never have seen the
+    request; the connection is then made anew).  None when the same daemon (or none known)
+    holds it."""
     now = _lock_pid(sockets.lock)
     if served_by is None or now is None or now == served_by:
         return None
@@ -152,6 +153,8 @@ class Connection:
         self.timeout = timeout
         self._ctx = zmq.Context.instance()
         self._req: zmq.Socket | None = None
+        self._poller: zmq.Poller | None = None
+        self._served_by: int | None = None
 
     def _socket(self) -> zmq.Socket:
         if self._req is None:
@@ -159,9 +162,12 @@ class Connection:
             why = daemon_gone(self.sockets)
             if why:
                 raise _not_running(why)
+            self._served_by = _lock_pid(self.sockets.lock)  # the daemon this connection talks to
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(f"ipc://{self.sockets.control}")
+            self._poller = zmq.Poller()
+            self._poller.register(sock, zmq.POLLIN)
             self._req = sock
         return self._req
 
@@ -176,14 +182,13 @@ class Connection:
         protocol.check_ints(args)  # a number msgpack or the daemon cannot hold: bad_request naming it
         sock = self._socket()
         req_id, frame = protocol.encode_request(op, args)
-        served_by = _lock_pid(self.sockets.lock)
         sock.send(frame)
         wait = self.timeout if _timeout is None else _timeout
         deadline = time.monotonic() + wait
         while True:
             left = deadline - time.monotonic()
-            if left > 0 and not sock.poll(int(min(left, LIVENESS_SECONDS) * 1000) + 1):
-                why = daemon_gone(self.sockets) or _replaced(self.sockets, served_by)
+            if left > 0 and not self._poller.poll(int(min(left, LIVENESS_SECONDS) * 1000) + 1):
+                why = daemon_gone(self.sockets) or _replaced(self.sockets, self._served_by)
                 if why is None:
                     continue
                 self.close()

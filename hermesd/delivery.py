@@ -107,6 +107,11 @@ class Delivery:
         return self.store.all("SELECT * FROM notifications WHERE state = 'pending' AND session = ? "
                               "ORDER BY created_at", (session,))
 
+    def pending_count(self) -> int:
+        """How many notifications are undelivered (``status``: a count, not the rows)."""
+        row = self.store.one("SELECT COUNT(*) AS n FROM notifications WHERE state = 'pending'")
+        return int((row or {}).get("n") or 0)
+
     def acknowledge(self, job: str) -> None:
         """Mark the notification of ``job`` delivered (call inside the transaction that delivers it)."""
         self.store.update("notifications", "job", job, {"state": "delivered", "delivered_at": clock.now_iso()})

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from hermesd import __version__, clock, config as config_mod, looplag, paths, protocol
 from hermesd.delivery import Delivery
+from hermesd.endpoint import NOBLOCK, Endpoint
 from hermesd.events import EventLog
 from hermesd.containers import ContainersPlugin
 from hermesd.context import Context
@@ -181,7 +181,7 @@ class Daemon:
         self.plugins.restore()
 
     def _bind(self) -> None:
-        self.ctx = zmq.asyncio.Context()
+        self.ctx = zmq.Context()
         self.control = self.ctx.socket(zmq.ROUTER)
         self.children = self.ctx.socket(zmq.ROUTER)
         self.pub = self.ctx.socket(zmq.PUB)
@@ -200,7 +200,7 @@ class Daemon:
         if pub is None:
             return
         try:
-            pub.send_multipart(frames, flags=zmq.NOBLOCK)
+            pub.send_multipart(frames, flags=NOBLOCK)
         except zmq.ZMQError:
             pass  # a full subscriber queue drops; clients catch up with events_since
 
@@ -223,8 +223,8 @@ class Daemon:
         self.procs.reap()
         self.runner.pump()
         self._done = asyncio.Event()
-        self._spawn(self._serve(self.control, lambda request: ROUTER.client(self.context, request)))
-        self._spawn(self._serve(self.children, lambda request: ROUTER.child(self.context, request)))
+        self.endpoints = [self._serve(self.control, lambda request: ROUTER.client(self.context, request)),
+                          self._serve(self.children, lambda request: ROUTER.child(self.context, request))]
         if self.notifier.watchdog_seconds:
             self._spawn(self._watchdog(self.notifier.watchdog_seconds / 2))
         if self.loop_lag is not None:
@@ -254,21 +254,13 @@ class Daemon:
         queued = len(self.scheduler.queue) if hasattr(self, "scheduler") else 0
         return f"{running} running, {queued} queued"
 
-    async def _serve(self, sock: zmq.asyncio.Socket, dispatch) -> None:
-        while True:
-            try:
-                frames = await sock.recv_multipart(copy=True)
-            except zmq.ZMQError:
-                if self.stopping:
-                    return
-                continue
-            except asyncio.CancelledError:
-                return
-            if len(frames) < 2:
-                continue  # nothing to answer to
-            self._spawn(self._answer(sock, frames[:-1], frames[-1], dispatch))
+    def _serve(self, sock: zmq.Socket, dispatch) -> Endpoint:
+        """Serve ``sock`` from the loop: each request is answered by its own task."""
+        endpoint = Endpoint(self.loop, sock, lambda envelope, frame: self._spawn(
+            self._answer(endpoint, envelope, frame, dispatch)))
+        return endpoint
 
-    async def _answer(self, sock, envelope: list[bytes], frame: bytes, dispatch) -> None:
+    async def _answer(self, endpoint: Endpoint, envelope: list[bytes], frame: bytes, dispatch) -> None:
         req_id = None
         try:
             request = protocol.decode_request(frame)
@@ -283,10 +275,7 @@ class Daemon:
             reply = protocol.encode_error(req_id, ProtocolError("internal", f"{exc.__class__.__name__}: {exc}"))
         if len(reply) > protocol.MAX_MESSAGE_BYTES:
             reply = protocol.encode_error(req_id, ProtocolError("too_large", "reply exceeds the message size limit"))
-        try:
-            await sock.send_multipart([*envelope, reply])
-        except zmq.ZMQError:
-            pass  # the peer is gone
+        endpoint.send([*envelope, reply])
 
     # control -------------------------------------------------------------
 
@@ -369,8 +358,9 @@ class Daemon:
         await asyncio.sleep(0.05)  # let the last events leave the PUB socket
         for task in list(self._tasks):
             task.cancel()
-        for sock in (self.control, self.children, self.pub):
-            sock.close(linger=0)
+        for endpoint in getattr(self, "endpoints", []):
+            endpoint.close()
+        self.pub.close(linger=0)
         self.ctx.term()
         for path in (self.sockets.control, self.sockets.events, self.sockets.children):
             try:

@@ -37,7 +37,7 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
            "started_at": ctx.control.started_at, "stopping": ctx.stopping, "runtime_dir": str(ctx.control.sockets.dir),
            "state_db": str(ctx.store.path), "config": ctx.config.source, "children": len(ctx.procs.children),
            "queued": len(ctx.scheduler.queue), "caps": ctx.scheduler.usage(), "jobs": counts,
-           "last_seq": ctx.events.last_seq(), "pending_notifications": len(ctx.delivery.pending()),
+           "last_seq": ctx.events.last_seq(), "pending_notifications": ctx.delivery.pending_count(),
            "start": ctx.procs.spawner.describe(), "queue": ctx.runner.queue_state(),
            "hooks": {"on_job_end": bool(ctx.config.hooks.on_job_end)}}
     if ctx.control.loop_lag is not None:
