@@ -161,15 +161,19 @@ class StoreError(Exception):
     """The state database cannot be opened or written (newer schema, disk full, read-only)."""
 
 
+_EMPTY = {"[]": list, "{}": dict}
+"""The commonest JSON column values, made without the parser (a fresh object each time)."""
+
+
 def _decode_row(row: sqlite3.Row | None) -> dict[str, Any] | None:
     if row is None:
         return None
-    out = {}
-    for key in row.keys():
-        value = row[key]
-        if key in JSON_COLUMNS and isinstance(value, str):
-            value = json.loads(value)
-        out[key] = value
+    out = dict(zip(row.keys(), row))
+    for key in JSON_COLUMNS.intersection(out):
+        value = out[key]
+        if isinstance(value, str):
+            empty = _EMPTY.get(value)
+            out[key] = empty() if empty is not None else json.loads(value)
     return out
 
 
