@@ -2,12 +2,15 @@
 
 Started by the daemon (:mod:`hermesd.warm.client`) when
 ``supervisor.start_method`` is ``forkserver`` (the default).  It imports the
-child runtime and the provider SDKs once (:data:`PRELOAD`), freezes those
+child runtime once (:data:`PRELOAD`) with the SDKs of the providers its jobs
+will use (:func:`preload_for`: those the daemon's config names, else the
+default one; one more when a job uses another), freezes those
 objects out of the garbage collector (so that forked children share their
 pages copy-on-write), then forks :data:`hermesd.warm.wire.SPARES` spares
 (:mod:`child.spare`) and sends each to the daemon over the socket ``FD``.
 
-Forks cost milliseconds (two page-table copies of a ~100 MB process), so the
+Forks cost milliseconds (a page-table copy of the zygote; the Anthropic SDK
+alone is 60 of its 100 MB, hence only the SDKs in use), so the
 spares are forked ahead of time; the daemon holds them and hands a job to one
 with a single write.  For each spare it uses the daemon asks for a
 replacement (``{"fork": 1, "held": n}``); a used spare is replaced
@@ -41,20 +44,39 @@ import sys
 import time
 
 from child.spare import Spare, arm_lifeline, title
-from hermesd.warm.wire import SPARES, recv_msg, send_msg
+from hermesd.warm.wire import BASE_URL_ENV, PROVIDERS_ENV, SPARES, recv_msg, send_msg
 
 PRELOAD = ("zmq", "msgpack", "psutil", "setproctitle", "child.__main__", "child.channel", "child.agent",
            "child.messages", "child.trajectory", "child.tools.registry", "child.tools.terminal", "child.tools.files",
            "child.tools.web", "child.tools.delegation", "child.tools.kanban", "child.providers.select",
-           "child.providers.scripted", "child.providers.anthropic", "child.providers.openai_compat",
-           "anthropic", "anthropic.types", "anthropic.resources.messages", "openai", "ssl")
-"""Modules the zygote imports before it says ready (missing ones are skipped)."""
+           "child.providers.scripted")
+"""The child runtime: modules the zygote always imports before it says ready (missing ones are skipped)."""
+SDKS = {"anthropic": ("ssl", "child.providers.anthropic", "anthropic", "anthropic.types",
+                      "anthropic.resources.messages"),
+        "openai-compat": ("ssl", "child.providers.openai_compat", "openai")}
+"""What each provider adds to :data:`PRELOAD` (``local`` loads its model in the child; ``scripted``
+needs nothing more)."""
 READY_LINE = "warm and ready"
 """Printed by the zygote on the daemon's stderr once it is warm."""
 REPLENISH_DELAY = 0.05
 """Seconds from the daemon's request until a used spare is replaced, while it holds
 another: the fork then does not compete for the CPU with the child just handed out
 (measured on 2 cores: at once, request -> hello 4 ms became 7 ms)."""
+
+
+def preload_for(providers: str, base_url: str | None) -> tuple[str, ...]:
+    """:data:`PRELOAD` plus the SDKs of ``providers`` (comma-separated names, as the daemon's
+    config gives them; aliases allowed), or, when it names none, of the provider a job
+    without one gets (:func:`child.providers.select.default_provider`)."""
+    from child.providers.select import ALIASES, ProviderError, default_provider
+
+    names = [ALIASES.get(n.strip().lower(), n.strip().lower()) for n in providers.split(",") if n.strip()]
+    if not names:
+        try:
+            names = [default_provider(base_url)]
+        except ProviderError:
+            names = []
+    return PRELOAD + tuple(m for name in dict.fromkeys(names) for m in SDKS.get(name, ()))
 
 
 def warm_up(preload: tuple[str, ...]) -> list[str]:
@@ -109,6 +131,9 @@ def serve(fd: int, preload: tuple[str, ...]) -> int:
         msg, fds = got
         for extra in fds:
             os.close(extra)
+        if isinstance(msg, dict) and msg.get("preload"):
+            warm_up(preload_for(str(msg["preload"]), None)[len(PRELOAD):])  # in the spares forked from now on
+            continue
         if isinstance(msg, dict):
             more = int(msg.get("fork") or 0)
             if not msg.get("held"):  # the daemon holds none: fork at once
@@ -122,10 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m child.zygote FD [MODULE,MODULE… [ROOM]]`` — run by hermesd only.
 
     ``FD``: the socket to the daemon; ``MODULES``: what to preload (``-`` or none:
-    :data:`PRELOAD`); ``ROOM``: padding, ignored (:data:`hermesd.warm.wire.TITLE_ROOM`).
+    :func:`preload_for` the providers in :data:`~hermesd.warm.wire.PROVIDERS_ENV`);
+    ``ROOM``: padding, ignored (:data:`hermesd.warm.wire.TITLE_ROOM`).
     """
     argv = sys.argv[1:] if argv is None else argv
-    preload = tuple(filter(None, argv[1].split(","))) if len(argv) > 1 and argv[1] != "-" else PRELOAD
+    if len(argv) > 1 and argv[1] != "-":
+        preload = tuple(filter(None, argv[1].split(",")))
+    else:
+        preload = preload_for(os.environ.get(PROVIDERS_ENV, ""), os.environ.get(BASE_URL_ENV) or None)
     return serve(int(argv[0]), preload)
 
 

@@ -134,6 +134,10 @@ class Spawner(Protocol):
         """Processes of the strategy's own among the daemon's children (a zygote, spares):
         no job's, so no search for a job's escaped descendants looks into them."""
 
+    def expect(self, provider: str | None) -> None:
+        """A job runs with model provider ``provider`` (None: the default): a strategy that
+        prepares children ahead of time prepares them for it too."""
+
     def at_hand(self) -> bool:
         """True when a child started now starts as fast as this strategy can start one;
         False while a faster start is on its way (a warm spare being forked): a job type
@@ -171,6 +175,9 @@ class ColdSpawner:
     def own_pids(self) -> frozenset[int]:
         """None: every child is a job's."""
         return frozenset()
+
+    def expect(self, provider: str | None) -> None:
+        """Nothing to prepare: each child imports what it needs."""
 
     def at_hand(self) -> bool:
         """Always: a cold start is the only kind."""

@@ -352,7 +352,9 @@ class Runner:
             row = self.jobs.transition(job_id, "running")
         elif row["status"] != "running":
             raise ProtocolError("invalid_state", f"job {job_id} is {row['status']}")
-        return self.child_spec(row)
+        spec = self.child_spec(row)
+        self.procs.spawner.expect(spec.get("provider"))  # the next warm children have its SDK
+        return spec
 
     def on_result(self, job_id: str, result: dict[str, Any]) -> None:
         """``child.result``: remember it; the job turns terminal now."""

@@ -151,7 +151,9 @@ class Daemon:
         self.procs = ProcessManager(self.loop, self._on_child_exit, grace=sup.interrupt_grace_seconds,
                                     supervisor_id=self.supervisor_id,
                                     spawner=make_spawner(sup.start_method, self.loop, self.supervisor_id,
-                                                         self.sockets.children))
+                                                         self.sockets.children,
+                                                         providers=(self.config.provider, deleg.provider),
+                                                         base_url=self.config.base_url))
         self.runner = Runner(self.config, self.jobs, self.scheduler, self.procs, self.sockets.children, self.loop,
                              hooks=self.plugins)
         self.context = Context(control=self, store=self.store, events=self.events, jobs=self.jobs,

@@ -8,19 +8,38 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.harness import wait_for
 
 TLS = re.compile(r"lib(ssl|crypto)[.-]")
 
 
-def test_the_daemon_maps_no_tls_library_and_the_zygote_does(daemon):
-    job = daemon.wait_job(daemon.delegate("a job", script=[{"text": "done"}])["id"])
+def _zygote(daemon) -> int:
+    return wait_for(lambda: daemon.call("status")["start"].get("zygote"), 120, 0.1, "the zygote warm")
+
+
+def test_the_daemon_maps_no_tls_library_and_a_zygote_for_anthropic_does(make_daemon):
+    daemon = make_daemon({"provider": "anthropic"}, env={"ANTHROPIC_API_KEY": "sk-test"})
+    job = daemon.wait_job(daemon.delegate("a job", script=[{"text": "done"}], provider="scripted")["id"])
     assert job["status"] == "completed"
     assert not TLS.search(Path(f"/proc/{daemon.proc.pid}/maps").read_text()), "the daemon loaded a TLS library"
     if daemon.call("status")["start"]["method"] == "forkserver":
-        zygote = wait_for(lambda: daemon.call("status")["start"].get("zygote"), 120, 0.1, "the zygote warm")
-        assert TLS.search(Path(f"/proc/{zygote}/maps").read_text()), "the zygote could not import ssl"
+        assert TLS.search(Path(f"/proc/{_zygote(daemon)}/maps").read_text()), "the zygote could not import ssl"
 
+
+def test_the_zygote_imports_only_the_sdks_in_use_and_learns_a_new_one(daemon):
+    """A zygote that imported the Anthropic SDK would be 100 MB, each fork copying its page
+    tables; one for the scripted and local providers is a quarter of that.  A job with
+    another provider makes it import that provider's SDK for the spares to come."""
+    if daemon.call("status")["start"]["method"] != "forkserver":
+        pytest.skip("warm start only")
+    zygote = _zygote(daemon)
+    assert not TLS.search(Path(f"/proc/{zygote}/maps").read_text()), "no provider of the config needs TLS"
+    job = daemon.wait_job(daemon.delegate("another provider", provider="openai-compat")["id"])
+    assert job["status"] == "failed"  # no server to talk to; its hello reached the daemon first
+    wait_for(lambda: TLS.search(Path(f"/proc/{zygote}/maps").read_text()), 60, 0.1,
+             "the zygote importing the openai SDK (and ssl) for the spares to come")
 
 NOT_RESIDENT = re.compile(r"_psutil_linux|_bz2\.cpython|_lzma\.cpython|libbz2|liblzma")
 """What the idle daemon does without (issue 22): psutil (``hermesd.procfs`` reads ``/proc``), and

@@ -102,6 +102,7 @@ class ZygoteClient:
         self._started = -RESTART_AFTER
         self._timer: Any = None  # the ready deadline, or the next start
         self.listeners: list[Callable[[], None]] = []  # told when at_hand() may have turned true
+        self.preloaded: set[str] = set()  # providers the zygote was asked to import (this zygote)
         self._empty_since: float | None = None  # when a start last found no spare (none arrived since)
         self._wait_timer: Any = None
 
@@ -133,6 +134,7 @@ class ZygoteClient:
             theirs.close()
         ours.setblocking(False)
         self.sock, self.info, self.asked = ours, None, SPARES  # the zygote sends SPARES after ready
+        self.preloaded = set()
         self.loop.add_reader(ours.fileno(), self._on_readable)
         self._timer = self.loop.call_later(READY_TIMEOUT, self._not_warm)
 
@@ -294,6 +296,21 @@ class ZygoteClient:
             self._lost(exc)
             return
         self.asked += missing
+
+    def preload(self, provider: str | None) -> None:
+        """Ask the zygote, once per provider, to import ``provider``'s SDK, so that the spares
+        it forks from then on have it (it imports only its config's providers at start).
+        A job with no provider of its own gets the default, which the zygote has.  Never waits."""
+        if not provider or provider in self.preloaded or self.sock is None or self.info is None:
+            return
+        try:
+            send_msg(self.sock, {"preload": provider})
+        except BlockingIOError:
+            return  # asked again by the next job
+        except OSError as exc:
+            self._lost(exc)
+            return
+        self.preloaded.add(provider)
 
     def at_hand(self) -> bool:
         """True when a job started now starts warm (a spare held), or when waiting would

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from hermesd.procs import OS, ColdSpawner, Spawner, child_env
 from hermesd.warm.client import ZygoteClient
-from hermesd.warm.wire import OWNER_ENV
+from hermesd.warm.wire import BASE_URL_ENV, OWNER_ENV, PROVIDERS_ENV
 
 
 class WarmSpawner:
@@ -55,6 +55,11 @@ class WarmSpawner:
             self.starts["warm"] += 1
         return handle
 
+    def expect(self, provider: str | None) -> None:
+        """A job runs with ``provider``: the zygote imports its SDK, if it has not, for the
+        spares to come (see :meth:`ZygoteClient.preload`)."""
+        self.zygote.preload(provider)
+
     def at_hand(self) -> bool:
         """Would a child started now start warm, or is waiting pointless (see
         :meth:`ZygoteClient.at_hand`)?"""
@@ -84,14 +89,17 @@ class WarmSpawner:
 
 
 def make_spawner(start_method: str, loop: Any, supervisor_id: str = "", children_socket: Path | None = None,
-                 os_seam: OS | None = None) -> Spawner:
+                 os_seam: OS | None = None, providers: tuple[str | None, ...] = (),
+                 base_url: str | None = None) -> Spawner:
     """The spawner for ``supervisor.start_method``: ``forkserver`` (:class:`WarmSpawner`;
-    its spares connect to ``children_socket`` ahead of time) or ``spawn``
-    (:class:`~hermesd.procs.ColdSpawner`, a new interpreter per child)."""
+    its spares connect to ``children_socket`` ahead of time; its zygote imports the SDKs
+    of ``providers``, the config's, else of the default provider for ``base_url``) or
+    ``spawn`` (:class:`~hermesd.procs.ColdSpawner`, a new interpreter per child)."""
     cold = ColdSpawner(os_seam or OS())
     if start_method != "forkserver":
         return cold
-    extra = {OWNER_ENV: supervisor_id, "HERMES_DAEMON_PID": str(os.getpid())}
+    extra = {OWNER_ENV: supervisor_id, "HERMES_DAEMON_PID": str(os.getpid()),
+             PROVIDERS_ENV: ",".join(dict.fromkeys(p for p in providers if p)), BASE_URL_ENV: base_url or ""}
     if children_socket is not None:
         extra["HERMES_CHILD_SOCKET"] = str(children_socket)
     return WarmSpawner(cold, ZygoteClient(child_env(os.environ, extra), loop))

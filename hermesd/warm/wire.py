@@ -10,7 +10,10 @@ packet (:func:`send_msg`, :func:`recv_msg`).  The zygote first sends
 write end of that spare's request pipe as ``SCM_RIGHTS`` for each spare it
 forks, or ``{"errno", "error"}`` when a fork failed; the daemon asks for more
 with ``{"fork": n, "held": n}`` (``held``: spares it still holds; 0 asks for a
-fork at once).
+fork at once), and for a provider's SDK in the spares to come with
+``{"preload": provider}`` (a job used a provider the zygote had not imported).
+The zygote's environment names the providers of the daemon's config in
+:data:`PROVIDERS_ENV`, and its ``base_url`` in :data:`BASE_URL_ENV`.
 
 Daemon → spare: the job, ``{"cwd", "env", "log_path", "zygote"}``, as one
 length-prefixed (4 bytes, network order) msgpack map on the spare's pipe
@@ -39,6 +42,11 @@ ENV_ROOM_BYTES = 64 * 1024
 OWNER_ENV = "HERMES_ZYGOTE_OF"
 """The zygote's environment names the daemon's ``supervisor_id`` here, not in
 ``HERMES_SUPERVISOR``: it is no job's process (it dies with the daemon)."""
+PROVIDERS_ENV = "HERMES_ZYGOTE_PROVIDERS"
+"""The providers the daemon's config names (comma-separated; empty: none, the default applies):
+the zygote imports their SDKs, and only theirs (:func:`child.zygote.preload_for`)."""
+BASE_URL_ENV = "HERMES_ZYGOTE_BASE_URL"
+"""The config's ``base_url``, which the default provider depends on."""
 TITLE_ROOM = 256
 """Bytes of padding on the zygote's command line: a forked child's title (``hermes-child
 <id> <kind> <goal>``) is written over the command line it inherits (``SPT_NOENV=1``
