@@ -319,8 +319,10 @@ class ProcessManager:
     def cleanup_group(self, child: Child) -> None:
         """Kill what is left of the child's process group and its escaped descendants."""
         self.os.killpg(child.pid, signal.SIGKILL)
-        # live children of other jobs (their subtrees are theirs), the zygote and the held spares
-        others = frozenset(self._by_pid) | self.spawner.own_pids()
+        # live children of other jobs (their subtrees are theirs), processes of ours that are no
+        # job's (an operator's hook: it carries the job's id in its environment, and may start
+        # before the job's process is reaped), the zygote and the held spares
+        others = frozenset(self._by_pid) | frozenset(self.watched) | self.spawner.own_pids()
         for pid in self.os.descendants_with_env("HERMES_JOB_ID", child.job, others):
             self.os.kill(pid, signal.SIGKILL)
 
