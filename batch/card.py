@@ -60,19 +60,53 @@ FEATURES: list[dict[str, Any]] = [
 """The features of a trajectory line, in the card's YAML form (``datasets.Features._to_yaml_list``)."""
 
 
-@functools.lru_cache(maxsize=1)
-def header() -> str:
-    """The card's YAML header (the same for every run; made once, PyYAML imported then)."""
+Sizes = dict[str, tuple[int, int]]
+"""Per config name: ``(lines, bytes)`` of its data files (:func:`sizes_of`)."""
+
+
+@functools.lru_cache(maxsize=4)
+def header(sizes: tuple[tuple[str, int, int], ...] = ()) -> str:
+    """The card's YAML header; with ``sizes`` (``(config, lines, bytes)``…) each config's
+    ``dataset_info`` also gives its split's ``num_examples`` and its ``download_size``.
+
+    Those two are what makes ``datasets`` tell two loads apart: it keys its cache of a local
+    folder with a ``configs`` block by the folder's name and that block, not by the files, so
+    without them another run of the same name, or this folder after a resume, is served from
+    the cache of an earlier load (``datasets`` 5.2).  PyYAML is imported here, when first needed.
+    """
     import yaml
 
+    counted = {name: (lines, size) for name, lines, size in sizes}
+    info = []
+    for name, _ in CONFIGS:
+        entry: dict[str, Any] = {"config_name": name, "features": FEATURES}
+        if name in counted:
+            entry["splits"] = [{"name": "train", "num_examples": counted[name][0]}]
+            entry["download_size"] = counted[name][1]
+        info.append(entry)
     data = {"configs": [{"config_name": c, "data_files": [{"split": "train", "path": p}]} for c, p in CONFIGS],
-            "dataset_info": [{"config_name": c, "features": FEATURES} for c, _ in CONFIGS]}
+            "dataset_info": info}
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def text(run_name: str) -> str:
-    """The card: the YAML header, then a short description of the files."""
-    return (f"---\n{header()}---\n\n# hermesd batch run `{run_name}`\n\n"
+def sizes_of(run_dir: Path) -> Sizes:
+    """Lines and bytes of each config's data files in ``run_dir`` (what ``datasets`` reads)."""
+    out = {}
+    for name, pattern in CONFIGS:
+        lines = size = 0
+        for path in sorted(run_dir.glob(pattern)):
+            data = path.read_bytes()
+            lines += data.count(b"\n")
+            size += len(data)
+        out[name] = (lines, size)
+    return out
+
+
+def text(run_name: str, sizes: Sizes | None = None) -> str:
+    """The card: the YAML header (with the data files' ``sizes`` once the run is finished),
+    then a short description of the files."""
+    key = tuple((name, lines, size) for name, (lines, size) in sorted((sizes or {}).items()))
+    return (f"---\n{header(key)}---\n\n# hermesd batch run `{run_name}`\n\n"
             "Agent trajectories written by hermesd's batch job type. `trajectories.jsonl` holds the samples "
             "that passed the filters, `batch_N.jsonl` every sample written; `checkpoint.json` and "
             "`statistics.json` are the run's bookkeeping (not data).\n\n"
@@ -83,9 +117,10 @@ def text(run_name: str) -> str:
             "text = tokenizer.apply_chat_template(ds[0][\"messages\"], tools=ds[0][\"tools\"], tokenize=False)\n```\n")
 
 
-def write(run_dir: Path, run_name: str) -> None:
-    """Write ``RUN_DIR/README.md`` (atomic) unless it already holds this card.  Raises ``OSError``."""
-    card = text(run_name)
+def write(run_dir: Path, run_name: str, *, finished: bool = False) -> None:
+    """Write ``RUN_DIR/README.md`` (atomic) unless it already holds this card; ``finished``:
+    with the sizes of the data files (:func:`header`).  Raises ``OSError``."""
+    card = text(run_name, sizes_of(run_dir) if finished else None)
     try:
         if (run_dir / NAME).read_text(encoding="utf-8") == card:
             return

@@ -297,7 +297,7 @@ class BatchRun:
         lines, _ = output.load_lines(self.run_dir)
         merged = output.merge(self.run_dir, lines, allow_synthetic=self.settings.allow_synthetic,
                               exclude_partial=self.settings.exclude_partial)
-        card.write(self.run_dir, self.settings.run_name)
+        card.write(self.run_dir, self.settings.run_name, finished=True)
         self.checkpoint.finished = finished
         self.save()
         stats = statistics.compute(settings=self.settings.to_dict(), job=self.job_id, scope=self.scope,

@@ -150,3 +150,27 @@ def test_datasets_and_transformers_read_the_runs(make_daemon, tmp_path):
         assert sum(mask) > 0
         masked = tok.decode([t for t, keep in zip(ids, mask) if keep])
         assert masked == "".join(f"{c}<|im_end|>" for c in turns)
+
+
+def test_datasets_never_serves_one_run_folder_for_another(make_daemon, tmp_path):
+    """``datasets`` caches a local folder with a ``configs`` card by its name: two runs called
+    alike (other output folders), and one folder grown by a resume, each load as they are."""
+    import datasets
+
+    daemon = make_daemon()
+    cache = str(tmp_path / "hf")
+    quick = [THINK, {"thinking": "done", "text": "ok"}]
+    runs = []
+    for out, count in (("a", 2), ("b", 3)):
+        entries = [{"prompt": f"p{i}", "script": quick} for i in range(count)]
+        record = start(daemon, write_dataset(tmp_path / f"{out}.jsonl", entries), "same", allow_synthetic=True,
+                       output_dir=str(tmp_path / out))
+        assert finish(daemon, record)["status"] == "completed"
+        runs.append(Path(record["run_dir"]))
+    assert [len(datasets.load_dataset(str(run), split="train", cache_dir=cache)) for run in runs] == [2, 3]
+    # the first folder again, grown by a resume with a longer dataset
+    entries = [{"prompt": f"p{i}", "script": quick} for i in range(4)]
+    record = start(daemon, write_dataset(tmp_path / "a.jsonl", entries), "same", allow_synthetic=True,
+                   output_dir=str(tmp_path / "a"), resume=True)
+    assert finish(daemon, record)["status"] == "completed"
+    assert len(datasets.load_dataset(str(runs[0]), split="train", cache_dir=cache)) == 4
