@@ -161,15 +161,18 @@ def hello_text(h: dict[str, Any]) -> str:
 
 
 def start_method(start: dict[str, Any]) -> str:
-    """``status``'s ``start`` as a phrase: ``spawn``, or ``forkserver (zygote 123, 2 spare(s) held)``,
-    or ``forkserver (no zygote: <why children start cold>, 0 spare(s) held)``."""
+    """``status``'s ``start`` as a phrase: ``spawn``, or ``forkserver (zygote 123, 2 spare(s) held;
+    starts: 40 warm, 2 cold)``, or ``forkserver (no zygote: <why children start cold>, 0 spare(s)
+    held; …)``."""
     method = start.get("method") or "spawn"
     if method != "forkserver":
         return method
     zygote = f"zygote {start['zygote']}" if start.get("zygote") else "zygote warming up"
     if start.get("cold_reason"):
         zygote = f"no zygote: {start['cold_reason']}"
-    return f"{method} ({zygote}, {start.get('spares', 0)} spare(s) held)"
+    starts = start.get("starts") or {}
+    counted = f"; starts: {starts.get('warm', 0)} warm, {starts.get('cold', 0)} cold" if starts else ""
+    return f"{method} ({zygote}, {start.get('spares', 0)} spare(s) held{counted})"
 
 
 def job_text(rec: dict[str, Any]) -> str:

@@ -98,14 +98,16 @@ def _command(commands: Any, name: str, fn: Callable[[argparse.Namespace], None])
     """The sub-parser of command ``name`` run by ``fn`` (its help: ``fn``'s doc)."""
     doc = (fn.__doc__ or "").strip()
     cmd = commands.add_parser(name, formatter_class=_Formatter, help=doc.splitlines()[0], description=doc)
-    cmd.set_defaults(func=fn)
+    cmd.set_defaults(func=fn, parser=cmd)
     return cmd
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point.  Exits 2 on a usage error (as argparse does), 7 on an
     invalid configuration."""
-    args = parser().parse_args(argv)
+    args, extra = parser().parse_known_args(argv)
+    if extra:  # said by the command's own parser, with its own usage line
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.func(args)
 
 
