@@ -26,9 +26,10 @@ async def hello(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 @op("status")
 async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Daemon state: pid, uptime, caps and how full they are, job counts by state, last event seq,
-    and how children start (``start``: ``{method}``, with ``zygote`` and ``spares`` for
-    ``forkserver``; ``zygote`` is null until it is warm; ``cold_reason`` says why children
-    start cold when the zygote could not start); ``loop_lag`` when the daemon runs with
+    and how children start (``start``: ``{method}``, with ``zygote``, ``spares`` and
+    ``starts: {warm, cold}`` (since the daemon started) for ``forkserver``; ``zygote`` is null
+    until it is warm; ``cold_reason`` says why children start cold when the zygote could not
+    start); ``loop_lag`` when the daemon runs with
     ``HERMES_LOOP_LAG_MS`` (:mod:`hermesd.looplag`); the queue (``queue``: ``paused``, ``paused_at``,
     ``waiting_for_jobs`` that wait for others) and whether ``hooks.on_job_end`` is set.  Only reads."""
     counts = {row["status"]: row["n"] for row in
