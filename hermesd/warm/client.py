@@ -16,6 +16,12 @@ returns ``None`` at once (the job starts cold) and asks for spares, which
 catch up in the background.  Timers (not requests) restart a lost zygote and
 give up on one that does not get warm; :meth:`ZygoteClient.describe` only reads.
 
+A job type that starts many alike jobs (batch) may wait instead:
+:meth:`ZygoteClient.at_hand` says whether a start now would be warm or a spare
+is on its way, and the :attr:`~ZygoteClient.listeners` hear when it arrives.
+The zygote imports the SDKs of the providers in use only; :meth:`ZygoteClient.preload`
+asks it for another one when a job first uses it.
+
 A spare does not need its zygote once the daemon holds it: when the zygote
 dies (the daemon learns it from the socket's end of file or when it reaps
 it) the spares held are kept and used, and a new zygote is started.  A job
