@@ -132,9 +132,10 @@ def _not_running(why: str) -> ClientError:
 
 
 def _check_socket(path: Path) -> None:
-    if not path.exists():
-        raise _not_running(f"no socket at {path}")
-    st = path.stat()
+    try:
+        st = path.stat()
+    except FileNotFoundError:  # also when a starting daemon just removed its predecessor's socket
+        raise _not_running(f"no socket at {path}") from None
     if st.st_uid != os.getuid() or not os.access(path, os.R_OK | os.W_OK):
         raise ClientError("daemon_not_running",
                           f"the socket {path} is not yours (owner uid {st.st_uid}); set HERMES_RUNTIME_DIR "
