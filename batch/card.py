@@ -95,9 +95,10 @@ def sizes_of(run_dir: Path) -> Sizes:
     for name, pattern in CONFIGS:
         lines = size = 0
         for path in sorted(run_dir.glob(pattern)):
-            data = path.read_bytes()
-            lines += data.count(b"\n")
-            size += len(data)
+            with open(path, "rb") as fh:  # in blocks: a run's files may be larger than memory should hold
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    lines += block.count(b"\n")
+                    size += len(block)
         out[name] = (lines, size)
     return out
 

@@ -5,12 +5,12 @@ bookkeeping and enum flag arithmetic on each: most of the daemon's CPU for a
 ``status`` request went there (issue 22).  Here the socket is a plain
 ``zmq.Socket``: the loop watches its ``ZMQ_FD`` (``loop.add_reader``) and
 :meth:`Endpoint.drain` takes the messages waiting with non-blocking receives
-while ``ZMQEVENTS`` says ``POLLIN``.  That descriptor is edge-triggered and
+while ``ZMQ_EVENTS`` says ``POLLIN``.  That descriptor is edge-triggered and
 only says that the socket's state may have changed, so the socket is looked at
 again after every send, and a drain that stops early (at most :data:`BATCH`
 messages per turn of the loop, so one busy peer does not starve the others)
 is continued with ``call_soon`` (libzmq, zmq_getsockopt(3), ``ZMQ_FD`` and
-``ZMQEVENTS``).  Replies leave at once with ``NOBLOCK``: a ROUTER never
+``ZMQ_EVENTS``).  Replies leave at once with ``NOBLOCK``: a ROUTER never
 blocks on send (with ``ROUTER_MANDATORY`` off it drops what a peer that left,
 or one over its high-water mark, cannot take), nor does a PUB.
 """

@@ -41,7 +41,7 @@ def children_of(pid: int | str) -> list[int]:
             if not os.path.exists(f"/proc/{pid}"):
                 return []
             target = os.getpid() if pid == "self" else int(pid)
-            return sorted(p for p in all_pids() if _stat(p) is not None and int(_stat(p)[1]) == target)
+            return sorted(p for p in all_pids() if (fields := _stat(p)) is not None and int(fields[1]) == target)
         except OSError:
             continue  # the thread ended meanwhile
     return sorted(pids)
