@@ -37,14 +37,22 @@ class Endpoint:
         self.loop, self.sock, self.on_message = loop, sock, on_message
         self.fd = sock.getsockopt(zmq.FD)
         self._again = False  # a drain is scheduled
+        self._draining = False  # drain() runs: it looks at the socket again after each message
         loop.add_reader(self.fd, self.drain)
         self._soon()  # messages that arrived before the reader was added raise no edge
 
     def drain(self) -> None:
         """Hand over every message waiting, at most :data:`BATCH` now and the rest soon."""
         self._again = False
+        self._draining = True
+        try:
+            self._take(BATCH)
+        finally:
+            self._draining = False
+
+    def _take(self, count: int) -> None:
         sock = self.sock
-        for _ in range(BATCH):
+        for _ in range(count):
             try:
                 if not sock.getsockopt(EVENTS) & POLLIN:
                     return
@@ -58,12 +66,14 @@ class Endpoint:
         self._soon()
 
     def send(self, frames: list[bytes]) -> None:
-        """Send ``frames`` now (a peer that is gone is skipped), then look at the socket again."""
+        """Send ``frames`` now (a peer that is gone is skipped), then look at the socket again
+        (a reply sent while :meth:`drain` runs: drain's own next look)."""
         try:
             self.sock.send_multipart(frames, NOBLOCK)
         except zmq.ZMQError:
             pass  # the peer is gone, or the socket closed at shutdown
-        self._soon()
+        if not self._draining:
+            self._soon()
 
     def _soon(self) -> None:
         if not self._again:

@@ -26,7 +26,7 @@ from typing import Any
 
 import zmq
 
-from hermesd import __version__, clock, config as config_mod, looplag, paths, protocol
+from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, protocol
 from hermesd.delivery import Delivery
 from hermesd.endpoint import NOBLOCK, Endpoint
 from hermesd.events import EventLog
@@ -241,9 +241,12 @@ class Daemon:
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
+        self._track(task)
+        return task
+
+    def _track(self, task: asyncio.Task) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return task
 
     async def _watchdog(self, interval: float) -> None:
         while True:
@@ -257,9 +260,14 @@ class Daemon:
         return f"{running} running, {queued} queued"
 
     def _serve(self, sock: zmq.Socket, dispatch) -> Endpoint:
-        """Serve ``sock`` from the loop: each request is answered by its own task."""
-        endpoint = Endpoint(self.loop, sock, lambda envelope, frame: self._spawn(
-            self._answer(endpoint, envelope, frame, dispatch)))
+        """Serve ``sock`` from the loop: each request is answered at once, and by a task of its
+        own from its first ``await`` that suspends on (:mod:`hermesd.eager`)."""
+        def answer(envelope: list[bytes], frame: bytes) -> None:
+            task = eager.start(self.loop, self._answer(endpoint, envelope, frame, dispatch))
+            if task is not None:
+                self._track(task)
+
+        endpoint = Endpoint(self.loop, sock, answer)
         return endpoint
 
     async def _answer(self, endpoint: Endpoint, envelope: list[bytes], frame: bytes, dispatch) -> None:

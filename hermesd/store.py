@@ -203,6 +203,7 @@ class Store:
             raise StoreError(f"cannot create state database {self.path}: {exc.strerror}") from None
         self._depth = 0
         self._after: list[Callable[[], None]] = []
+        self._memos: dict[str, tuple[int, Any]] = {}
 
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -310,6 +311,21 @@ class Store:
     def all(self, sql: str, params: tuple | list = ()) -> list[dict[str, Any]]:
         """All rows of a query, decoded."""
         return [_decode_row(r) for r in self.db.execute(sql, params).fetchall()]
+
+    def memo(self, name: str, read: Callable[[], Any]) -> Any:
+        """``read()``'s answer, read again only once this connection has written since the last
+        read under ``name``.  A write is told by ``sqlite3_total_changes()`` (rows inserted,
+        updated or deleted, also in a transaction later rolled back: then it is read again for
+        nothing).  Sound because the daemon is the database's only writer while it runs (it
+        holds the state directory's lock); a row changed by another process meanwhile is
+        seen after the daemon's next write."""
+        changes = self.db.total_changes
+        held = self._memos.get(name)
+        if held is not None and held[0] == changes:
+            return held[1]
+        value = read()
+        self._memos[name] = (changes, value)
+        return value
 
     def close(self) -> None:
         """Checkpoint the WAL and close."""

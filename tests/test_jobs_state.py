@@ -84,6 +84,28 @@ def test_events_of_a_nested_transaction_are_published_after_the_outer_commit(tab
     assert len(table.sent) == 3
 
 
+def test_memo_reads_again_after_every_write_and_only_then(table):
+    reads = []
+
+    def counts():
+        reads.append(1)
+        return {r["status"]: r["n"] for r in table.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")}
+
+    assert table.store.memo("counts", counts) == {} and len(reads) == 1
+    assert table.store.memo("counts", counts) == {} and len(reads) == 1  # nothing written: not read again
+    row = table.create("background", goal="g")
+    assert table.store.memo("counts", counts) == {"queued": 1} and len(reads) == 2
+    with pytest.raises(RuntimeError):
+        with table.store.transaction():
+            table.transition(row["id"], "starting")
+            raise RuntimeError("rolled back")
+    assert table.store.memo("counts", counts) == {"queued": 1} and len(reads) == 3
+    table.transition(row["id"], "starting")
+    assert table.store.memo("counts", counts) == {"starting": 1}
+    table.store.db.execute("DELETE FROM jobs")
+    assert table.store.memo("counts", counts) == {}
+
+
 def test_after_commit_runs_every_callback_then_raises_the_first_error(tmp_path):
     store = Store(tmp_path / "state.db")
     ran = []

@@ -32,13 +32,15 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     start); ``loop_lag`` when the daemon runs with
     ``HERMES_LOOP_LAG_MS`` (:mod:`hermesd.looplag`); the queue (``queue``: ``paused``, ``paused_at``,
     ``waiting_for_jobs`` that wait for others) and whether ``hooks.on_job_end`` is set.  Only reads."""
-    counts = {row["status"]: row["n"] for row in
-              ctx.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")}
+    ctx.events.flush()  # buffered progress events count in last_seq
+    counts, last_seq, pending = ctx.store.memo("status", lambda: (
+        {row["status"]: row["n"] for row in ctx.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")},
+        ctx.events.last_seq(), ctx.delivery.pending_count()))
     out = {"version": __version__, "pid": os.getpid(), "uptime_seconds": ctx.control.uptime(),
            "started_at": ctx.control.started_at, "stopping": ctx.stopping, "runtime_dir": str(ctx.control.sockets.dir),
            "state_db": str(ctx.store.path), "config": ctx.config.source, "children": len(ctx.procs.children),
-           "queued": len(ctx.scheduler.queue), "caps": ctx.scheduler.usage(), "jobs": counts,
-           "last_seq": ctx.events.last_seq(), "pending_notifications": ctx.delivery.pending_count(),
+           "queued": len(ctx.scheduler.queue), "caps": ctx.scheduler.usage(), "jobs": dict(counts),
+           "last_seq": last_seq, "pending_notifications": pending,
            "start": ctx.procs.spawner.describe(), "queue": ctx.runner.queue_state(),
            "hooks": {"on_job_end": bool(ctx.config.hooks.on_job_end)}}
     if ctx.control.loop_lag is not None:
