@@ -97,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
 def _command(commands: Any, name: str, fn: Callable[[argparse.Namespace], None]) -> argparse.ArgumentParser:
     """The sub-parser of command ``name`` run by ``fn`` (its help: ``fn``'s doc)."""
     doc = (fn.__doc__ or "").strip()
-    cmd = commands.add_parser(name, formatter_class=_Formatter, help=doc.splitlines()[0], description=doc)
+    cmd = commands.add_parser(name, formatter_class=_Formatter, help=(doc.splitlines() or [""])[0], description=doc)
     cmd.set_defaults(func=fn, parser=cmd)
     return cmd
 
