@@ -297,8 +297,10 @@ class Agent:
         self.liveness.tick()
     def read_inbox(self) -> None:
         """Add the messages the agent that started this one sent it (``steer``) to the conversation:
-        into the last user message (tool results) as text, so roles still alternate."""
-        if self.channel is None or not self.spec["job"]:
+        into the last user message (tool results) as text, so roles still alternate.  A child
+        no agent started (``depth`` 0: a person's, a batch item) has no one to steer it and does
+        not ask (one round trip fewer per model call)."""
+        if self.channel is None or not self.spec["job"] or not self.spec.get("depth"):
             return
         try:
             messages = self.channel.call("child.inbox", timeout=10.0).get("messages") or []

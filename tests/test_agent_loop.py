@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -262,3 +263,26 @@ def test_loop_retries_a_midstream_overloaded_error(tmp_path, api):
     result = run(tmp_path, provider="anthropic", base_url=api.url)
     assert result["status"] == "completed" and result["summary"] == "recovered"
     assert len(api.requests) == 2 and result["api_calls"] == 1
+
+
+class InboxChannel(Channel):
+    """A channel whose daemon has one steering message waiting."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def call(self, op, timeout=None, **args):
+        self.calls.append(op)
+        return {"messages": ["look at the README first"] if op == "child.inbox" else []}
+
+
+def test_only_a_child_an_agent_started_asks_for_steering(tmp_path):
+    script = [{"tool_calls": [call("terminal", command="true")]}, {"text": "done"}]
+    person = InboxChannel()
+    assert run(tmp_path, script, person)["status"] == "completed"
+    assert person.calls == []  # depth 0: nobody can steer it, so it does not ask
+    agents = InboxChannel()
+    result = run(tmp_path, script, agents, depth=1)
+    assert agents.calls == ["child.inbox", "child.inbox"]  # before each model call
+    assert "look at the README first" in json.dumps(result["messages"])
