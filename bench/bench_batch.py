@@ -3,7 +3,7 @@
 The fake model is the scripted provider: every model call of a prompt sleeps
 ``--delay`` seconds (a model with a fixed latency and no CPU cost), over
 ``--turns`` turns (the turns before the last call a tool, ``true``).  The ideal
-time is ``prompts × turns × delay / workers``; the measured time is the
+time is ``⌈prompts / workers⌉ × turns × delay`` (:func:`bench.common.ideal_seconds`); the measured time is the
 whole ``hermes-batch --dataset_file F --batch_size N --run_name R
 --num_workers W --output_dir D`` process, from start to exit (it waits for the
 run and follows its progress).  Overhead = measured / ideal − 1; per prompt
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import daemon, machine  # noqa: E402
+from bench.common import daemon, ideal_seconds, machine  # noqa: E402
 
 
 def dataset(path: Path, prompts: int, turns: int, delay: float) -> Path:
@@ -64,7 +64,7 @@ def run(prompts: int, turns: int, delay: float, workers: list[int], methods: lis
             data = dataset(d.base / "prompts.jsonl", prompts, turns, delay)
             for w in workers:
                 result = one_run(d, data, w, f"bench_{method}_{w}")
-                ideal = prompts * turns * delay / w
+                ideal = ideal_seconds(prompts, turns * delay, w)
                 rows.append({"method": method, "workers": w, "ideal": ideal, **result,
                              "overhead": result["wall"] / ideal - 1,
                              "per_prompt": (result["wall"] - ideal) * w / prompts})

@@ -1,7 +1,7 @@
 """Batch overhead on a Ray cluster beside the local executor, at the same concurrency.
 
 The same measurement as ``bench_batch.py`` (scripted provider: every model call
-sleeps ``--delay`` seconds; ideal time = prompts × turns × delay / workers;
+sleeps ``--delay`` seconds; ideal time = ⌈prompts / workers⌉ × turns × delay;
 overhead = measured / ideal − 1, the whole ``hermes-batch`` process from start
 to exit), run three ways with ``--workers`` prompts in flight:
 
@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_batch import dataset, one_run, table  # noqa: E402
-from bench.common import daemon  # noqa: E402
+from bench.common import daemon, ideal_seconds  # noqa: E402
 from tests.ray_cluster import RayCluster  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def run(prompts: int, turns: int, delay: float, workers: int, cpus: int = 2,
         methods: tuple[str, ...] = ("spawn", "forkserver")) -> list[dict]:
     """One row per executor: ray first (its cluster is stopped before the local runs), then
     local with each start method of ``methods``."""
-    ideal = prompts * turns * delay / workers
+    ideal = ideal_seconds(prompts, turns * delay, workers)
     rows = []
 
     def row(executor: str, result: dict) -> None:

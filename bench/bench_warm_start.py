@@ -43,7 +43,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_batch import dataset, one_run  # noqa: E402
-from bench.common import daemon, machine, ms, pct, wait_for  # noqa: E402
+from bench.common import daemon, ideal_seconds, machine, ms, pct, wait_for  # noqa: E402
 
 PROBE_MS = 2.0
 RECORD = [{"text": "recording how I started", "tool_calls": [{"name": "terminal", "input": {
@@ -65,7 +65,7 @@ def batch_overhead(prompts: int, delay: float, workers: int) -> dict:
         warm(d)
         data = dataset(d.base / "prompts.jsonl", prompts, 1, delay)
         result = one_run(d, data, workers, f"bench_default_{workers}")
-        ideal = prompts * delay / workers
+        ideal = ideal_seconds(prompts, delay, workers)
         return {**result, "method": method, "workers": workers, "prompts": prompts,
                 "completed": result["prompts"]["completed"], "ideal": ideal,
                 "overhead": result["wall"] / ideal - 1}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import statistics
@@ -26,7 +27,7 @@ if str(ROOT) not in sys.path:
 from tests.chaos.helpers import forkserver, warm_on_start  # noqa: E402
 from tests.harness import DaemonProc, wait_for  # noqa: E402
 
-__all__ = ["daemon", "pct", "machine", "ms", "wait_for", "Timer", "ROOT", "command_line"]
+__all__ = ["daemon", "pct", "machine", "ms", "wait_for", "Timer", "ROOT", "command_line", "ideal_seconds"]
 
 
 @contextlib.contextmanager
@@ -40,6 +41,14 @@ def daemon(config: dict[str, Any] | None = None, env: dict[str, str] | None = No
             yield proc
         finally:
             proc.cleanup()
+
+
+def ideal_seconds(prompts: int, seconds_each: float, workers: int) -> float:
+    """The wall time of a batch on a supervisor that costs nothing: ``prompts`` of
+    ``seconds_each`` seconds run in rounds of ``workers``, and the last round may be
+    partial (1,000 prompts of 1 s on 16 workers: 63 rounds, 63 s — not 62.5 s, which no
+    scheduler can reach: for the last second half the workers have nothing to run)."""
+    return math.ceil(prompts / workers) * seconds_each
 
 
 def pct(values: list[float], p: float) -> float:
