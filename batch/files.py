@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 
 def dumps(obj: Any) -> str:
@@ -34,22 +34,28 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def append_line(path: Path, obj: Any) -> None:
-    """Append ``obj`` as one JSON line to ``path``, flushed and fsynced. Raises ``OSError``."""
+def append_line(path: Path, obj: Any) -> tuple[int, int]:
+    """Append ``obj`` as one JSON line to ``path``, flushed and fsynced; returns the
+    line's byte range in the file, ``(start, end)``, its newline included.  Raises ``OSError``."""
     created = not path.exists()
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(dumps(obj) + "\n")
+    data = (dumps(obj) + "\n").encode("utf-8")
+    with open(path, "ab") as fh:  # appending: the position starts at the end
+        start = fh.tell()
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     if created:
         fsync_dir(path.parent)
+    return start, start + len(data)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (temp file, fsync, rename, fsync dir). Raises ``OSError``."""
+def write_atomic(path: Path, text: str | Iterable[bytes]) -> None:
+    """Replace ``path`` with ``text`` (or the byte chunks it yields, written one by one)
+    atomically (temp file, fsync, rename, fsync dir). Raises ``OSError``."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    with open(tmp, "wb") as fh:
+        for chunk in [text.encode("utf-8")] if isinstance(text, str) else text:
+            fh.write(chunk)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -62,7 +68,14 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_jsonl(path: Path, *, repair: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-    """The JSON objects of the lines of ``path`` and the problems met, as ``FILE:LINE: reason``.
+    """The JSON objects of the lines of ``path`` and the problems met (see :func:`read_spans`)."""
+    spans, problems = read_spans(path, repair=repair)
+    return [obj for obj, _, _ in spans], problems
+
+
+def read_spans(path: Path, *, repair: bool = False) -> tuple[list[tuple[dict[str, Any], int, int]], list[str]]:
+    """The JSON objects of the lines of ``path``, each with its byte range ``(obj, start,
+    end)`` (newline included), and the problems met, as ``FILE:LINE: reason``.
 
     A last line without its newline is torn: with ``repair`` the file is
     truncated just before it (and the problem says so), else it is only
@@ -86,7 +99,9 @@ def read_jsonl(path: Path, *, repair: bool = False) -> tuple[list[dict[str, Any]
                 fh.truncate(keep)
                 fh.flush()
                 os.fsync(fh.fileno())
+    start = 0
     for number, raw in enumerate(data[:keep].split(b"\n")[:-1], start=1):
+        span, start = (start, start + len(raw) + 1), start + len(raw) + 1
         try:
             obj = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -95,5 +110,5 @@ def read_jsonl(path: Path, *, repair: bool = False) -> tuple[list[dict[str, Any]
         if not isinstance(obj, dict):
             problems.append(f"{path}:{number}: not a JSON object; line skipped")
             continue
-        entries.append(obj)
+        entries.append((obj, *span))
     return entries, problems

@@ -37,11 +37,12 @@ allows them, and partial samples when the run excludes them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from batch import files
 
@@ -156,17 +157,40 @@ def filter_reason(line: dict[str, Any], *, allow_synthetic: bool = False,
                   exclude_partial: bool = False) -> tuple[str, list[str]] | None:
     """Why ``line`` stays out of ``trajectories.jsonl`` — ``(reason, detail)`` with a
     reason of :data:`FILTER_REASONS` (detail: the tool names not offered) — or None."""
+    return written_at(line, 0, 0, 0).reason(allow_synthetic=allow_synthetic, exclude_partial=exclude_partial)
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A line of a batch file without its text: where it is (batch file ``number``, byte
+    range ``start``–``end``, newline included) and what :meth:`reason` needs of it."""
+
+    number: int
+    start: int
+    end: int
+    not_offered: tuple[str, ...]
+    unparseable: int
+    synthetic: bool
+    partial: bool
+
+    def reason(self, *, allow_synthetic: bool = False, exclude_partial: bool = False) -> tuple[str, list[str]] | None:
+        """See :func:`filter_reason`."""
+        if self.not_offered:
+            return "tool_not_offered", list(self.not_offered)
+        if self.unparseable:
+            return "unparseable_tool_call", []
+        if self.synthetic and not allow_synthetic:
+            return "synthetic", []
+        if self.partial and exclude_partial:
+            return "partial", []
+        return None
+
+
+def written_at(line: dict[str, Any], number: int, start: int, end: int) -> Written:
+    """The :class:`Written` of ``line``, found in batch file ``number`` at ``start``–``end``."""
     names, unparseable = tool_calls(line.get("conversations") or [])
-    not_offered = sorted(set(names) - set(offered_tools(line)))
-    if not_offered:
-        return "tool_not_offered", not_offered
-    if unparseable:
-        return "unparseable_tool_call", []
-    if (line.get("metadata") or {}).get("synthetic") and not allow_synthetic:
-        return "synthetic", []
-    if line.get("partial") and exclude_partial:
-        return "partial", []
-    return None
+    return Written(number, start, end, tuple(sorted(set(names) - set(offered_tools(line)))), unparseable,
+                   bool((line.get("metadata") or {}).get("synthetic")), bool(line.get("partial")))
 
 
 def build_line(*, index: int, batch: int, trajectory: dict[str, Any], completed: bool, partial: bool,
@@ -198,32 +222,34 @@ def build_line(*, index: int, batch: int, trajectory: dict[str, Any], completed:
     return line
 
 
-def load_lines(run_dir: Path, *, repair: bool = False) -> tuple[dict[int, dict[str, Any]], list[str]]:
-    """Every prompt's line from the run's batch files (the first one when an index
-    repeats) and the problems met (torn tails — truncated with ``repair`` — bad
-    lines, repeated indices)."""
-    lines: dict[int, dict[str, Any]] = {}
+def read_lines(run_dir: Path, *, repair: bool = False) -> tuple[list[tuple[int, dict[str, Any], Written]], list[str]]:
+    """Every prompt's line from the run's batch files — ``(prompt index, line, where)``,
+    the first one when an index repeats — and the problems met (torn tails, truncated
+    with ``repair``; bad lines; repeated indices)."""
+    lines: list[tuple[int, dict[str, Any], Written]] = []
+    seen: set[int] = set()
     problems: list[str] = []
-    for _number, path in batch_files(run_dir):
-        entries, found = files.read_jsonl(path, repair=repair)
+    for number, path in batch_files(run_dir):
+        entries, found = files.read_spans(path, repair=repair)
         problems += found
-        for entry in entries:
+        for entry, start, end in entries:
             index = entry.get("prompt_index")
             if not isinstance(index, int):
                 problems.append(f"{path}: a line without an integer prompt_index; skipped")
-            elif index in lines:
+            elif index in seen:
                 problems.append(f"{path}: prompt_index {index} appears again; the first line is kept")
             else:
-                lines[index] = entry
+                seen.add(index)
+                lines.append((index, entry, written_at(entry, number, start, end)))
     return lines, problems
 
 
 @dataclass
 class Merged:
-    """The outcome of :func:`merge`: the lines kept (by prompt index) and the
-    indices left out, ``{index: {"reason": one of FILTER_REASONS, "tools": [names]}}``."""
+    """The outcome of :func:`merge`: the prompt indices kept and those left out,
+    ``{index: {"reason": one of FILTER_REASONS, "tools": [names]}}``."""
 
-    kept: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
     filtered: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def count(self, reason: str) -> int:
@@ -231,17 +257,28 @@ class Merged:
         return sum(1 for f in self.filtered.values() if f["reason"] == reason)
 
 
-def merge(run_dir: Path, lines: dict[int, dict[str, Any]], *, allow_synthetic: bool = False,
+def merge(run_dir: Path, written: dict[int, Written], *, allow_synthetic: bool = False,
           exclude_partial: bool = False) -> Merged:
-    """Write ``RUN_DIR/trajectories.jsonl`` from ``lines`` (prompt index → line),
-    ordered by index, without the lines :func:`filter_reason` names.  Atomic;
-    raises ``OSError``."""
+    """Write ``RUN_DIR/trajectories.jsonl`` from the lines ``written`` (prompt index →
+    where), ordered by index, without the lines :meth:`Written.reason` names.  The lines
+    are copied as the batch files hold them, not parsed again (a batch file is read once).
+    Atomic; raises ``OSError``."""
     merged = Merged()
-    for index in sorted(lines):
-        why = filter_reason(lines[index], allow_synthetic=allow_synthetic, exclude_partial=exclude_partial)
+    for index in sorted(written):
+        why = written[index].reason(allow_synthetic=allow_synthetic, exclude_partial=exclude_partial)
         if why:
             merged.filtered[index] = {"reason": why[0], "tools": why[1]}
         else:
-            merged.kept.append(lines[index])
-    files.write_atomic(run_dir / TRAJECTORIES, "".join(files.dumps(line) + "\n" for line in merged.kept))
+            merged.kept.append(index)
+    with contextlib.ExitStack() as stack:
+        sources = {number: stack.enter_context(open(batch_file(run_dir, number), "rb"))
+                   for number in {written[i].number for i in merged.kept}}
+
+        def copied() -> Iterator[bytes]:
+            for w in (written[i] for i in merged.kept):
+                source = sources[w.number]
+                source.seek(w.start)
+                yield source.read(w.end - w.start)
+
+        files.write_atomic(run_dir / TRAJECTORIES, copied())
     return merged

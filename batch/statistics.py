@@ -1,7 +1,9 @@
 """``statistics.json``: the counts of a whole batch run, resumed parts included (SPEC §6).
 
-Computed from the files, never from counters kept in memory, so a run resumed
-after a crash reports exactly what its files hold:
+Counted from the files, so a run resumed after a crash reports exactly what its
+files hold: a :class:`Tally` of the batch files' lines is read from them when the
+run opens, then each line is added as it is written (fsynced) — the end of a run
+need not read its files again:
 
 * the batch files (every written line: completed or partial samples) give the
   per-tool counts, success and failure rates, API calls, tokens, per-prompt
@@ -53,15 +55,45 @@ def _rate(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def _tools(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    totals = {name: Counter() for name in output.KNOWN_TOOLS}
-    for line in lines:
+class Tally:
+    """The counts of the batch files' lines (:meth:`add` each line once): written,
+    completed, partial, assistant turns and those with reasoning, samples with reasoning,
+    per-tool calls, tokens, API calls, prompt seconds, models and toolsets."""
+
+    def __init__(self) -> None:
+        self.written = self.completed = self.partial = self.turns = self.turns_with_reasoning = 0
+        self.samples_with_reasoning = self.api_calls = 0
+        self.tools = {name: Counter() for name in output.KNOWN_TOOLS}
+        self.tokens: Counter = Counter()
+        self.seconds = 0.0
+        self.models: Counter = Counter()
+        self.toolsets: Counter = Counter()
+
+    def add(self, line: dict[str, Any]) -> None:
+        """Count one batch-file line."""
+        meta = line.get("metadata") or {}
+        turns = output.gpt_turns(line.get("conversations") or [])
+        reasoning = sum(1 for v in turns if output.shows_reasoning(v))
+        self.written += 1
+        self.completed += bool(line.get("completed"))
+        self.partial += bool(line.get("partial"))
+        self.turns += len(turns)
+        self.turns_with_reasoning += reasoning
+        self.samples_with_reasoning += reasoning > 0
         for name, entry in (line.get("tool_stats") or {}).items():
-            if name in totals:
-                totals[name].update({k: int(entry.get(k) or 0) for k in ("count", "success", "failure")})
+            if name in self.tools:
+                self.tools[name].update({k: int(entry.get(k) or 0) for k in ("count", "success", "failure")})
+        self.tokens.update({k: int((meta.get("tokens") or {}).get(k) or 0) for k in ("input", "output")})
+        self.api_calls += int(line.get("api_calls") or 0)
+        self.seconds += float(meta.get("duration_seconds") or 0.0)
+        self.models[meta.get("model")] += 1
+        self.toolsets.update(line.get("toolsets_used") or [])
+
+
+def _tools(tally: Tally) -> dict[str, dict[str, Any]]:
     return {name: {"count": c["count"], "success": c["success"], "failure": c["failure"],
                    "success_rate": _rate(c["success"], c["count"]), "failure_rate": _rate(c["failure"], c["count"])}
-            for name, c in totals.items()}
+            for name, c in tally.tools.items()}
 
 
 def _percent(part: int, whole: int) -> float:
@@ -80,58 +112,52 @@ def _hermes_tools(tools: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
     return out
 
 
-def _spent(lines: list[dict[str, Any]], checkpoint: Checkpoint) -> tuple[Counter, int]:
+def _spent(tally: Tally, checkpoint: Checkpoint) -> tuple[Counter, int]:
     """Tokens and API calls of every attempt the files remember."""
-    tokens, calls = Counter(), 0
-    records = [line.get("metadata", {}) | {"api_calls": line.get("api_calls")} for line in lines]
-    records += list(checkpoint.discarded.values()) + list(checkpoint.failed.values())
-    for record in records:
+    tokens, calls = Counter(tally.tokens), tally.api_calls
+    for record in list(checkpoint.discarded.values()) + list(checkpoint.failed.values()):
         tokens.update({k: int((record.get("tokens") or {}).get(k) or 0) for k in ("input", "output")})
         calls += int(record.get("api_calls") or 0)
     return tokens, calls
 
 
-def _models_used(written: list[dict[str, Any]]) -> str:
+def _models_used(tally: Tally) -> str:
     """The model(s) the written lines name, most used first, joined by ", " ("" when none)."""
-    used = Counter((line.get("metadata") or {}).get("model") for line in written)
-    return ", ".join(m for m, _ in used.most_common() if m)
+    return ", ".join(m for m, _ in tally.models.most_common() if m)
 
 
 def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: int,
-            lines: dict[int, dict[str, Any]], merged: output.Merged, checkpoint: Checkpoint) -> dict[str, Any]:
+            tally: Tally, merged: output.Merged, checkpoint: Checkpoint) -> dict[str, Any]:
     """The statistics document (see the module doc).
 
     ``scope``: the prompt indices of the run (its usable dataset lines);
-    ``lines``: prompt index → batch-file line; ``merged``: the result of
+    ``tally``: the counts of its batch-file lines; ``merged``: the result of
     :func:`batch.output.merge`; ``checkpoint``: the run's checkpoint.
     """
-    written = list(lines.values())
-    completed = sum(1 for line in written if line.get("completed"))
+    written, completed, turns, with_reasoning = tally.written, tally.completed, tally.turns, tally.turns_with_reasoning
     discarded = len(checkpoint.discarded)
-    turns = [v for line in written for v in output.gpt_turns(line.get("conversations") or [])]
-    with_reasoning = sum(1 for v in turns if output.shows_reasoning(v))
-    tools = _tools(written)
+    tools = _tools(tally)
     calls = {k: sum(t[k] for t in tools.values()) for k in ("count", "success", "failure")}
-    tokens, api_calls = _spent(written, checkpoint)
-    durations = [float((line.get("metadata") or {}).get("duration_seconds") or 0.0) for line in written]
-    durations += [float(d.get("duration_seconds") or 0.0) for d in checkpoint.discarded.values()]
+    tokens, api_calls = _spent(tally, checkpoint)
+    seconds = tally.seconds + sum(float(d.get("duration_seconds") or 0.0) for d in checkpoint.discarded.values())
+    prompts_timed = written + discarded
     failed = set(checkpoint.failed) & scope
-    samples_with = sum(1 for line in written if output.has_reasoning(line.get("conversations") or []))
+    samples_with = tally.samples_with_reasoning
     size = int(settings.get("batch_size") or 1)
     now = clock.now_iso()
     filtered = {f"filtered_{reason}": merged.count(reason) for reason in output.FILTER_REASONS}
     return {
         "run_name": settings.get("run_name"), "distribution": settings.get("distribution"),
         "total_prompts": len(scope), "total_batches": len({i // size for i in scope}),
-        "batch_size": settings.get("batch_size"), "model": settings.get("model") or _models_used(written),
+        "batch_size": settings.get("batch_size"), "model": settings.get("model") or _models_used(tally),
         "completed_at": now, "duration_seconds": round(checkpoint.active_seconds, 2),
         "tool_statistics": _hermes_tools(tools),
-        "reasoning_statistics": {"total_assistant_turns": len(turns), "turns_with_reasoning": with_reasoning,
-                                 "turns_without_reasoning": len(turns) - with_reasoning},
+        "reasoning_statistics": {"total_assistant_turns": turns, "turns_with_reasoning": with_reasoning,
+                                 "turns_without_reasoning": turns - with_reasoning},
         "job": job, "dataset_file": settings.get("dataset_file"), "generated_at": now,
-        "prompts": {"total": len(scope), "bad_lines": bad_lines, "written": len(written), "completed": completed,
-                    "partial": sum(1 for line in written if line.get("partial")),
-                    "incomplete": len(written) - completed, "discarded_no_reasoning": discarded,
+        "prompts": {"total": len(scope), "bad_lines": bad_lines, "written": written, "completed": completed,
+                    "partial": tally.partial,
+                    "incomplete": written - completed, "discarded_no_reasoning": discarded,
                     "filtered_invalid_tools": filtered["filtered_tool_not_offered"]
                     + filtered["filtered_unparseable_tool_call"], **filtered,
                     "in_trajectories": len(merged.kept),
@@ -141,14 +167,14 @@ def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: i
         "tool_calls": {"total": calls["count"], "success": calls["success"], "failure": calls["failure"],
                        "success_rate": _rate(calls["success"], calls["count"])},
         "reasoning": {"samples_with_reasoning": samples_with,
-                      "samples_without_reasoning": len(written) - samples_with + discarded,
-                      "coverage": _rate(samples_with, len(written) + discarded),
-                      "assistant_turns": len(turns), "assistant_turns_with_reasoning": with_reasoning,
-                      "turn_coverage": _rate(with_reasoning, len(turns))},
+                      "samples_without_reasoning": written - samples_with + discarded,
+                      "coverage": _rate(samples_with, written + discarded),
+                      "assistant_turns": turns, "assistant_turns_with_reasoning": with_reasoning,
+                      "turn_coverage": _rate(with_reasoning, turns)},
         "tokens": {"input": tokens["input"], "output": tokens["output"], "total": tokens["input"] + tokens["output"]},
         "api_calls": api_calls,
         "duration": {"wall_seconds": round(checkpoint.active_seconds, 3),
-                     "prompt_seconds_total": round(sum(durations), 3),
-                     "prompt_seconds_mean": round(sum(durations) / len(durations), 3) if durations else 0.0},
-        "toolsets_used": dict(sorted(Counter(t for line in written for t in line.get("toolsets_used") or []).items())),
+                     "prompt_seconds_total": round(seconds, 3),
+                     "prompt_seconds_mean": round(seconds / prompts_timed, 3) if prompts_timed else 0.0},
+        "toolsets_used": dict(sorted(tally.toolsets.items())),
     }

@@ -164,13 +164,19 @@ def test_reasoning_means_a_scratchpad_or_a_think_block_that_is_not_empty():
 def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
     lines = {0: _line(0, tools=["terminal"], trace=[{"name": "terminal", "ok": True}]),
              1: _line(1, tools=["fly_to_moon"]), 3: _line(3, completed=False)}
-    for index, line in lines.items():
-        files.append_line(output.batch_file(tmp_path, index // 2), line)
-    loaded, problems = output.load_lines(tmp_path)
-    assert loaded == lines and problems == []
-    merged = output.merge(tmp_path, loaded)
+    spans = {index: files.append_line(output.batch_file(tmp_path, index // 2), line) for index, line in lines.items()}
+    read, problems = output.read_lines(tmp_path)
+    assert {i: line for i, line, _ in read} == lines and problems == []
+    written = {i: where for i, _, where in read}
+    assert {i: (w.number, w.start, w.end) for i, w in written.items()} == {
+        i: (i // 2, *spans[i]) for i in lines}  # where the appends said they wrote
+    tally = statistics.Tally()
+    for index, line in lines.items():  # as a run counts them, in the order they were written
+        tally.add(line)
+    merged = output.merge(tmp_path, written)
     assert merged.filtered == {1: {"reason": "tool_not_offered", "tools": ["fly_to_moon"]}}
-    assert [json.loads(t)["prompt_index"] for t in (tmp_path / "trajectories.jsonl").read_text().splitlines()] == [0, 3]
+    text = (tmp_path / "trajectories.jsonl").read_text()  # the lines as written, byte for byte
+    assert text == "".join(files.dumps(lines[i]) + "\n" for i in (0, 3))
     ckpt = Checkpoint(tmp_path)
     ckpt.done = set(lines)
     ckpt.discarded = {2: {"reason": "no_reasoning", "api_calls": 1, "tokens": {"input": 7, "output": 1},
@@ -178,7 +184,7 @@ def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
     ckpt.failed = {4: {"error": "boom", "api_calls": 0, "tokens": {}}}
     settings = Settings(run_name="r", dataset_file="/d", output_dir=str(tmp_path), batch_size=2).to_dict()
     stats = statistics.compute(settings=settings, job="batch_r", scope={0, 1, 2, 3, 4, 5}, bad_lines=1,
-                               lines=loaded, merged=merged, checkpoint=ckpt)
+                               tally=tally, merged=merged, checkpoint=ckpt)
     assert stats["prompts"] == {"total": 6, "bad_lines": 1, "written": 3, "completed": 2, "partial": 0,
                                 "incomplete": 1, "discarded_no_reasoning": 1, "filtered_invalid_tools": 1,
                                 "filtered_tool_not_offered": 1, "filtered_unparseable_tool_call": 0,
@@ -202,8 +208,8 @@ def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
 def test_repeated_indices_keep_the_first_line(tmp_path):
     files.append_line(output.batch_file(tmp_path, 0), _line(0, tokens=(1, 1)))
     files.append_line(output.batch_file(tmp_path, 0), _line(0, tokens=(2, 2)))
-    loaded, problems = output.load_lines(tmp_path)
-    assert loaded[0]["metadata"]["tokens"]["input"] == 1 and "appears again" in problems[0]
+    read, problems = output.read_lines(tmp_path)
+    assert [line["metadata"]["tokens"]["input"] for _, line, _ in read] == [1] and "appears again" in problems[0]
 
 
 def test_checkpoint_round_trip_and_corruption(tmp_path):
