@@ -88,6 +88,8 @@ def check_consistent(run: dict[str, Any], batch_size: int) -> None:
     stats, ckpt = run["statistics"], run["checkpoint"]
     traj = [t["prompt_index"] for t in run["trajectories"]]
     assert traj == sorted(set(indices) - {int(i) for i in stats["filtered"]})
+    by_index = {line["prompt_index"]: line for line in written}
+    assert run["trajectories"] == [by_index[i] for i in traj]  # the very lines of the batch files
     assert set(ckpt["done"]) == set(indices) and not set(ckpt["discarded"]) & {str(i) for i in indices}
     p = stats["prompts"]
     assert (p["written"], p["in_trajectories"], p["discarded_no_reasoning"]) == (
