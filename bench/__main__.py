@@ -3,7 +3,7 @@
 First hermesd beside circus and supervisord (:mod:`bench.bench_peers`, issue
 22: every row, the ratios, each goal met or not; the peers are installed from
 PyPI into ``--venv`` on first use), then the rest.  ``--quick`` shrinks the
-batch benchmarks (100 prompts instead of 1,000) and the long-run one
+batch benchmarks (96 prompts instead of 1,024: whole rounds of 16 workers) and the long-run one
 (200 prompts instead of 2,000) for a look that takes minutes, not the better
 part of an hour; ``--only-peers`` runs only the figures of issue 22,
 ``--only-default`` only those of issue 15 (:mod:`bench.bench_warm_start`: batch
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--venv", type=Path, default=bench_peers.DEFAULT_VENV,
                         help="the virtual environment of circus and supervisor (made on first use)")
     args = parser.parse_args()
-    prompts = 100 if args.quick else 1000
+    prompts = 96 if args.quick else 1024  # whole rounds of 16 (and of 4) workers
     print(f"# hermesd benchmarks · {machine()}\n", flush=True)
     if not args.only_default:
         print(bench_peers.report(bench_peers.run(args.venv, prompts=prompts)) + "\n", flush=True)

@@ -12,7 +12,7 @@ result, fsynced batch line).  Each start method runs with each worker count.
 
 Usage::
 
-    .venv/bin/python bench/bench_batch.py [--prompts 1000] [--turns 1] [--delay 1.0]
+    .venv/bin/python bench/bench_batch.py [--prompts 1024] [--turns 1] [--delay 1.0]
         [--workers 4,16] [--methods spawn,forkserver] [--json]
 """
 
@@ -91,7 +91,7 @@ def table(title: str, rows: list[dict], key: str, label: str, width: int) -> str
 def main() -> None:
     """Command line: see the module doc."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--prompts", type=int, default=1000)
+    parser.add_argument("--prompts", type=int, default=1024)
     parser.add_argument("--turns", type=int, default=1)
     parser.add_argument("--delay", type=float, default=1.0)
     parser.add_argument("--workers", default="4,16")

@@ -23,7 +23,7 @@ Every process started is ended, also when a step fails (the peers' own
 children included).  Usage::
 
     .venv/bin/python bench/bench_peers.py [--venv DIR] [--runs 20] [--requests 2000] [--seconds 3]
-        [--starts 40] [--prompts 1000] [--json]
+        [--starts 40] [--prompts 1024] [--json]
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def floor_posix_spawn(runs: int) -> list[float]:
 
 
 def run(venv: Path, runs: int = 20, requests: int = 2000, seconds: float = 3.0, starts: int = 40,
-        prompts: int = 1000) -> dict[str, Any]:
+        prompts: int = 1024) -> dict[str, Any]:
     """Every figure (see the module doc); seconds, MiB, requests per second."""
     bin_dir = peers_venv(venv)
     result: dict[str, Any] = {"versions": {**peer_versions(bin_dir), "hermesd": __version__}, "venv": str(venv)}
@@ -333,7 +333,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--starts", type=int, default=40)
-    parser.add_argument("--prompts", type=int, default=1000)
+    parser.add_argument("--prompts", type=int, default=1024)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = run(args.venv, args.runs, args.requests, args.seconds, args.starts, args.prompts)

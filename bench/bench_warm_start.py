@@ -25,7 +25,7 @@ Two figures (issue 15), one run:
 
 Usage::
 
-    .venv/bin/python bench/bench_warm_start.py [--prompts 1000] [--delay 1.0] [--workers 16] [--jobs 100] [--json]
+    .venv/bin/python bench/bench_warm_start.py [--prompts 1024] [--delay 1.0] [--workers 16] [--jobs 100] [--json]
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def report(result: dict) -> str:
 def main() -> None:
     """Command line: see the module doc."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--prompts", type=int, default=1000)
+    parser.add_argument("--prompts", type=int, default=1024)
     parser.add_argument("--delay", type=float, default=1.0)
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--jobs", type=int, default=100)

@@ -27,7 +27,7 @@ import click
 from client import render
 from client.common import (COMPLETION_HELP, TERMINAL, Ctl, conn, exit_for, fail, global_options, is_json, json_option,
                            out, show, stopped_watching)
-from hermesd.config import EXECUTORS, PROVIDERS, REASONING_EFFORTS
+from hermesd.contract import EXECUTORS, PROVIDERS, REASONING_EFFORTS
 
 batch_group = click.Group("batch", help="Batch runs: trajectories over a JSONL dataset of prompts.")
 

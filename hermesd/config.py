@@ -26,16 +26,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hermesd import paths
-from hermesd.contract import PROVIDERS
+from hermesd.contract import EXECUTORS, PROVIDERS, REASONING_EFFORTS  # noqa: F401  (the config's choices)
 from hermesd.protocol import INT64_MAX, TOOLSETS
 
 if TYPE_CHECKING:
     import yaml
 
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 START_METHODS = ("spawn", "forkserver")
 TERMINAL_BACKENDS = ("local", "docker", "podman")
-EXECUTORS = ("local", "ray")
 
 
 class ConfigError(Exception):

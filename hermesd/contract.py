@@ -104,6 +104,12 @@ def exit_reason_of(status: str) -> str:
 PROVIDERS = ("anthropic", "openai-compat", "local", "scripted")
 """Model providers a child can run (``child.providers.select``)."""
 
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+"""The ``reasoning_effort`` values a task or a batch may ask for."""
+
+EXECUTORS = ("local", "ray")
+"""Where a batch's items run: children of this daemon, or tasks on a Ray cluster."""
+
 ROLES = ("leaf", "orchestrator")
 """Roles a delegating agent may give a subagent: a ``leaf`` cannot delegate further."""
 WORKER_ROLE = "kanban_worker"

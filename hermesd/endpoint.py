@@ -47,6 +47,9 @@ class Endpoint:
         self._draining = True
         try:
             self._take(BATCH)
+        except BaseException:
+            self._soon()  # the messages after the one that raised are not left waiting for an edge
+            raise
         finally:
             self._draining = False
 
