@@ -67,12 +67,15 @@ Sizes = dict[str, tuple[int, int]]
 @functools.lru_cache(maxsize=4)
 def header(sizes: tuple[tuple[str, int, int], ...] = ()) -> str:
     """The card's YAML header; with ``sizes`` (``(config, lines, bytes)``…) each config's
-    ``dataset_info`` also gives its split's ``num_examples`` and its ``download_size``.
+    ``dataset_info`` also gives its ``download_size``, the bytes of its data files.
 
-    Those two are what makes ``datasets`` tell two loads apart: it keys its cache of a local
-    folder with a ``configs`` block by the folder's name and that block, not by the files, so
-    without them another run of the same name, or this folder after a resume, is served from
-    the cache of an earlier load (``datasets`` 5.2).  PyYAML is imported here, when first needed.
+    That is what makes ``datasets`` tell two loads apart: it keys its cache of a local folder
+    with a ``configs`` block by the folder's name and that block, not by the files, so without
+    it another run of the same name, or this folder after a resume, is served from the cache
+    of an earlier load (``datasets`` 5.2).  No ``splits``: ``datasets`` wants ``num_bytes`` of
+    the prepared (Arrow) split there, which only it knows, warns when it is missing, and would
+    refuse the folder once a file was edited (it checks ``num_examples``).  PyYAML is imported
+    here, when first needed.
     """
     import yaml
 
@@ -81,7 +84,6 @@ def header(sizes: tuple[tuple[str, int, int], ...] = ()) -> str:
     for name, _ in CONFIGS:
         entry: dict[str, Any] = {"config_name": name, "features": FEATURES}
         if name in counted:
-            entry["splits"] = [{"name": "train", "num_examples": counted[name][0]}]
             entry["download_size"] = counted[name][1]
         info.append(entry)
     data = {"configs": [{"config_name": c, "data_files": [{"split": "train", "path": p}]} for c, p in CONFIGS],

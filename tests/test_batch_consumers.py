@@ -152,7 +152,7 @@ def test_datasets_and_transformers_read_the_runs(make_daemon, tmp_path):
         assert masked == "".join(f"{c}<|im_end|>" for c in turns)
 
 
-def test_datasets_never_serves_one_run_folder_for_another(make_daemon, tmp_path):
+def test_datasets_never_serves_one_run_folder_for_another(make_daemon, tmp_path, capfd):
     """``datasets`` caches a local folder with a ``configs`` card by its name: two runs called
     alike (other output folders), and one folder grown by a resume, each load as they are."""
     import datasets
@@ -174,3 +174,4 @@ def test_datasets_never_serves_one_run_folder_for_another(make_daemon, tmp_path)
                    output_dir=str(tmp_path / "a"), resume=True)
     assert finish(daemon, record)["status"] == "completed"
     assert len(datasets.load_dataset(str(runs[0]), split="train", cache_dir=cache)) == 4
+    assert "dataset_info" not in capfd.readouterr().err  # the finished card is one datasets reads whole
