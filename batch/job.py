@@ -247,8 +247,9 @@ class BatchRun:
                                  metadata=meta, extra=prompt.extra)
         number = o.index // s.batch_size
         start, end = files.append_line(output.batch_file(self.run_dir, number), line)
-        self.written[o.index] = output.written_at(line, number, start, end)
-        self.tally.add(line)
+        if o.index not in self.written:  # as when the files are read: an index's first line counts
+            self.written[o.index] = output.written_at(line, number, start, end)
+            self.tally.add(line)
         ckpt.done.add(o.index)
 
     def _failure(self, o: ItemOutcome, result: dict[str, Any]) -> None:
