@@ -99,9 +99,9 @@ def read_spans(path: Path, *, repair: bool = False) -> tuple[list[tuple[dict[str
                 fh.truncate(keep)
                 fh.flush()
                 os.fsync(fh.fileno())
-    start = 0
+    end = 0
     for number, raw in enumerate(data[:keep].split(b"\n")[:-1], start=1):
-        span, start = (start, start + len(raw) + 1), start + len(raw) + 1
+        start, end = end, end + len(raw) + 1
         try:
             obj = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -110,5 +110,5 @@ def read_spans(path: Path, *, repair: bool = False) -> tuple[list[tuple[dict[str
         if not isinstance(obj, dict):
             problems.append(f"{path}:{number}: not a JSON object; line skipped")
             continue
-        entries.append((obj, *span))
+        entries.append((obj, start, end))
     return entries, problems

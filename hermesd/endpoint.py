@@ -46,16 +46,16 @@ class Endpoint:
         self._again = False
         self._draining = True
         try:
-            self._take(BATCH)
+            self._take()
         except BaseException:
             self._soon()  # the messages after the one that raised are not left waiting for an edge
             raise
         finally:
             self._draining = False
 
-    def _take(self, count: int) -> None:
+    def _take(self) -> None:
         sock = self.sock
-        for _ in range(count):
+        for _ in range(BATCH):
             try:
                 if not sock.getsockopt(EVENTS) & POLLIN:
                     return
