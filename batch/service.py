@@ -31,7 +31,7 @@ from batch.executor_ray import RayExecutor
 from batch.job import STATISTICS, BatchRun
 from batch.output import TRAJECTORIES, batch_files
 from batch.runner_iface import SupervisorExecutor
-from batch.settings import Settings
+from batch.settings import Settings, job_id_of
 from hermesd import containers, jobs as jobs_mod
 from hermesd.contract import LIVE, STOP_REASONS, JobStatus
 from hermesd.protocol import ProtocolError
@@ -40,11 +40,6 @@ log = logging.getLogger("hermesd.batch")
 
 ERRORS_SHOWN = 50
 """At most this many bad-line messages travel in a status record."""
-
-
-def job_id_of(run_name: str) -> str:
-    """The job id of a run: ``batch_<run_name>``."""
-    return f"batch_{run_name}"
 
 
 class BatchService:

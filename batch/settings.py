@@ -57,6 +57,11 @@ def load_prefill(path: str) -> list[dict[str, str]]:
     return out
 
 
+def job_id_of(run_name: str) -> str:
+    """The job id of a run: ``batch_<run_name>``."""
+    return f"batch_{run_name}"
+
+
 def flag_options(args: dict[str, Any]) -> dict[str, Any]:
     """The batch_runner flags of a ``batch.run`` request beyond the basic ones, as
     :class:`Settings` keywords; the prefill file is read and checked here, before

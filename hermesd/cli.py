@@ -1,26 +1,25 @@
 """``hermesd run | check-config | version``: the daemon's own command line.
 
-argparse, not click as ``hermesctl``: the process that parses ``hermesd run``
-becomes the daemon, and click would stay in its memory for its whole life
-(about a megabyte of an idle daemon, issue 22) for three commands.
+``hermesd run`` reads and checks the config, then execs the daemon process
+(:mod:`hermesd.daemon`), which holds neither this command line nor PyYAML.
+argparse, not click as ``hermesctl``: a few commands, and ``run`` starts sooner.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import Any, Callable
 
-from hermesd import __version__, config as config_mod
+from hermesd import __version__, config as config_mod, daemon
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class _Formatter(argparse.HelpFormatter):
     """argparse's help layout with the width found here: its own way imports ``shutil``
-    (with ``bz2`` and ``lzma``) into what becomes the daemon."""
+    (with ``bz2`` and ``lzma``), which ``hermesd run`` has no use for."""
 
     def __init__(self, prog: str):
         try:
@@ -28,19 +27,6 @@ class _Formatter(argparse.HelpFormatter):
         except (ValueError, OSError):
             width = 80
         super().__init__(prog, width=max(width - 2, 40))
-
-
-def keep_tls_out() -> None:
-    """Make ``import ssl`` fail in this process, before asyncio is imported.
-
-    The daemon speaks only over unix sockets, never TLS, yet asyncio imports
-    ``ssl`` when it can (``asyncio.base_events``, ``asyncio.sslproto``: both
-    fall back to ``ssl = None``), which maps libssl and libcrypto, about 5 MiB
-    of an idle daemon's 33 (issue 22).  A ``None`` in ``sys.modules`` makes the
-    import raise ``ImportError`` (the import system's documented rule).  Its
-    children (zygote, child processes) are new interpreters and keep ``ssl``.
-    """
-    sys.modules.setdefault("ssl", None)
 
 
 def _load(path: str | None) -> config_mod.Config:
@@ -54,13 +40,12 @@ def _load(path: str | None) -> config_mod.Config:
 
 def run(args: argparse.Namespace) -> None:
     """Run the daemon in the foreground until SIGTERM, SIGINT or `hermesctl shutdown`."""
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s")
     cfg = _load(args.config)
-    keep_tls_out()
-    from hermesd import server
-
-    sys.exit(server.run(cfg, args.config))
+    try:
+        daemon.exec_daemon(cfg, args.config, args.log_level)
+    except OSError as exc:
+        print(f"hermesd: cannot start the daemon process ({sys.executable}): {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 def check_config(args: argparse.Namespace) -> None:

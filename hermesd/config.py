@@ -377,6 +377,22 @@ def parse(text: str, file: str | None = None) -> Config:
     lines = _Lines(node)
     errors = [ConfigError(f"set twice (first on line {first}); remove one", file, line, key)
               for key, line, first in lines.duplicates]
+    return _validated(data, file, lines, errors)
+
+
+def from_data(data: Any, source: str | None = None) -> Config:
+    """Validate plain data into a :class:`Config` coming from file ``source``.
+
+    ``data``: a mapping as YAML or JSON gives it (the shape of :meth:`Config.to_dict`,
+    without ``source``).  How the daemon process receives the config that ``hermesd
+    run`` read (:mod:`hermesd.daemon`), so that it never imports PyYAML to start.
+    Raises :class:`ConfigError` (without line numbers).
+    """
+    return _validated(data, source, _Lines(None), [])
+
+
+def _validated(data: Any, file: str | None, lines: _Lines, errors: list[ConfigError]) -> Config:
+    """:class:`Config` from ``data``, or the first of ``errors`` and its own problems raised."""
     config = _build(Config, data, "", file, lines, errors)
     if config.terminal.backend != "local" and not config.terminal.image:
         errors.append(ConfigError(f"{config.terminal.backend} runs every job's commands in a container, so "

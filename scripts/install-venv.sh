@@ -24,6 +24,10 @@ export CMAKE_ARGS=${CMAKE_ARGS:--DGGML_NATIVE=OFF}
 # PYTHONDONTWRITEBYTECODE is set (as on the CI machines) every cold child and every hermesctl
 # would compile them again from source.
 "$VENV/bin/python" -m compileall -q "$ROOT/hermesd" "$ROOT/child" "$ROOT/client" "$ROOT/batch" >/dev/null
+# The daemon process runs under -OO (hermesd/daemon.py), which reads *.opt-2.pyc: those of what it
+# imports (its own modules, pyzmq, msgpack; PyYAML for a reload).
+"$VENV/bin/python" -OO -m compileall -q "$ROOT/hermesd" "$ROOT/batch" $("$VENV/bin/python" -c \
+  'import os, msgpack, yaml, zmq; print(*(os.path.dirname(m.__file__) for m in (msgpack, yaml, zmq)))') >/dev/null
 if "$VENV/bin/pip" show -q llama-cpp-python >/dev/null 2>&1 \
     && ! why=$(cd "$ROOT" && "$VENV/bin/python" -m child.providers.llama_build 2>&1); then
   echo "install-venv.sh: ${why:-the installed llama-cpp-python crashed on this CPU}" >&2

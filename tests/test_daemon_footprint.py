@@ -1,11 +1,13 @@
 """What an idle daemon keeps resident (issue 22): no TLS library, since it speaks only over unix
-sockets (``hermesd.cli.keep_tls_out``; ids and tokens from ``os.urandom``, not ``secrets``, whose
+sockets (``hermesd.daemon.keep_tls_out``; ids and tokens from ``os.urandom``, not ``secrets``, whose
 ``hmac`` would load libcrypto); the processes it starts are new interpreters and keep ``ssl``
 (the zygote imports the provider SDKs, which need it)."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,23 @@ def test_the_idle_daemon_maps_neither_psutil_nor_the_compression_libraries(daemo
     daemon.call("status")
     found = sorted(set(NOT_RESIDENT.findall(Path(f"/proc/{daemon.proc.pid}/maps").read_text())))
     assert found == [], f"the idle daemon loaded {found}"
+
+
+def test_the_daemon_runs_optimized_without_the_yaml_parser_until_a_reload(daemon):
+    """``hermesd run`` read the config, then exec'd the daemon process (the same pid) under
+    ``-OO``, the config handed over as JSON; PyYAML comes in with the first ``reload``."""
+    argv = Path(f"/proc/{daemon.proc.pid}/cmdline").read_bytes().split(b"\0")
+    assert b"-OO" in argv and b"hermesd.daemon" in argv, argv
+    assert daemon.call("status")["config"] == str(daemon.home / "config.yaml")
+    maps = lambda: Path(f"/proc/{daemon.proc.pid}/maps").read_text()  # noqa: E731
+    assert "_yaml" not in maps()
+    assert daemon.call("reload")["reloaded"]
+    assert "_yaml" in maps()
+
+
+def test_the_daemon_interpreter_keeps_the_options_that_change_behaviour():
+    code = "from hermesd.daemon import interpreter_options; print(' '.join(interpreter_options()))"
+    out = subprocess.run([sys.executable, "-I", "-W", "error::ResourceWarning", "-X", "dev", "-c", code],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out[:2] == ["-OO", "-P"] and "-I" in out and "-Werror::ResourceWarning" in out and "-Xdev" in out
+

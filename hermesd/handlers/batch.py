@@ -12,15 +12,20 @@ import os
 import re
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 from batch import distributions
-from batch.service import BatchService, job_id_of
-from batch.settings import Settings, flag_options
+from batch.settings import Settings, flag_options, job_id_of
 from hermesd import config as config_mod
 from hermesd.context import Context
+from hermesd.contract import LIVE
 from hermesd.handlers.jobs import ended
 from hermesd.plugin import JobKind, Plugin
 from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg
+
+if TYPE_CHECKING:
+    from batch.service import BatchService
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 """A run name: letters, digits, ``.``, ``_``, ``-``; at most 100 characters (it names a directory)."""
@@ -40,7 +45,18 @@ class BatchPlugin(Plugin):
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
-        self.service = ctx.provide(BatchService(ctx))
+        self._service: BatchService | None = None
+        ctx.provide(self)
+
+    @property
+    def service(self) -> "BatchService":
+        """The service of every run, made at its first use: until a batch runs, the daemon
+        holds none of ``batch``'s insides (half a MiB of an idle daemon, issue 22)."""
+        if self._service is None:
+            from batch.service import BatchService
+
+            self._service = BatchService(self.ctx)
+        return self._service
 
     def on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
         """An item reported: its run records the prompt."""
@@ -57,16 +73,18 @@ class BatchPlugin(Plugin):
         self.service.stop(row, reason)
 
     def restore(self) -> None:
-        """Batches found running continue from their files."""
-        self.service.restore()
+        """Batches found running continue from their files (and their leftover items end)."""
+        if self.ctx.jobs.list(statuses=LIVE, kinds=tuple(kind.name for kind in self.kinds), limit=1):
+            self.service.restore()
 
     def shutdown(self) -> None:
         """Each live run saves its checkpoint."""
-        self.service.shutdown()
+        if self._service is not None:
+            self._service.shutdown()
 
 
-def _service(ctx: Context) -> BatchService:
-    return ctx.service(BatchService)
+def _service(ctx: Context) -> "BatchService":
+    return ctx.service(BatchPlugin).service
 
 
 def _absolute(args: dict[str, Any], name: str, default: str | None = None) -> str | None:

@@ -1,0 +1,106 @@
+"""The daemon process: what ``hermesd run`` execs into once the config is read.
+
+``hermesd run`` parses its command line (argparse) and reads and checks the
+config file (PyYAML); an invalid file ends it there, exit 7, as before.  Then
+:func:`exec_daemon` replaces the process (same pid, so systemd, a pid file or a
+test that holds a ``Popen`` keep following it) with::
+
+    python -OO -P -m hermesd.daemon FD
+
+where ``FD`` is an anonymous in-memory file (``memfd_create(2)``) holding the
+checked config as JSON (``{"path", "source", "log_level", "config"}``;
+``config`` in the shape of :meth:`hermesd.config.Config.to_dict`).  :func:`main`
+reads it, rebuilds the config with :func:`hermesd.config.from_data` and runs
+:func:`hermesd.server.run`.
+
+Why (issue 22, an idle daemon's memory): the daemon never holds argparse or
+PyYAML (about 1.3 MiB; a ``reload`` imports PyYAML when it re-reads the file),
+nor docstrings and asserts (``-OO``: about 1.5 MiB of code objects across the
+standard library, pyzmq and hermesd, none of which the daemon reads; its
+children are new interpreters started without ``-OO``).  ``-P`` keeps the
+daemon's working directory out of ``sys.path``, so a ``logging.py`` where it is
+started cannot shadow a module.  The interpreter options that change behaviour
+(``-I``, ``-E``, ``-s``, ``-B``, ``-W``, ``-X``) carry over.  The config goes
+through a file descriptor, not an environment variable, which every child
+would inherit and ``/proc/PID/environ`` would keep for the daemon's life.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import NoReturn
+
+from hermesd import config as config_mod
+
+LOG_FORMAT = "%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"
+
+
+def interpreter_options() -> list[str]:
+    """The options of a Python that runs the daemon: ``-OO -P`` and those of this
+    interpreter that change behaviour (isolation, environment, warnings, ``-X``)."""
+    flags = sys.flags
+    options = ["-OO", "-P"]
+    if flags.isolated:
+        options.append("-I")
+    else:
+        options += ["-E"] * bool(flags.ignore_environment) + ["-s"] * bool(flags.no_user_site)
+    options += ["-B"] * bool(flags.dont_write_bytecode)
+    options += [f"-W{w}" for w in sys.warnoptions]
+    options += [f"-X{k}" if v is True else f"-X{k}={v}" for k, v in sys._xoptions.items()]
+    return options
+
+
+def exec_daemon(config: config_mod.Config, path: str | None, log_level: str) -> NoReturn:
+    """Replace this process by the daemon (see the module doc) running ``config``.
+
+    ``path``: the ``--config`` given (None: the default file), which ``reload``
+    reads again.  Returns only by raising ``OSError`` when the exec fails.
+    """
+    handoff = {"path": path, "source": config.source, "log_level": log_level,
+               "config": {k: v for k, v in config.to_dict().items() if k != "source"}}
+    fd = os.memfd_create("hermesd-config", 0)
+    os.write(fd, json.dumps(handoff).encode())
+    os.set_inheritable(fd, True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *interpreter_options(), "-m", "hermesd.daemon", str(fd)])
+
+
+def keep_tls_out() -> None:
+    """Make ``import ssl`` fail in this process, before asyncio is imported.
+
+    The daemon speaks only over unix sockets, never TLS, yet asyncio imports
+    ``ssl`` when it can (``asyncio.base_events``, ``asyncio.sslproto``: both
+    fall back to ``ssl = None``), which maps libssl and libcrypto, about 5 MiB
+    of an idle daemon's 33 (issue 22).  A ``None`` in ``sys.modules`` makes the
+    import raise ``ImportError`` (the import system's documented rule).  Its
+    children (zygote, child processes) are new interpreters and keep ``ssl``.
+    """
+    sys.modules.setdefault("ssl", None)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m hermesd.daemon FD``: run the daemon on the config in file descriptor
+    ``FD`` (:func:`exec_daemon`); returns the exit status."""
+    fd = int(argv[0])
+    try:
+        handoff = json.loads(os.pread(fd, os.fstat(fd).st_size, 0))
+    finally:
+        os.close(fd)
+    logging.basicConfig(level=handoff["log_level"], stream=sys.stderr, format=LOG_FORMAT)
+    try:
+        config = config_mod.from_data(handoff["config"], handoff["source"])
+    except config_mod.ConfigError as err:  # checked by hermesd run: only a version mismatch gets here
+        print(f"hermesd: invalid configuration: {err}", file=sys.stderr)
+        return 7
+    keep_tls_out()
+    from hermesd import server
+
+    return server.run(config, handoff["path"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
