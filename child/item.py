@@ -29,11 +29,11 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any
 
+from hermesd.contract import PYTHON
 from hermesd.protocol import ProtocolError
 
 FORWARDED_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY",
@@ -128,7 +128,7 @@ def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[s
         limit = float(spec.get("timeout_seconds") or 600.0) + 5.0
         try:
             with open(log_path, "ab", buffering=0) as log:
-                proc = subprocess.Popen([sys.executable, "-m", "child"], cwd=spec["cwd"], env=env,
+                proc = subprocess.Popen([*PYTHON, "-m", "child"], cwd=spec["cwd"], env=env,
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True, close_fds=True)
         except OSError as exc:

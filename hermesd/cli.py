@@ -24,7 +24,7 @@ class _Formatter(argparse.HelpFormatter):
     def __init__(self, prog: str):
         try:
             width = int(os.environ.get("COLUMNS") or os.get_terminal_size(sys.stdout.fileno()).columns)
-        except (ValueError, OSError):
+        except (ValueError, OSError, AttributeError):  # AttributeError: stdout closed, sys.stdout None
             width = 80
         super().__init__(prog, width=max(width - 2, 40))
 
@@ -89,11 +89,14 @@ def _command(commands: Any, name: str, fn: Callable[[argparse.Namespace], None])
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point.  Exits 2 on a usage error (as argparse does), 7 on an
-    invalid configuration."""
+    invalid configuration, 130 on a Ctrl-C."""
     args, extra = parser().parse_known_args(argv)
     if extra:  # said by the command's own parser, with its own usage line
         args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.func(args)
+    try:
+        args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C while the config is read: no traceback
+        sys.exit(130)
 
 
 if __name__ == "__main__":

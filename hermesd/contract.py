@@ -17,6 +17,7 @@ read from the database and maps read from the wire compare with them directly.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -106,6 +107,11 @@ PROVIDERS = ("anthropic", "openai-compat", "local", "scripted")
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 """The ``reasoning_effort`` values a task or a batch may ask for."""
+
+PYTHON = (sys.executable, "-P")
+"""How hermesd starts a Python program of its own (``*PYTHON, "-m", module``): ``-P``
+(Python 3.11) leaves the working directory out of ``sys.path``, so a ``logging.py`` in a
+job's ``cwd`` (or where the daemon was started) cannot shadow a module of the runtime."""
 
 EXECUTORS = ("local", "ray")
 """Where a batch's items run: children of this daemon, or tasks on a Ray cluster."""

@@ -17,9 +17,10 @@ Why (issue 22, an idle daemon's memory): the daemon never holds argparse or
 PyYAML (about 1.3 MiB; a ``reload`` imports PyYAML when it re-reads the file),
 nor docstrings and asserts (``-OO``: about 1.5 MiB of code objects across the
 standard library, pyzmq and hermesd, none of which the daemon reads; its
-children are new interpreters started without ``-OO``).  ``-P`` keeps the
-daemon's working directory out of ``sys.path``, so a ``logging.py`` where it is
-started cannot shadow a module.  The interpreter options that change behaviour
+children are new interpreters started without ``-OO``).  ``-P``
+(:data:`hermesd.contract.PYTHON`, as for every Python hermesd starts) keeps the
+working directory out of ``sys.path``, so a ``logging.py`` where it is started
+cannot shadow a module.  The interpreter options that change behaviour
 (``-I``, ``-E``, ``-s``, ``-B``, ``-W``, ``-X``) carry over.  The config goes
 through a file descriptor, not an environment variable, which every child
 would inherit and ``/proc/PID/environ`` would keep for the daemon's life.
@@ -27,6 +28,7 @@ would inherit and ``/proc/PID/environ`` would keep for the daemon's life.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -34,15 +36,17 @@ import sys
 from typing import NoReturn
 
 from hermesd import config as config_mod
+from hermesd.contract import PYTHON
 
 LOG_FORMAT = "%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"
 
 
 def interpreter_options() -> list[str]:
-    """The options of a Python that runs the daemon: ``-OO -P`` and those of this
-    interpreter that change behaviour (isolation, environment, warnings, ``-X``)."""
+    """The options of the Python that runs the daemon (after :data:`hermesd.contract.PYTHON`):
+    ``-OO`` and those of this interpreter that change behaviour (isolation, environment,
+    warnings, ``-X``)."""
     flags = sys.flags
-    options = ["-OO", "-P"]
+    options = ["-OO"]
     if flags.isolated:
         options.append("-I")
     else:
@@ -61,12 +65,16 @@ def exec_daemon(config: config_mod.Config, path: str | None, log_level: str) -> 
     """
     handoff = {"path": path, "source": config.source, "log_level": log_level,
                "config": {k: v for k, v in config.to_dict().items() if k != "source"}}
-    fd = os.memfd_create("hermesd-config", 0)
+    memfd = os.memfd_create("hermesd-config")
+    try:  # above the standard streams: with one of them closed, the memfd would take its number
+        fd = fcntl.fcntl(memfd, fcntl.F_DUPFD, 3)
+    finally:
+        os.close(memfd)
     os.write(fd, json.dumps(handoff).encode())
-    os.set_inheritable(fd, True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, *interpreter_options(), "-m", "hermesd.daemon", str(fd)])
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    os.execv(PYTHON[0], [*PYTHON, *interpreter_options(), "-m", "hermesd.daemon", str(fd)])
 
 
 def keep_tls_out() -> None:
@@ -84,8 +92,15 @@ def keep_tls_out() -> None:
 
 def main(argv: list[str]) -> int:
     """``python -m hermesd.daemon FD``: run the daemon on the config in file descriptor
-    ``FD`` (:func:`exec_daemon`); returns the exit status."""
-    fd = int(argv[0])
+    ``FD`` (:func:`exec_daemon`); returns the exit status (130 for a Ctrl-C before the
+    daemon's own signal handlers are in place, without a traceback)."""
+    try:
+        return _run(int(argv[0]))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(fd: int) -> int:
     try:
         handoff = json.loads(os.pread(fd, os.fstat(fd).st_size, 0))
     finally:

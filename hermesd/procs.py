@@ -31,13 +31,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 
 from hermesd import limits, procfs, rlimits
+from hermesd.contract import PYTHON
 
 SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 SUPERVISOR_ENV = "HERMES_SUPERVISOR"
@@ -248,7 +248,7 @@ class ProcessManager:
         ``resources``: the child's limits — rlimits through its environment,
         and its own cgroup when the daemon has a delegated one.
         """
-        argv = [sys.executable, "-m", "child", job, *title]
+        argv = [*PYTHON, "-m", "child", job, *title]
         resources = resources or limits.Limits()
         extra = {"HERMES_JOB_ID": job, SUPERVISOR_ENV: self.supervisor_id, "HERMES_DAEMON_PID": str(os.getpid()),
                  "SPT_NOENV": "1", **resources.env()}

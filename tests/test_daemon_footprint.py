@@ -6,6 +6,7 @@ sockets (``hermesd.daemon.keep_tls_out``; ids and tokens from ``os.urandom``, no
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -71,5 +72,20 @@ def test_the_daemon_interpreter_keeps_the_options_that_change_behaviour():
     code = "from hermesd.daemon import interpreter_options; print(' '.join(interpreter_options()))"
     out = subprocess.run([sys.executable, "-I", "-W", "error::ResourceWarning", "-X", "dev", "-c", code],
                          capture_output=True, text=True, check=True).stdout.split()
-    assert out[:2] == ["-OO", "-P"] and "-I" in out and "-Werror::ResourceWarning" in out and "-Xdev" in out
+    assert out[0] == "-OO" and "-I" in out and "-Werror::ResourceWarning" in out and "-Xdev" in out
 
+
+
+def test_the_daemon_starts_with_its_standard_streams_closed(make_daemon):
+    """``hermesd run 2>&- <&-`` (as some init scripts start daemons): the config's memory file
+    must not take the number of a closed standard stream."""
+    daemon = make_daemon(start=False)
+    argv = f"exec {shlex.quote(sys.executable)} -m hermesd.cli run <&- >&- 2>&-"
+    daemon.proc = subprocess.Popen(["bash", "-c", argv], env=daemon.env, cwd=str(daemon.work))
+    wait_for(lambda: daemon.proc.poll() is not None or (daemon.runtime / "hermesd.sock").exists(), 30, 0.05,
+             "the daemon's socket")
+    assert daemon.proc.poll() is None, f"hermesd run exited {daemon.proc.returncode}"
+    job = daemon.wait_job(daemon.delegate("streams closed")["id"])
+    assert job["status"] == "completed"
+    daemon.call("shutdown")
+    assert daemon.proc.wait(20) == 0

@@ -114,3 +114,14 @@ def test_hello_reports_versions(daemon):
     with pytest.raises(ProtocolError) as info:
         daemon.call("no_such_op")
     assert info.value.code == "unknown_op"
+
+
+def test_a_module_in_a_jobs_directory_shadows_none_of_the_runtime(daemon):
+    """Children (cold, from the zygote, Ray items) are ``python -P -m child``: a ``logging.py`` in
+    the job's working directory is not imported in place of the standard library's."""
+    cwd = daemon.work / "shadowing"
+    cwd.mkdir()
+    for name in ("logging", "json", "zmq", "child"):
+        (cwd / f"{name}.py").write_text("raise SystemExit('shadowed')\n")
+    job = daemon.wait_job(daemon.delegate("in a directory of traps", cwd=str(cwd))["id"])
+    assert job["status"] == "completed", job

@@ -39,19 +39,19 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import msgpack
 
+from hermesd.contract import PYTHON
 from hermesd.prctl import is_subreaper
 from hermesd.warm.wire import ENV_ROOM_BYTES, ROOM_ENV, SPARES, TITLE_ROOM, recv_msg, send_msg, write_request
 
 log = logging.getLogger("hermesd")
 
-COMMAND = (sys.executable, "-m", "child.zygote")
+COMMAND = (*PYTHON, "-m", "child.zygote")
 """The zygote's program; its arguments are the socket's descriptor number, the modules to
 preload (comma-separated; ``-``: its own list) and room for a child's title."""
 READY_TIMEOUT = 120.0
