@@ -43,7 +43,7 @@ ERRORS_SHOWN = 50
 
 
 class BatchService:
-    """Every batch run of one daemon (``ctx.service(BatchService)``)."""
+    """Every batch run of one daemon (``BatchPlugin.service``, made at the first batch op)."""
 
     def __init__(self, ctx: Any):
         self.d = ctx

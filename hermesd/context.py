@@ -2,7 +2,7 @@
 
 A handler is ``async def handler(ctx: Context, args)`` (client ops) or
 ``async def handler(ctx: Context, job, args)`` (child ops).  Plugin services
-are reached by their class: ``ctx.service(BatchService)`` is typed, and the
+are reached by their class: ``ctx.service(Dispatcher)`` is typed, and the
 core never names them.
 """
 

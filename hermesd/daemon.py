@@ -5,7 +5,7 @@ config file (PyYAML); an invalid file ends it there, exit 7, as before.  Then
 :func:`exec_daemon` replaces the process (same pid, so systemd, a pid file or a
 test that holds a ``Popen`` keep following it) with::
 
-    python -OO -P -m hermesd.daemon FD
+    python -P -OO -m hermesd.daemon FD
 
 where ``FD`` is an anonymous in-memory file (``memfd_create(2)``) holding the
 checked config as JSON (``{"path", "source", "log_level", "config"}``;

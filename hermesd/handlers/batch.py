@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from batch import distributions
 from batch.settings import Settings, flag_options, job_id_of
