@@ -44,6 +44,8 @@ class Out:
 
     def __init__(self, handler: BaseHTTPRequestHandler, closed: threading.Event):
         self._handler, self._closed = handler, closed
+        self.headers: dict[str, str] = {}
+        """Headers every response of this request carries (e.g. the rate-limit headers)."""
 
     def json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         """Send ``body`` as a complete JSON response with ``status`` and extra ``headers``."""
@@ -67,7 +69,7 @@ class Out:
 
     def _head(self, status: int, headers: dict[str, str]) -> None:
         self._handler.send_response(status)
-        for name, value in headers.items():
+        for name, value in {**self.headers, **headers}.items():
             self._handler.send_header(name, value)
         self._handler.end_headers()
 
@@ -77,12 +79,17 @@ class FakeServer:
 
     ``url``: ``http://127.0.0.1:PORT``; ``requests``: every :class:`Received`, in
     order; ``default``: reply (or callable) used when the queue is empty;
-    ``delay``: seconds to wait before every reply.  Subclasses set ``default``
-    and :meth:`routes` (the paths they serve; others get a 404).
+    ``delay``: seconds to wait before every reply; ``limits``: a
+    :class:`tests.fakes.limits.Limits` gate that may refuse a request before its
+    reply (which then stays queued) and adds the rate-limit headers to every
+    response.  Subclasses set ``default``, :meth:`routes` (the paths they serve;
+    others get a 404) and how a refusal and the headers look in their API
+    (:meth:`refusal`, :meth:`limit_headers`, :meth:`output_tokens`).
     """
 
-    def __init__(self, *, delay: float = 0.0, port: int = 0):
+    def __init__(self, *, delay: float = 0.0, port: int = 0, limits: Any = None):
         self.delay = delay
+        self.limits = limits
         self.requests: list[Received] = []
         self.default: Any = None
         self._queue: deque[Any] = deque()
@@ -136,13 +143,40 @@ class FakeServer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def refusal(self, refusal: Any, retry_headers: dict[str, str]) -> Any:
+        """The reply saying no for a :class:`tests.fakes.limits.Refusal`."""
+        raise NotImplementedError
+
+    def limit_headers(self, snapshot: Any) -> dict[str, str]:
+        """The rate-limit headers of a :class:`tests.fakes.limits.Snapshot`."""
+        return {}
+
+    def output_tokens(self, reply: Any) -> int:
+        """The output tokens ``reply`` reports (charged to the output-token limit)."""
+        return 0
+
     def _answer(self, request: Received, out: Out) -> None:
         with self._lock:
             self.requests.append(request)
-            item = self._queue.popleft() if self._queue else self.default
+            queued = bool(self._queue)
+            item = self._queue.popleft() if queued else self.default
         reply = item(request) if callable(item) and not hasattr(item, "write") else item
+        if self.limits is not None and self._refused(request, out, reply, item if queued else None):
+            return
         out.wait(self.delay)
         reply.write(out, request)
+
+    def _refused(self, request: Received, out: Out, reply: Any, queued: Any) -> bool:
+        """Ask the gate; a refused request is answered at once and its queued reply kept for the next."""
+        refusal, snapshot = self.limits.admit(request.body, self.output_tokens(reply))
+        out.headers.update(self.limit_headers(snapshot))
+        if refusal is None:
+            return False
+        if queued is not None:
+            with self._lock:
+                self._queue.appendleft(queued)
+        self.refusal(refusal, self.limits.retry_headers(refusal)).write(out, request)
+        return True
 
 
 def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:

@@ -33,9 +33,11 @@ from typing import Any
 
 if __package__:
     from . import FakeServer, Out, Received, pieces
+    from .limits import Limits, Refusal, Snapshot, anthropic_headers
 else:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from fakes import FakeServer, Out, Received, pieces
+    from fakes.limits import Limits, Refusal, Snapshot, anthropic_headers
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
@@ -179,15 +181,30 @@ class FakeAnthropic(FakeServer):
     Chainable helpers queue replies: :meth:`reply_text`, :meth:`reply_tool_use`,
     :meth:`reply_error`, :meth:`reply_stream_error`, :meth:`reply_truncated`; the
     generic :meth:`reply` takes :class:`Message`, :class:`Error`,
-    :class:`StreamFailure` or callables ``request -> reply``.
+    :class:`StreamFailure` or callables ``request -> reply``.  ``limits``: a
+    :class:`tests.fakes.limits.Limits` gate (rate limits with the
+    ``anthropic-ratelimit-*`` headers, 529, the spend limit, the context window).
     """
 
-    def __init__(self, *, delay: float = 0.0, port: int = 0):
-        super().__init__(delay=delay, port=port)
+    def __init__(self, *, delay: float = 0.0, port: int = 0, limits: Limits | None = None):
+        super().__init__(delay=delay, port=port, limits=limits)
         self.default = lambda request: Message([text_block(f"Done: {last_user_text(request)[:200]}")])
 
     def routes(self) -> tuple[str, ...]:
         return ("/v1/messages",)
+
+    def refusal(self, refusal: Refusal, retry_headers: dict[str, str]) -> Error:
+        """The API's error for ``refusal`` (its status and ``type``, the retry headers)."""
+        return Error(refusal.status, refusal.message, type=refusal.type, headers=retry_headers)
+
+    def limit_headers(self, snapshot: Snapshot) -> dict[str, str]:
+        """``anthropic-ratelimit-*`` (:func:`tests.fakes.limits.anthropic_headers`)."""
+        return anthropic_headers(snapshot)
+
+    def output_tokens(self, reply: object) -> int:
+        """``usage.output_tokens`` of a :class:`Message` (0 for errors)."""
+        usage = getattr(reply, "usage", None)
+        return int(usage.get("output_tokens", 0)) if isinstance(usage, dict) else 0
 
     def reply_text(self, text: str, *, thinking: str | None = None, signature: str = "fake-signature",
                    usage: dict[str, int] | None = None) -> FakeAnthropic:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import FakeServer, Out, Received
+from .limits import Limits, Refusal, Snapshot, openai_headers
 
 _ids = itertools.count(1)
 
@@ -70,22 +71,50 @@ class ChatError:
     message: str = "fake error"
     type: str = "server_error"
     headers: dict[str, str] = field(default_factory=dict)
+    code: str | None = None
 
     def write(self, out: Out, request: Received) -> None:
         """Send the error response."""
-        out.json(self.status, {"error": {"message": self.message, "type": self.type, "code": None}}, self.headers)
+        out.json(self.status, {"error": {"message": self.message, "type": self.type, "code": self.code}},
+                 self.headers)
+
+
+OPENAI_REFUSALS = {
+    "rate_limit": (429, "requests", "rate_limit_exceeded", "Rate limit reached for requests. Please try again later."),
+    "overloaded": (503, "server_error", None, "The server is overloaded or not ready yet."),
+    "quota": (429, "insufficient_quota", "insufficient_quota",
+              "You exceeded your current quota, please check your plan and billing details."),
+    "context": (400, "invalid_request_error", "context_length_exceeded", None),
+}
+"""How OpenAI says each refusal of the gate: status, error ``type``, ``code``, message
+(https://platform.openai.com/docs/guides/error-codes#api-errors); None keeps the gate's message."""
 
 
 class FakeOpenAI(FakeServer):
     """The fake chat-completions API; see the module doc.  Its base URL for the
-    SDK is ``url + "/v1"``."""
+    SDK is ``url + "/v1"``; ``limits``: a :class:`tests.fakes.limits.Limits` gate
+    (``x-ratelimit-*`` headers, 429, 503, ``insufficient_quota``, the context window)."""
 
-    def __init__(self, *, delay: float = 0.0, port: int = 0):
-        super().__init__(delay=delay, port=port)
+    def __init__(self, *, delay: float = 0.0, port: int = 0, limits: Limits | None = None):
+        super().__init__(delay=delay, port=port, limits=limits)
         self.default = ChatReply("Done.")
 
     def routes(self) -> tuple[str, ...]:
         return ("/chat/completions",)
+
+    def refusal(self, refusal: Refusal, retry_headers: dict[str, str]) -> ChatError:
+        """OpenAI's error for ``refusal`` (:data:`OPENAI_REFUSALS`), with the retry headers."""
+        status, type_, code, message = OPENAI_REFUSALS[refusal.reason]
+        return ChatError(status, message or refusal.message, type_, retry_headers, code)
+
+    def limit_headers(self, snapshot: Snapshot) -> dict[str, str]:
+        """``x-ratelimit-*`` (:func:`tests.fakes.limits.openai_headers`)."""
+        return openai_headers(snapshot)
+
+    def output_tokens(self, reply: object) -> int:
+        """``usage.completion_tokens`` of a :class:`ChatReply` (0 for errors)."""
+        usage = getattr(reply, "usage", None)
+        return int(usage.get("completion_tokens", 0)) if isinstance(usage, dict) else 0
 
     def reply_text(self, text: str, *, reasoning: str | None = None) -> FakeOpenAI:
         """Queue a final answer ``text`` (with ``reasoning_content`` when given)."""
