@@ -36,6 +36,7 @@ from typing import Any
 from batch.runner_iface import ItemOutcome, ItemOwner, ItemRequest, SubmitError, guarded, item_spec
 from batch.settings import Settings
 from hermesd import clock
+from hermesd.contract import JobResult
 from hermesd.protocol import ProtocolError
 
 log = logging.getLogger("hermesd.batch")
@@ -261,7 +262,7 @@ class RayExecutor:
 
     # the driver's reports --------------------------------------------------------
 
-    def _deliver(self, drv: _Driver, handle: str, *, status: str, result: dict[str, Any] | None = None,
+    def _deliver(self, drv: _Driver, handle: str, *, status: str, result: JobResult | None = None,
                  error: str | None = None, started_at: str = "", completed_at: str = "", shutdown: bool = False) -> None:
         item = drv.items.pop(handle)
         owner = drv.owner
@@ -292,7 +293,7 @@ class RayExecutor:
             drv.failures = 0
             stamp = [clock.iso(o[k]) if isinstance(o.get(k), (int, float)) else "" for k in ("started_at", "completed_at")]
             self._deliver(drv, o["handle"], status=str(o.get("status") or "failed"),
-                          result=o.get("result") if isinstance(o.get("result"), dict) else None,
+                          result=JobResult.from_wire(o["result"]) if isinstance(o.get("result"), dict) else None,
                           error=o.get("error"), started_at=stamp[0], completed_at=stamp[1],
                           shutdown=not self.accepting())
             if self.drivers.get(drv.batch) is not drv:

@@ -38,6 +38,7 @@ from batch.dataset import Dataset, Prompt
 from batch.runner_iface import ItemExecutor, ItemOutcome, ItemRequest, SubmitError
 from batch.settings import Settings
 from hermesd import clock
+from hermesd.contract import JobResult
 
 STATISTICS = "statistics.json"
 SAVE_EVERY = 1.0
@@ -188,10 +189,10 @@ class BatchRun:
         if self.closed:
             return
         self.ending.add(o.index)
-        result = o.result or {}
-        trajectory = result.get("trajectory") if isinstance(result.get("trajectory"), dict) else None
-        partial = result.get("exit_reason") == "invalid_tool_calls"
-        stopped = o.status == "timed_out" or result.get("exit_reason") == "max_turns" or partial
+        result = o.result or JobResult()
+        trajectory = result.trajectory if isinstance(result.trajectory, dict) else None
+        partial = result.exit_reason == "invalid_tool_calls"
+        stopped = o.status == "timed_out" or result.exit_reason == "max_turns" or partial
         sample = trajectory is not None and (o.status == "completed" or stopped)
         if not sample and o.shutdown:
             self.pending.appendleft(self.prompts[o.index])
@@ -224,11 +225,11 @@ class BatchRun:
         return {"index": o.index, "job": o.handle, "outcome": outcome, "detail": detail,
                 "toolsets": self.request(self.prompts[o.index]).toolsets}
 
-    def _sample(self, o: ItemOutcome, result: dict[str, Any], trajectory: dict[str, Any], *, completed: bool,
+    def _sample(self, o: ItemOutcome, result: JobResult, trajectory: dict[str, Any], *, completed: bool,
                 partial: bool) -> None:
         conversations = list(trajectory.get("conversations") or [])
-        spent = {"api_calls": int(result.get("api_calls") or 0), "tokens": result.get("tokens") or {},
-                 "duration_seconds": float(result.get("duration_seconds") or 0.0), "completed_at": o.completed_at}
+        spent = {"api_calls": int(result.api_calls or 0), "tokens": result.tokens or {},
+                 "duration_seconds": float(result.duration_seconds or 0.0), "completed_at": o.completed_at}
         ckpt = self.checkpoint
         ckpt.failed.pop(o.index, None)
         self.failed_now.discard(o.index)
@@ -237,13 +238,13 @@ class BatchRun:
                                        "job": o.handle, **spent}
             return
         s = self.settings
-        meta = {"run_name": s.run_name, "job": o.handle, "model": result.get("model") or s.model,
-                "provider": result.get("provider"), "distribution": s.distribution, "started_at": o.started_at,
-                "exit_reason": result.get("exit_reason") or o.status, "synthetic": result.get("synthetic"), **spent}
+        meta = {"run_name": s.run_name, "job": o.handle, "model": result.model or s.model,
+                "provider": result.provider, "distribution": s.distribution, "started_at": o.started_at,
+                "exit_reason": result.exit_reason or o.status, "synthetic": result.synthetic, **spent}
         prompt = self.prompts[o.index]
         line = output.build_line(index=o.index, batch=o.index // s.batch_size, trajectory=trajectory,
                                  completed=completed, partial=partial, api_calls=spent["api_calls"],
-                                 toolsets=self.request(prompt).toolsets, trace=list(result.get("trace") or []),
+                                 toolsets=self.request(prompt).toolsets, trace=list(result.trace or []),
                                  metadata=meta, extra=prompt.extra)
         number = o.index // s.batch_size
         start, end = files.append_line(output.batch_file(self.run_dir, number), line)
@@ -252,12 +253,12 @@ class BatchRun:
             self.tally.add(line)
         ckpt.done.add(o.index)
 
-    def _failure(self, o: ItemOutcome, result: dict[str, Any]) -> None:
+    def _failure(self, o: ItemOutcome, result: JobResult) -> None:
         before = self.checkpoint.failed.get(o.index) or {}
         self.checkpoint.failed[o.index] = {
-            "error": str(o.error or result.get("error") or f"the item ended {o.status}"), "status": o.status,
+            "error": str(o.error or result.error or f"the item ended {o.status}"), "status": o.status,
             "attempts": int(before.get("attempts") or 0) + 1, "job": o.handle,
-            "api_calls": int(result.get("api_calls") or 0), "tokens": result.get("tokens") or {},
+            "api_calls": int(result.api_calls or 0), "tokens": result.tokens or {},
             "completed_at": o.completed_at}
         self.failed_now.add(o.index)
 

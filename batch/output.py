@@ -45,16 +45,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from batch import files
+from hermesd.contract import TOOL_NAMES
 
-KNOWN_TOOLS: tuple[str, ...] = (
-    "delegate_task", "kanban_block", "kanban_comment", "kanban_complete", "kanban_create", "kanban_heartbeat",
-    "kanban_link", "kanban_list", "kanban_my_task", "kanban_show", "kanban_unblock", "list_files", "list_subagents",
-    "patch_file", "read_file", "spawn_agent", "spawn_parallel", "steer_subagent", "stop_subagent", "terminal",
-    "web_extract", "web_search", "write_file",
-)
-"""Every tool a child can have, sorted: the valid tool list of the filter and the
-keys of ``tool_stats``.  Kept equal to ``child.tools.registry.known_tool_names()``
-(the daemon side does not import ``child/``; a test checks they agree)."""
+KNOWN_TOOLS: tuple[str, ...] = TOOL_NAMES
+"""Every tool a child can have, sorted (:data:`hermesd.contract.TOOL_NAMES`, which the child's
+registry checks itself against): the valid tool list of the filter and the keys of ``tool_stats``."""
 
 REASONING_MARKERS = ("<REASONING_SCRATCHPAD>",)
 """Text that shows reasoning in a ``gpt`` turn (Hermes' rule: a scratchpad or native

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from hermesd import clock
+from hermesd.contract import JobResult
 from hermesd.protocol import ProtocolError
 
 log = logging.getLogger("hermesd.batch")
@@ -72,7 +73,7 @@ class ItemOutcome:
 
     ``status``: the child's status (``completed``, ``failed``, ``timed_out``,
     ``interrupted``…) or, when it reported nothing, its job's final state;
-    ``result``: the child's result map (with ``trajectory``) or None;
+    ``result``: the child's result (with ``trajectory``) or None;
     ``error``: why it failed, or None; ``started_at``/``completed_at``: ISO 8601
     UTC; ``shutdown``: the executor was stopping when the item ended, so an
     unfinished item is not the prompt's failure; ``handle``: the item's id.
@@ -80,7 +81,7 @@ class ItemOutcome:
 
     index: int
     status: str
-    result: dict[str, Any] | None
+    result: JobResult | None
     error: str | None
     started_at: str
     completed_at: str
@@ -260,15 +261,15 @@ class SupervisorExecutor:
                 self.d.jobs.transition(row["id"], "cancelled", exit_reason="interrupted",
                                        error="its batch is no longer running")
 
-    def on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
+    def on_result(self, row: dict[str, Any], result: JobResult) -> None:
         """A ``batch_item`` child reported: its owner hears how the prompt went."""
         live = self.items.get(row["id"])
         if live is None or live.delivered:
             return
         live.delivered = True
         guarded(lambda: live.owner.on_done(ItemOutcome(
-            index=live.index, status=str(result.get("status") or "failed"), result=result,
-            error=result.get("error"), started_at=row.get("started_at") or "", completed_at=clock.now_iso(),
+            index=live.index, status=str(result.status or "failed"), result=result,
+            error=result.error, started_at=row.get("started_at") or "", completed_at=clock.now_iso(),
             shutdown=not self.accepting(), handle=row["id"])))
 
     def on_exit(self, row: dict[str, Any] | None) -> None:

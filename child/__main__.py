@@ -19,6 +19,7 @@ import time
 import traceback
 
 from child import lifeline
+from hermesd.contract import JobResult, JobSpec
 
 
 class StopFlag:
@@ -42,7 +43,7 @@ class StopFlag:
         return self.event.is_set()
 
 
-def _title(job: str, spec: dict | None = None) -> None:
+def _title(job: str, spec: JobSpec | None = None) -> None:
     try:
         import setproctitle
     except ImportError:  # pragma: no cover - a declared dependency
@@ -52,8 +53,8 @@ def _title(job: str, spec: dict | None = None) -> None:
         return
     from hermesd.protocol import one_line
 
-    goal = one_line(spec.get("goal"))[:80]
-    setproctitle.setproctitle(f"hermes-child {job} {spec.get('kind', '')} {goal}".rstrip())
+    goal = one_line(spec.goal)[:80]
+    setproctitle.setproctitle(f"hermes-child {job} {spec.kind} {goal}".rstrip())
 
 
 def prepare() -> None:
@@ -91,9 +92,9 @@ def main() -> int:
         channel = Channel(os.environ["HERMES_CHILD_SOCKET"], job, os.environ.get("HERMES_CHILD_TOKEN", ""))
     started = time.monotonic()
     try:
-        spec = channel.call("child.hello", pid=os.getpid())
+        spec = JobSpec.from_wire(channel.call("child.hello", pid=os.getpid()))
         _title(job, spec)
-        if spec.get("kind") == "batch_driver":
+        if spec.kind == "batch_driver":
             from child.ray_driver import run
         else:
             from child.agent import run
@@ -101,20 +102,13 @@ def main() -> int:
         result = run(spec, channel, stop)
     except BaseException as exc:  # noqa: BLE001 - report every failure, then exit
         interrupted = stop.is_set() or isinstance(exc, KeyboardInterrupt)
-        result = {
-            "status": "interrupted" if interrupted else "failed",
-            "exit_reason": "interrupted" if interrupted else "error",
-            "summary": "",
-            "error": f"{exc.__class__.__name__}: {exc}",
-            "traceback": traceback.format_exc(limit=20),
-            "api_calls": 0,
-            "tokens": {"input": 0, "output": 0},
-            "trace": [],
-            "duration_seconds": time.monotonic() - started,
-        }
-        print(result["traceback"], file=sys.stderr, flush=True)
+        result = JobResult(status="interrupted" if interrupted else "failed",
+                           exit_reason="interrupted" if interrupted else "error",
+                           error=f"{exc.__class__.__name__}: {exc}", traceback=traceback.format_exc(limit=20),
+                           duration_seconds=time.monotonic() - started)
+        print(result.traceback, file=sys.stderr, flush=True)
     try:
-        channel.call("child.result", timeout=10.0, **result)
+        channel.call("child.result", timeout=10.0, **result.to_wire())
     except Exception as exc:  # noqa: BLE001 - the daemon may be gone; the log keeps it
         print(f"hermes-child {job}: could not report result: {exc}", file=sys.stderr, flush=True)
         channel.close()

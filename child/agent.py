@@ -36,22 +36,8 @@ from child.activity import Activity
 from child.container import ContainerError, opened
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
-from hermesd.contract import JobSpec
+from hermesd.contract import JobResult, JobSpec
 from hermesd.protocol import one_line, timed_out_text
-
-DEFAULTS: dict[str, Any] = JobSpec().to_wire()
-"""Job-spec keys the loop reads, with the values it takes when a key is missing or ``None``
-(:class:`hermesd.contract.JobSpec`, the one definition daemon and child share).
-
-Batch items (``batch.runner_iface``) also set: ``ephemeral_system_prompt`` (added
-to the system prompt the model sees, never to the trajectory),
-``prefill_messages`` (``[{"role": "system"|"user"|"assistant", "content": str}]``:
-user and assistant ones put before the conversation at every model call, system
-ones added to the system prompt; never recorded — Hermes' prefill),
-``workdir_placeholder`` (shown instead of the working directory, and the tool
-list left to the API's tool definitions, so every sample's system prompt is the
-same) and ``invalid_tool_call_retries`` (see :meth:`Agent.loop`)."""
-
 
 def log(text: str) -> None:
     """One line of the job's log (``hermesctl logs ID``): local time, then ``text``.
@@ -78,15 +64,22 @@ SYSTEM_PROMPT = (
 )
 
 
-def run(spec: dict[str, Any], channel: Any, stop: Any) -> dict[str, Any]:
-    """Run the job ``spec`` (keys: :data:`DEFAULTS`) and return its result map.
+def run(spec: JobSpec, channel: Any, stop: Any) -> JobResult:
+    """Run the job ``spec`` and return its result.
 
     ``channel``: :class:`child.channel.Channel` for ``child.progress`` reports (or
-    ``None``); ``stop``: :class:`child.__main__.StopFlag`.  The result has
-    ``status``, ``exit_reason``, ``summary``, ``error``, ``api_calls``, ``tokens``,
-    ``trace``, ``duration_seconds``, ``synthetic``, ``provider``, ``model``,
-    ``messages`` (this run's new messages) and, with ``record_trajectory``,
-    ``trajectory``.  Failures are reported in the map, not raised.
+    ``None``); ``stop``: :class:`child.__main__.StopFlag`.  The result has every
+    field of :class:`hermesd.contract.JobResult` but ``traceback``; ``trajectory``
+    only with ``record_trajectory``.  Failures are reported in the result, not raised.
+
+    Of the spec, batch items (``batch.runner_iface``) also set: ``ephemeral_system_prompt``
+    (added to the system prompt the model sees, never to the trajectory),
+    ``prefill_messages`` (``[{"role": "system"|"user"|"assistant", "content": str}]``:
+    user and assistant ones put before the conversation at every model call, system
+    ones added to the system prompt; never recorded — Hermes' prefill),
+    ``workdir_placeholder`` (shown instead of the working directory, and the tool
+    list left to the API's tool definitions, so every sample's system prompt is the
+    same) and ``invalid_tool_call_retries`` (see :meth:`Agent.loop`).
     """
     return Agent(spec, channel, stop).run()
 
@@ -94,34 +87,34 @@ def run(spec: dict[str, Any], channel: Any, stop: Any) -> dict[str, Any]:
 class Agent:
     """One run of the loop; see :func:`run`."""
 
-    def __init__(self, spec: dict[str, Any], channel: Any, stop: Any):
-        self.spec = {**DEFAULTS, **{k: v for k, v in spec.items() if v is not None}}
+    def __init__(self, spec: JobSpec, channel: Any, stop: Any):
+        self.spec = spec
         self.channel, self.stop = channel, stop
-        self.history: list[dict] = list(self.spec["history"] or [])
+        self.history: list[dict] = list(self.spec.history or [])
         self.new: list[dict] = []
         self.api_calls, self.tokens, self.trace = 0, {"input": 0, "output": 0}, []
         self.provider: Any = None
         self.container: Any = None
         self.system, self.model_system, self.tools = "", "", []
-        prefill = [p for p in self.spec["prefill_messages"] or [] if isinstance(p, dict)]
+        prefill = [p for p in self.spec.prefill_messages or [] if isinstance(p, dict)]
         self.prefill = [m.user(str(p["content"])) if p.get("role") == "user" else m.assistant([m.text(str(p["content"]))])
                         for p in prefill if p.get("role") in ("user", "assistant")]
         self.prefill_system = "\n\n".join(str(p["content"]) for p in prefill if p.get("role") == "system")
         self.started = time.monotonic()
         self.activity = "starting"  # what the run is doing now (kept as it was when a stop came)
         self.turn = 0
-        self.liveness = Activity(self.report_activity, float(self.spec["activity_interval_seconds"]))
+        self.liveness = Activity(self.report_activity, float(self.spec.activity_interval_seconds))
         self.structured: Any = None
 
-    def run(self) -> dict[str, Any]:
-        """The whole run: set up, loop, and the result map whatever happens."""
-        timer = arm_timeout(self.stop, self.spec["timeout_seconds"])
+    def run(self) -> JobResult:
+        """The whole run: set up, loop, and the result whatever happens."""
+        timer = arm_timeout(self.stop, self.spec.timeout_seconds)
         try:
             registry = importlib.import_module("child.tools.registry")
-            self.tools = [t.spec() for t in registry.tools_for(list(self.spec["toolsets"]), self.spec["role"])]
+            self.tools = [t.spec() for t in registry.tools_for(list(self.spec.toolsets), self.spec.role)]
             self.system = system_prompt(self.spec, self.tools)
-            unrecorded = [str(self.spec["ephemeral_system_prompt"] or "").strip(), self.prefill_system.strip(),
-                          container_note(self.spec, self.tools) if self.spec["workdir_placeholder"] else ""]
+            unrecorded = [str(self.spec.ephemeral_system_prompt or "").strip(), self.prefill_system.strip(),
+                          container_note(self.spec, self.tools) if self.spec.workdir_placeholder else ""]
             self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
             self.add(m.user(first_message(self.spec)))
             self.provider = make_provider(self.spec, stop=self.stop)
@@ -142,7 +135,7 @@ class Agent:
             if timer is not None:
                 timer.cancel()
 
-    def loop(self, registry: Any) -> dict[str, Any]:
+    def loop(self, registry: Any) -> JobResult:
         """Model call → tool calls, until a final answer, a limit or the stop flag.
 
         With ``invalid_tool_call_retries`` = N (batch items; Hermes' rule), a reply
@@ -153,8 +146,8 @@ class Agent:
         it, such calls get an error result and the model may correct itself.
         """
         ctx = self.tool_context(registry)
-        retries, invalid = self.spec["invalid_tool_call_retries"], 0
-        turns, repaired = int(self.spec["max_turns"]), False
+        retries, invalid = self.spec.invalid_tool_call_retries, 0
+        turns, repaired = int(self.spec.max_turns), False
         while self.turn < turns:
             self.turn = turn = self.turn + 1
             self.read_inbox()
@@ -177,7 +170,7 @@ class Agent:
             if calls:
                 self.add(m.user(*[self.execute(registry, ctx, call, turn) for call in calls]))
                 continue
-            schema = self.spec["output_schema"]
+            schema = self.spec.output_schema
             if schema is None:
                 return self.finish("completed", "completed")
             self.structured, problem = output.check(m.final_text(self.new[-1]), schema)
@@ -190,7 +183,7 @@ class Agent:
             repaired, turns = True, max(turns, turn + 1)
             self.add(m.user(output.repair_prompt(problem, schema)))
         return self.finish("failed", "max_turns",
-                           error=f"no final answer within max_turns={self.spec['max_turns']}")
+                           error=f"no final answer within max_turns={self.spec.max_turns}")
 
     def invalid_calls(self, content: list[dict[str, Any]]) -> list[str]:
         """Names of the calls in ``content`` to a tool not offered or with arguments that
@@ -214,8 +207,8 @@ class Agent:
             try:
                 reply = call_until_stopped(lambda: self.provider.complete(
                     self.model_system, self.prefill + self.history + self.new, self.tools,
-                    max_tokens=int(self.spec["max_tokens"]),
-                    reasoning_effort=self.spec["reasoning_effort"]), self.stop, tick=self.liveness.tick)
+                    max_tokens=int(self.spec.max_tokens),
+                    reasoning_effort=self.spec.reasoning_effort), self.stop, tick=self.liveness.tick)
             except ProviderError as exc:
                 if not exc.retryable or not delays:
                     raise
@@ -257,14 +250,14 @@ class Agent:
     def tool_context(self, registry: Any) -> Any:
         """The :class:`child.tools.registry.ToolContext` of this job."""
         s = self.spec
-        return registry.ToolContext(cwd=self.cwd(), limits=dict(s["limits"]),
-                                    auto_approve=bool(s["auto_approve"]), stop=self.stop, channel=self.channel,
-                                    job=s["job"], depth=int(s["depth"]), max_spawn_depth=int(s["max_spawn_depth"]),
-                                    role=s["role"], heartbeat=self.heartbeat, container=self.container)
+        return registry.ToolContext(cwd=self.cwd(), limits=dict(s.limits),
+                                    auto_approve=bool(s.auto_approve), stop=self.stop, channel=self.channel,
+                                    job=s.job, depth=int(s.depth), max_spawn_depth=int(s.max_spawn_depth),
+                                    role=s.role, heartbeat=self.heartbeat, container=self.container)
 
     def cwd(self) -> str:
         """The job's working directory (on the host)."""
-        return self.spec["cwd"] or os.getcwd()
+        return self.spec.cwd or os.getcwd()
 
     def add(self, message: dict[str, Any]) -> None:
         """Append a message to this run's conversation."""
@@ -300,7 +293,7 @@ class Agent:
         into the last user message (tool results) as text, so roles still alternate.  A child
         no agent started (``depth`` 0: a person's, a batch item) has no one to steer it and does
         not ask (one round trip fewer per model call)."""
-        if self.channel is None or not self.spec["job"] or not self.spec.get("depth"):
+        if self.channel is None or not self.spec.job or not self.spec.depth:
             return
         try:
             messages = self.channel.call("child.inbox", timeout=10.0).get("messages") or []
@@ -315,32 +308,28 @@ class Agent:
             else:
                 self.add(m.user(note))
 
-    def finish_stopped(self) -> dict[str, Any]:
+    def finish_stopped(self) -> JobResult:
         """The result after the stop flag: ``timed_out`` for the timeout, else ``interrupted``."""
         if self.stop.reason == "timeout":
-            limit = float(self.spec["timeout_seconds"] or 0)
+            limit = float(self.spec.timeout_seconds or 0)
             return self.finish("timed_out", "timeout", error=timed_out_text(limit, self.activity, self.api_calls))
         return self.finish("interrupted", "interrupted", error=f"interrupted ({self.stop.reason or 'stop'})")
 
-    def finish(self, status: str, exit_reason: str, error: str | None = None) -> dict[str, Any]:
-        """The result map (see :func:`run`)."""
+    def finish(self, status: str, exit_reason: str, error: str | None = None) -> JobResult:
+        """The result (see :func:`run`)."""
         log(f"finished: {status} ({exit_reason}) after {self.api_calls} model call(s)" + (f": {error}" if error else ""))
         replies = [m.final_text(msg) for msg in self.new if msg["role"] == "assistant"]
         summary = replies[-1] if status == "completed" else "\n\n".join(r for r in replies if r)
-        if status == "completed" and self.spec["output_schema"] is not None:
+        if status == "completed" and self.spec.output_schema is not None:
             summary = json.dumps(self.structured, ensure_ascii=False)  # the value alone, fences dropped
-        result = {
-            "status": status, "exit_reason": exit_reason, "summary": summary, "error": error,
-            "api_calls": self.api_calls, "tokens": dict(self.tokens), "trace": list(self.trace),
-            "duration_seconds": time.monotonic() - self.started,
-            "synthetic": bool(getattr(self.provider, "synthetic", False)),
-            "provider": getattr(self.provider, "name", self.spec["provider"]),
-            "model": getattr(self.provider, "model", self.spec["model"]),
-            "messages": list(self.new),
-        }
-        if self.spec["record_trajectory"]:
-            result["trajectory"] = self.trajectory()
-        return result
+        return JobResult(
+            status=status, exit_reason=exit_reason, summary=summary, error=error,
+            api_calls=self.api_calls, tokens=dict(self.tokens), trace=list(self.trace),
+            duration_seconds=time.monotonic() - self.started,
+            synthetic=bool(getattr(self.provider, "synthetic", False)),
+            provider=getattr(self.provider, "name", self.spec.provider),
+            model=getattr(self.provider, "model", self.spec.model),
+            messages=list(self.new), trajectory=self.trajectory() if self.spec.record_trajectory else None)
 
     def trajectory(self) -> dict[str, Any]:
         """The whole conversation as training data (:mod:`child.trajectory`):
@@ -359,7 +348,7 @@ class Agent:
                 "tool_stats": trajectory.tool_stats(conversation)}
 
 
-def system_prompt(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
+def system_prompt(spec: JobSpec, tools: list[dict[str, Any]]) -> str:
     """The spec's ``system_prompt`` (default :data:`SYSTEM_PROMPT`), the working
     directory (and the container it is mounted in: :func:`container_note`) and the
     list of ``tools`` (``{"name", "description"}``).
@@ -369,9 +358,9 @@ def system_prompt(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
     lists them once), so the text is the same for every run with the same tools
     (the container note then goes to the model only, with the unrecorded text).
     """
-    placeholder = spec.get("workdir_placeholder")
-    where = placeholder or spec.get("cwd") or os.getcwd()
-    lines = [spec.get("system_prompt") or SYSTEM_PROMPT, "", f"Working directory: {where}"]
+    placeholder = spec.workdir_placeholder
+    where = placeholder or spec.cwd or os.getcwd()
+    lines = [spec.system_prompt or SYSTEM_PROMPT, "", f"Working directory: {where}"]
     if placeholder:
         return "\n".join(lines)
     note = container_note(spec, tools)
@@ -385,12 +374,12 @@ def system_prompt(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def container_of(spec: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+def container_of(spec: JobSpec, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The spec's ``container`` when the job can use it (it has the ``terminal`` tool), else None."""
-    return spec.get("container") if any(t["name"] == "terminal" for t in tools) else None
+    return spec.container if any(t["name"] == "terminal" for t in tools) else None
 
 
-def container_note(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
+def container_note(spec: JobSpec, tools: list[dict[str, Any]]) -> str:
     """What the model is told of the container its commands run in (:func:`container_of`; '' without one)."""
     box = container_of(spec, tools)
     if not box:
@@ -399,9 +388,9 @@ def container_note(spec: dict[str, Any], tools: list[dict[str, Any]]) -> str:
             f"{box['workdir']}" + ("" if box.get("network") else " (no network)"))
 
 
-def first_message(spec: dict[str, Any]) -> str:
+def first_message(spec: JobSpec) -> str:
     """The first user message of the run: the goal, then the context if any."""
-    goal, context = str(spec.get("goal") or ""), str(spec.get("context") or "")
+    goal, context = str(spec.goal or ""), str(spec.context or "")
     return f"{goal}\n\nContext:\n{context}" if context.strip() else goal
 
 

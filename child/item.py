@@ -33,12 +33,13 @@ import tempfile
 import time
 from typing import Any
 
-from hermesd.contract import PYTHON
+from hermesd.contract import PROVIDER_TABLE, PYTHON, JobResult
 from hermesd.protocol import ProtocolError
 
-FORWARDED_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY",
-                 "OPENAI_BASE_URL", "OPENROUTER_API_KEY", "HERMES_WEB_SEARCH_URL")
-"""The environment variables that carry provider settings (keys, base URLs) to items on other machines."""
+FORWARDED_ENV = (*(v for p in PROVIDER_TABLE for v in p.env), "HERMES_WEB_SEARCH_URL")
+"""The environment variables that carry provider settings (keys, base URLs: each provider's
+``env`` in :data:`hermesd.contract.PROVIDER_TABLE`) and the web tools' search URL to items on
+other machines."""
 
 DROPPED_ENV = ("HERMES_DAEMON_PID", "HERMES_CHILD_SOCKET", "HERMES_CHILD_TOKEN", "HERMES_SUPERVISOR", "HERMES_JOB_ID",
                "HERMES_ZYGOTE_OF")
@@ -159,6 +160,7 @@ def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[s
             else:
                 outcome["error"] = f"still running {limit:.0f} s after it started (timeout_seconds + 5)"
             return outcome
-        outcome.update(status=str(result.get("status") or "failed"), result=result, error=result.get("error"))
+        reported = JobResult.from_wire(result)
+        outcome.update(status=str(reported.status or "failed"), result=reported.to_wire(), error=reported.error)
         return outcome
 

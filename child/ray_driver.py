@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 from child.item import FORWARDED_ENV, run_item
+from hermesd.contract import JobResult, JobSpec
 
 CONNECT_SECONDS = 5.0
 POLL_SECONDS = 0.2
@@ -186,12 +187,12 @@ class Driver:
                 self.collect(POLL_SECONDS)
 
 
-def run(spec: dict[str, Any], channel: Any, stop: Any) -> dict[str, Any]:
+def run(spec: JobSpec, channel: Any, stop: Any) -> JobResult:
     """The driver of the batch in ``spec`` (a ``batch_driver`` job spec whose ``ray``
-    map has ``address, num_cpus, memory_mb, max_retries, grace``); returns the
-    ``child.result`` map.  Raises :class:`DriverError` when it cannot start."""
+    map has ``address, num_cpus, memory_mb, max_retries, grace``); returns its
+    ``child.result``.  Raises :class:`DriverError` when it cannot start."""
     started = time.monotonic()
-    settings = spec.get("ray") or {}
+    settings = spec.ray or {}
     address = settings.get("address") or os.environ.get("RAY_ADDRESS") or "auto"
     ray = connect(address)
     for sig in (signal.SIGINT, signal.SIGTERM):  # ray.init may have installed its own
@@ -201,8 +202,7 @@ def run(spec: dict[str, Any], channel: Any, stop: Any) -> dict[str, Any]:
         driver.loop()
     finally:
         cancelled = driver.cancel_all()
-    return {"status": "interrupted" if stop.is_set() else "completed",
-            "exit_reason": "interrupted" if stop.is_set() else "completed",
-            "summary": f"Ray driver for {address}: {driver.reported} item(s) reported, {cancelled} cancelled at the end",
-            "error": None, "api_calls": 0, "tokens": {"input": 0, "output": 0}, "trace": [],
-            "duration_seconds": time.monotonic() - started}
+    ended = "interrupted" if stop.is_set() else "completed"
+    return JobResult(status=ended, exit_reason=ended, duration_seconds=time.monotonic() - started,
+                     summary=f"Ray driver for {address}: {driver.reported} item(s) reported, {cancelled} cancelled "
+                     "at the end")

@@ -44,6 +44,7 @@ import sys
 import time
 
 from child.spare import Spare, arm_lifeline, title
+from hermesd.contract import provider_entry
 from hermesd.warm.wire import BASE_URL_ENV, PROVIDERS_ENV, SPARES, recv_msg, send_msg
 
 PRELOAD = ("zmq", "msgpack", "psutil", "setproctitle", "child.__main__", "child.channel", "child.agent",
@@ -51,11 +52,6 @@ PRELOAD = ("zmq", "msgpack", "psutil", "setproctitle", "child.__main__", "child.
            "child.tools.web", "child.tools.delegation", "child.tools.kanban", "child.providers.select",
            "child.providers.scripted")
 """The child runtime: modules the zygote always imports before it says ready (missing ones are skipped)."""
-SDKS = {"anthropic": ("ssl", "child.providers.anthropic", "anthropic", "anthropic.types",
-                      "anthropic.resources.messages"),
-        "openai-compat": ("ssl", "child.providers.openai_compat", "openai")}
-"""What each provider adds to :data:`PRELOAD` (``local`` loads its model in the child; ``scripted``
-needs nothing more)."""
 READY_LINE = "warm and ready"
 """Printed by the zygote on the daemon's stderr once it is warm."""
 REPLENISH_DELAY = 0.05
@@ -68,15 +64,16 @@ def preload_for(providers: str, base_url: str | None) -> tuple[str, ...]:
     """:data:`PRELOAD` plus the SDKs of ``providers`` (comma-separated names, as the daemon's
     config gives them; aliases allowed), or, when it names none, of the provider a job
     without one gets (:func:`child.providers.select.default_provider`)."""
-    from child.providers.select import ALIASES, ProviderError, default_provider
+    from child.providers.select import ProviderError, default_provider
 
-    names = [ALIASES.get(n.strip().lower(), n.strip().lower()) for n in providers.split(",") if n.strip()]
+    names = [n for n in providers.split(",") if n.strip()]
     if not names:
         try:
             names = [default_provider(base_url)]
         except ProviderError:
             names = []
-    return PRELOAD + tuple(m for name in dict.fromkeys(names) for m in SDKS.get(name, ()))
+    entries = [e for e in map(provider_entry, names) if e is not None]
+    return PRELOAD + tuple(dict.fromkeys(m for e in entries for m in e.preload))
 
 
 def warm_up(preload: tuple[str, ...]) -> list[str]:

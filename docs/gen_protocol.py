@@ -10,6 +10,7 @@ write them for the reader of this file.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import re
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hermesd import protocol  # noqa: E402
+from hermesd import contract, protocol  # noqa: E402
 from hermesd.router import ENVELOPE_OP  # noqa: E402
 from hermesd.server import ROUTER  # noqa: E402
 
@@ -121,6 +122,18 @@ def ops_section(handlers: dict, heading: str) -> list[str]:
     return out
 
 
+def wire_section(cls, title: str) -> list[str]:
+    """A ``###`` for a wire dataclass of :mod:`hermesd.contract`: its docstring, then one row per
+    field (type, default, and the meaning written beside it, when there is one)."""
+    out = [f"### {title}: `hermesd.contract.{cls.__name__}`", "", doc(cls), "",
+           "| field | type | default | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        kind = str(f.type).replace("|", "\\|")
+        out.append(f"| `{f.name}` | `{kind}` | `{default!r}` | {md(f.metadata.get('doc', ''))} |")
+    return [*out, ""]
+
+
 def event_types() -> dict[str, list[str]]:
     """Event type → the source files that emit it (found by reading the daemon-side code)."""
     found: dict[str, set[str]] = {}
@@ -172,6 +185,7 @@ def render() -> str:
     out += ["## Child ops (`children.sock`)", "", attribute_docs(protocol).get("CHILD_OPS", ""), "",
             "Every child op carries `job` and `token`; a wrong token is refused.", ""]
     out += ops_section(CHILD_HANDLERS, "Handlers in")
+    out += wire_section(contract.JobSpec, "Job spec") + wire_section(contract.JobResult, "Job result")
     pending = [name for name in protocol.CHILD_OPS if name not in CHILD_HANDLERS and name != ENVELOPE_OP]
     if pending:
         out += ["Declared in `CHILD_OPS` but not handled yet (the daemon answers `unknown_op`): "

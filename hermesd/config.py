@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hermesd import paths
-from hermesd.contract import EXECUTORS, PROVIDERS, REASONING_EFFORTS  # noqa: F401  (the config's choices)
-from hermesd.protocol import INT64_MAX, TOOLSETS
+from hermesd.contract import EXECUTORS, PROVIDERS, REASONING_EFFORTS, TOOLSETS  # noqa: F401  (the config's choices)
+from hermesd.protocol import INT64_MAX
 
 if TYPE_CHECKING:
     import yaml

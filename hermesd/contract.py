@@ -9,7 +9,9 @@ A leaf module (standard library only), imported by the daemon, the clients
 * :data:`STOP_REASONS`: why the daemon stops a job, with the status, exit_reason
   and error text the job ends with;
 * :class:`JobSpec`: the job spec a child receives in reply to ``child.hello``;
-* provider names (:data:`PROVIDERS`), agent roles (:data:`ROLES`, :data:`WORKER_ROLE`).
+* :class:`JobResult`: what a child reports in ``child.result``, the one definition of it;
+* the toolsets and their tools (:data:`TOOLSETS`);
+* the model providers (:data:`PROVIDER_TABLE`, their names :data:`PROVIDERS`), agent roles (:data:`ROLES`, :data:`WORKER_ROLE`).
 
 Statuses are ``str`` enums: a member equals (and hashes as) its value, so rows
 read from the database and maps read from the wire compare with them directly.
@@ -17,10 +19,11 @@ read from the database and maps read from the wire compare with them directly.
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
 
 class JobStatus(StrEnum):
@@ -102,8 +105,51 @@ def exit_reason_of(status: str) -> str:
     return (STOP_REASONS[name].exit_reason or "error") if name else "error"
 
 
-PROVIDERS = ("anthropic", "openai-compat", "local", "scripted")
-"""Model providers a child can run (``child.providers.select``)."""
+@dataclass(frozen=True)
+class ProviderEntry:
+    """One model provider a child can run.
+
+    ``name``: what a config, a task or a flag names it by (``aliases``: other names
+    accepted for it); ``module``/``cls``: where its class is (``child/providers/``),
+    made with ``cls(model, base_url=..., temperature=...)`` unless the class has a
+    ``for_job`` classmethod (:func:`child.providers.select.make_provider`); ``env``:
+    the environment variables it reads (keys, base URLs), which a batch item on a
+    Ray cluster is given from its driver's environment (:mod:`child.item`);
+    ``preload``: the modules the zygote imports for it (:mod:`child.zygote`; the SDK).
+    A new provider is its module, a row here, and its SDK in ``pyproject.toml``.
+    """
+
+    name: str
+    module: str
+    cls: str
+    env: tuple[str, ...] = ()
+    preload: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+
+PROVIDER_TABLE: tuple[ProviderEntry, ...] = (
+    ProviderEntry("anthropic", "child.providers.anthropic", "AnthropicProvider",
+                  env=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"),
+                  preload=("ssl", "child.providers.anthropic", "anthropic", "anthropic.types",
+                           "anthropic.resources.messages"), aliases=("claude",)),
+    ProviderEntry("openai-compat", "child.providers.openai_compat", "OpenAICompatProvider",
+                  env=("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENROUTER_API_KEY"),
+                  preload=("ssl", "child.providers.openai_compat", "openai"),
+                  aliases=("openai", "openai_compat", "openrouter")),
+    # local loads its model in the child; scripted is in the zygote's runtime already
+    ProviderEntry("local", "child.providers.local", "LocalProvider"),
+    ProviderEntry("scripted", "child.providers.scripted", "ScriptedProvider"),
+)
+"""The model providers, the one table of them (:class:`ProviderEntry`)."""
+
+PROVIDERS = tuple(p.name for p in PROVIDER_TABLE)
+"""Model providers a child can run, by name (``child.providers.select``)."""
+
+
+def provider_entry(name: str) -> ProviderEntry | None:
+    """The :class:`ProviderEntry` called ``name`` or one of its aliases (any case), or None."""
+    wanted = name.strip().lower()
+    return next((p for p in PROVIDER_TABLE if wanted == p.name or wanted in p.aliases), None)
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 """The ``reasoning_effort`` values a task or a batch may ask for."""
@@ -116,14 +162,53 @@ job's ``cwd`` (or where the daemon was started) cannot shadow a module of the ru
 EXECUTORS = ("local", "ray")
 """Where a batch's items run: children of this daemon, or tasks on a Ray cluster."""
 
+TOOLSETS: dict[str, tuple[str, ...]] = {
+    "terminal": ("terminal",),
+    "file": ("read_file", "write_file", "patch_file", "list_files"),
+    "web": ("web_extract", "web_search"),
+    "delegation": ("delegate_task", "spawn_agent", "spawn_parallel", "list_subagents", "steer_subagent",
+                   "stop_subagent"),
+    "kanban": ("kanban_create", "kanban_link", "kanban_list", "kanban_show", "kanban_comment", "kanban_unblock",
+               "kanban_my_task", "kanban_complete", "kanban_block", "kanban_heartbeat"),
+}
+"""Toolset name → the names of its tools, in the order the model is offered them: the one
+list of both (the tools themselves are the child's, :mod:`child.tools.registry`, which
+checks itself against this at import)."""
+EXPLICIT_ONLY = ("kanban",)
+"""Toolsets that ``all`` and ``*`` leave out; only their literal name enables them."""
+TOOL_NAMES = tuple(sorted(name for names in TOOLSETS.values() for name in names))
+"""Every tool a child can have, sorted (the stable key set of ``tool_stats``)."""
+
+
 ROLES = ("leaf", "orchestrator")
 """Roles a delegating agent may give a subagent: a ``leaf`` cannot delegate further."""
 WORKER_ROLE = "kanban_worker"
 """The ``role`` of a Kanban worker job: its child offers the Kanban worker tools only."""
 
 
+class Wire:
+    """A dataclass that crosses the children's socket as a map of its fields (:class:`JobSpec`,
+    :class:`JobResult`): the map's keys are the field names, in order."""
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        """The field names (the keys of the wire map)."""
+        return frozenset(_names(cls))
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Self:
+        """An instance from a wire map: missing or ``None`` values take the defaults, unknown keys
+        are ignored (a newer peer may send more)."""
+        names = _names(cls)
+        return cls(**{k: v for k, v in data.items() if k in names and v is not None})
+
+    def to_wire(self) -> dict[str, Any]:
+        """The wire map (every field; values shared, not copied: it is encoded at once)."""
+        return {name: getattr(self, name) for name in _names(type(self))}
+
+
 @dataclass
-class JobSpec:
+class JobSpec(Wire):
     """The job spec a child receives in reply to ``child.hello``; on the wire a map of these fields.
 
     The daemon fills it from the job's row and the config (``Runner.child_spec``);
@@ -177,21 +262,55 @@ class JobSpec:
     container: dict[str, Any] | None = None
     ray: dict[str, Any] | None = None
 
-    @classmethod
-    def names(cls) -> frozenset[str]:
-        """The field names (the keys of the wire map)."""
-        return frozenset(_SPEC_FIELDS)
 
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> "JobSpec":
-        """A spec from a wire map: missing or ``None`` values take the defaults, unknown keys are ignored."""
-        names = cls.names()
-        return cls(**{k: v for k, v in data.items() if k in names and v is not None})
-
-    def to_wire(self) -> dict[str, Any]:
-        """The wire map (every field; values shared, not copied: it is encoded at once)."""
-        return {name: getattr(self, name) for name in _SPEC_FIELDS}
+@functools.cache
+def _names(cls: type) -> tuple[str, ...]:
+    """The field names of the wire dataclass ``cls``, in order (the keys of its wire map)."""
+    return tuple(f.name for f in fields(cls))
 
 
-_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
-"""The names of :class:`JobSpec`'s fields, in order (the keys of its wire map)."""
+def _doc(text: str, default: Any = None, *, factory: Any = None) -> Any:
+    """A dataclass field with its meaning (``metadata["doc"]``, rendered into ``docs/protocol.md``)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"doc": text})
+    return field(default=default, metadata={"doc": text})
+
+
+def _no_tokens() -> dict[str, int]:
+    return {"input": 0, "output": 0}
+
+
+@dataclass
+class JobResult(Wire):
+    """What a child reports when its run ends (``child.result``; on the wire a map of these fields).
+
+    Built by the child (:mod:`child.agent`, the fallbacks of :mod:`child.__main__`,
+    :mod:`child.ray_driver`; a Ray item's ``result.json``, :mod:`child.item`) and read
+    typed by the daemon (the runner, delegation, sessions, batch).  A field left out
+    of the map, or ``None``, takes its default; keys this version does not know are
+    ignored.  Adding a field is adding it here, with its meaning, and setting it
+    where the child builds the result.
+    """
+
+    status: str | None = _doc("The terminal state the run ended in (a ``JobStatus`` value: ``completed``, "
+                              "``failed``, ``interrupted``, ``timed_out``); none: the process exit decides.")
+    exit_reason: str | None = _doc("Why it ended: ``completed``, ``max_turns``, ``timeout``, ``interrupted``, "
+                                   "``error``, ``output_schema``, ``invalid_tool_calls``…")
+    summary: str = _doc("The final answer (with an ``output_schema``, the JSON value alone); for a run without "
+                        "one, the assistant's texts so far.", "")
+    error: str | None = _doc("What went wrong, for people; none when it completed.")
+    api_calls: int = _doc("Model calls that returned.", 0)
+    tokens: dict[str, int] = _doc("Tokens used over the run: ``{input, output}``.", factory=_no_tokens)
+    trace: list[dict[str, Any]] = _doc("Every tool call, in order: ``[{name, ok, bytes}]`` (``bytes``: of the "
+                                       "result shown to the model).", factory=list)
+    duration_seconds: float | None = _doc("Seconds the run took, by the child's monotonic clock.")
+    synthetic: bool = _doc("True when no model made it (the ``scripted`` provider).", False)
+    provider: str | None = _doc("The provider that ran it (``PROVIDERS``).")
+    model: str | None = _doc("The model that ran it.")
+    messages: list[dict[str, Any]] | None = _doc("This run's new messages (``child.messages`` form: "
+                                                 "Anthropic-style content blocks), what a session stores.")
+    trajectory: dict[str, Any] | None = _doc("With ``record_trajectory``: the conversation as training data "
+                                             "(``conversations``, ``messages``, ``tools``, ``has_reasoning``, "
+                                             "``tool_names``, ``tools_offered``, ``tool_stats``: "
+                                             "``child.agent.Agent.trajectory``).")
+    traceback: str | None = _doc("When the child's runtime itself failed: the Python traceback.")

@@ -331,22 +331,21 @@ def timed_out_text(seconds: float, activity: str | None, api_calls: int) -> str:
     return f"timed out after {seconds:g} s" + (f" {doing}" if doing else "")
 
 
-TOOLSETS = ("terminal", "file", "web", "delegation", "kanban")
-"""Toolset names a request may ask for; ``all`` and ``*`` mean every one except ``kanban``."""
-
-
 def expand_toolsets(names: list[str]) -> list[str]:
-    """Expand ``all``/``*`` (never to ``kanban``) and de-duplicate, keeping order.
+    """Expand ``all``/``*`` (every toolset of :data:`hermesd.contract.TOOLSETS` but
+    :data:`~hermesd.contract.EXPLICIT_ONLY`, ``kanban``) and de-duplicate, keeping order.
 
     Raises :class:`ProtocolError` (``bad_request``) naming unknown toolsets.
     """
+    from hermesd.contract import EXPLICIT_ONLY, TOOLSETS  # not at import: a client's start does without it
+
     out: list[str] = []
     unknown = [n for n in names if n not in TOOLSETS and n not in ("all", "*")]
     if unknown:
         raise ProtocolError("bad_request", f"unknown toolset(s) {', '.join(map(repr, unknown))}; "
                             f"known: {', '.join(TOOLSETS)}, all", {"field": "toolsets"})
     for name in names:
-        for item in ([t for t in TOOLSETS if t != "kanban"] if name in ("all", "*") else [name]):
+        for item in ([t for t in TOOLSETS if t not in EXPLICIT_ONLY] if name in ("all", "*") else [name]):
             if item not in out:
                 out.append(item)
     return out

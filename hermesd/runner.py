@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from hermesd import dependencies, exits, limits
 from hermesd.config import Config
-from hermesd.contract import LIVE, STOP_REASONS, TERMINAL, JobSpec, JobStatus, exit_reason_of
+from hermesd.contract import LIVE, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import JobTable
 from hermesd.procs import Child, ProcessManager
 from hermesd.protocol import ProtocolError, one_line
@@ -52,7 +52,7 @@ class JobHooks(Protocol):
     def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
         """Add to the spec a child receives."""
 
-    def on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
+    def on_result(self, row: dict[str, Any], result: JobResult) -> None:
         """A child reported, before the terminal transition."""
 
     def on_exit(self, row: dict[str, Any] | None) -> None:
@@ -71,7 +71,7 @@ class NoHooks:
     def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
         """Nothing to add."""
 
-    def on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
+    def on_result(self, row: dict[str, Any], result: JobResult) -> None:
         """Nothing to do."""
 
     def on_exit(self, row: dict[str, Any] | None) -> None:
@@ -110,7 +110,7 @@ class Runner:
         self.children_socket = children_socket
         self.loop = loop
         self.tokens: dict[str, str] = {}
-        self.results: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, JobResult] = {}
         self.hooks: JobHooks = hooks or NoHooks()
         self.accepting = True
         self._timeouts: dict[str, Any] = {}
@@ -356,7 +356,7 @@ class Runner:
         self.procs.spawner.expect(spec.get("provider"))  # the next warm children have its SDK
         return spec
 
-    def on_result(self, job_id: str, result: dict[str, Any]) -> None:
+    def on_result(self, job_id: str, result: JobResult) -> None:
         """``child.result``: remember it; the job turns terminal now."""
         self.results[job_id] = result
         row = self.jobs.require(job_id)
@@ -366,23 +366,24 @@ class Runner:
         child = self.procs.children.get(job_id)
         self._terminal(job_id, result, child.stop_reason if child else None)
 
-    def _terminal(self, job_id: str, result: dict[str, Any] | None, stop_reason: str | None,
+    def _terminal(self, job_id: str, result: JobResult | None, stop_reason: str | None,
                   returncode: int | None = None, limit: str | None = None) -> None:
         """The terminal transition: the child's report, overridden by the daemon's
         ``stop_reason``; without either, ``limit`` (the limit that killed it, from
         :func:`hermesd.limits.exceeded`) or the exit status and the log's tail."""
         row = self.jobs.require(job_id)
-        result = result or {}
-        status = result.get("status") if result.get("status") in TERMINAL else None
+        result = result or JobResult()
+        status = result.status if result.status in TERMINAL else None
         stop = STOP_REASONS.get(stop_reason or "")
         if stop is not None and stop.status is not None:
             status = stop.status
-        error = result.get("error")
+        error = result.error
+        exit_reason = result.exit_reason
         doing = self._doing.get(job_id) or exits.Doing()
         if status is None and limit is not None:  # killed for exceeding a limit: named, not a signal number
             killed = STOP_REASONS["resource_limit"]
             status, error = killed.status, limit + (f" while {doing.where()}" if doing.where() else "")
-            result = {**result, "exit_reason": killed.exit_reason}
+            exit_reason = killed.exit_reason
         if status is None:
             status = JobStatus.FAILED
             tail = log_tail(self.log_path(job_id)).strip()
@@ -396,19 +397,19 @@ class Runner:
             error = exits.timeout_error(self._timeout_of(row) or 0.0, doing)
         if stop_reason and not error:
             error = stop.error if stop is not None else stop_reason
-        tokens = result.get("tokens") or {}
+        tokens = result.tokens or {}
         exit_reason = ((stop.exit_reason if stop is not None and stop.status is not None else None)
-                       or result.get("exit_reason") or exit_reason_of(status))
-        fields = {"exit_reason": exit_reason, "summary": result.get("summary") or row.get("summary"), "error": error,
-                  "api_calls": int(result.get("api_calls") or row.get("api_calls") or 0),
+                       or exit_reason or exit_reason_of(status))
+        fields = {"exit_reason": exit_reason, "summary": result.summary or row.get("summary"), "error": error,
+                  "api_calls": int(result.api_calls or row.get("api_calls") or 0),
                   "tokens_in": int(tokens.get("input") or row.get("tokens_in") or 0),
                   "tokens_out": int(tokens.get("output") or row.get("tokens_out") or 0),
-                  "trace": result.get("trace") or row.get("trace") or [],
+                  "trace": result.trace or row.get("trace") or [],
                   "stop_reason": stop_reason,
-                  "model": row.get("model") or result.get("model"),
-                  "provider": row.get("provider") or result.get("provider")}
-        if result.get("duration_seconds") is not None:
-            fields["duration_seconds"] = float(result["duration_seconds"])
+                  "model": row.get("model") or result.model,
+                  "provider": row.get("provider") or result.provider}
+        if result.duration_seconds is not None:
+            fields["duration_seconds"] = float(result.duration_seconds)
         self.jobs.transition(job_id, status, **fields)
         # in the same loop step as the transition: no client hears of it before the slots are free
         self.scheduler.release(job_id, keep=PROCESS_POOLS)

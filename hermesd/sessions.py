@@ -204,8 +204,8 @@ class Sessions:
         """Terminal hook (inside the transition's transaction): store the turn's
         messages — or at least its input when the child reported none — and
         acknowledge the notification it delivered."""
-        result = self.d.runner.results.get(row["id"]) or {}
-        messages = result.get("messages") or [{"role": "user", "content": [{"type": "text", "text": row["goal"]}]}]
+        result = self.d.runner.results.get(row["id"])
+        messages = (result.messages if result else None) or [{"role": "user", "content": [{"type": "text", "text": row["goal"]}]}]
         notification = (row.get("spec") or {}).get("notification")
         now = clock.now_iso()
         for i, msg in enumerate(messages):

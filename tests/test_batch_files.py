@@ -11,7 +11,7 @@ from batch import dataset, distributions, files, output, statistics
 from batch.checkpoint import Checkpoint, CheckpointError
 from batch.settings import Settings
 from child.tools.registry import known_tool_names
-from hermesd.protocol import TOOLSETS
+from hermesd.contract import TOOLSETS
 
 
 def test_known_tools_match_the_child_registry():

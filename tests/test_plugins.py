@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 
-from child.agent import DEFAULTS
 from hermesd import contract, jobs
 from hermesd.events import EventLog
 from hermesd.handlers import jobs as job_ops
@@ -30,9 +30,25 @@ def test_every_stop_reason_says_how_a_job_ends():
 
 
 def test_the_child_takes_the_contract_spec_defaults():
-    assert DEFAULTS == contract.JobSpec().to_wire()
     spec = contract.JobSpec.from_wire({"goal": "g", "depth": None, "unknown": 1})
     assert spec.goal == "g" and spec.depth == 0 and "unknown" not in spec.to_wire()
+
+
+def test_a_job_result_round_trips_over_the_wire():
+    """Every field survives to_wire/from_wire (through msgpack, as on children.sock); missing or
+    None values take the defaults, unknown keys (a newer child's) are ignored; every field says what it means."""
+    from hermesd.protocol import packb, unpackb
+
+    full = contract.JobResult(status="completed", exit_reason="completed", summary="s", error=None, api_calls=2,
+                              tokens={"input": 3, "output": 4}, trace=[{"name": "terminal", "ok": True, "bytes": 1}],
+                              duration_seconds=1.5, synthetic=True, provider="scripted", model="m",
+                              messages=[{"role": "user", "content": []}], trajectory={"conversations": []},
+                              traceback="tb")
+    assert contract.JobResult.from_wire(unpackb(packb(full.to_wire()))) == full
+    assert set(full.to_wire()) == contract.JobResult.names()
+    partial = contract.JobResult.from_wire({"status": "failed", "tokens": None, "job": "deleg_1", "new_key": 1})
+    assert partial == contract.JobResult(status="failed") and partial.tokens == {"input": 0, "output": 0}
+    assert all(f.metadata.get("doc") for f in dataclasses.fields(contract.JobResult))
 
 
 def test_the_plugins_declare_every_kind_once():

@@ -14,6 +14,10 @@ from tests.fakes import scrub_env
 
 
 class FakeLocal:
+    @classmethod
+    def for_job(cls, spec, *, model, stop):
+        return cls(model)
+
     def __init__(self, model=None):
         self.name, self.model, self.synthetic = "local", model or "SmolLM2-135M-Instruct", False
 

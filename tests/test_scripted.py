@@ -13,6 +13,7 @@ from child.__main__ import StopFlag
 from child.providers.base import ProviderError
 from child.providers.scripted import NOTE_PATH, ScriptedProvider, default_plan
 from child.tools.registry import tools_for
+from hermesd.contract import JobSpec
 
 TOOLS = [t.spec() for t in tools_for(["terminal", "file"])]
 
@@ -65,12 +66,12 @@ def test_default_plan_uses_the_tools_offered():
 
 
 def test_default_plan_end_to_end(tmp_path):
-    result = agent.run({"goal": "write a note", "provider": "scripted", "cwd": str(tmp_path)}, None, StopFlag())
-    assert result["status"] == "completed" and result["synthetic"] is True
-    assert [t["name"] for t in result["trace"]] == ["terminal", "write_file"]
-    assert all(t["ok"] for t in result["trace"])
+    result = agent.run(JobSpec(goal="write a note", provider="scripted", cwd=str(tmp_path)), None, StopFlag())
+    assert result.status == "completed" and result.synthetic is True
+    assert [t["name"] for t in result.trace] == ["terminal", "write_file"]
+    assert all(t["ok"] for t in result.trace)
     assert "write a note" in (tmp_path / NOTE_PATH).read_text()
-    assert '"write a note"' in result["summary"] and str(tmp_path) in result["summary"]
+    assert '"write a note"' in result.summary and str(tmp_path) in result.summary
 
 
 def test_step_seconds_from_the_environment(monkeypatch):

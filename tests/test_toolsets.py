@@ -41,6 +41,25 @@ def test_toolsets_and_their_tools():
     assert names == sorted(names) and len(names) == sum(map(len, TOOLSETS.values())) == 23
 
 
+def test_the_registry_checks_itself_against_the_contract():
+    """The tool modules define exactly the contract's tools, each in its toolset; any
+    disagreement is an ImportError naming it (raised when the registry is imported)."""
+    from child.tools import registry
+    from hermesd import contract
+
+    registry.check_against_contract(registry._DEFINED, contract.TOOLSETS)
+    assert TOOLSETS == {ts: list(names) for ts, names in contract.TOOLSETS.items()}
+    stray = Tool("new_tool", "file", "d", {"type": "object"}, lambda args, ctx: "")
+    with pytest.raises(ImportError, match="'new_tool' .* is in no toolset"):
+        registry.check_against_contract([*registry._DEFINED, stray], contract.TOOLSETS)
+    with pytest.raises(ImportError, match="names 'ghost', which no tool module defines"):
+        registry.check_against_contract(registry._DEFINED, {**contract.TOOLSETS, "web": ("web_extract", "web_search",
+                                                                                            "ghost")})
+    moved = {**contract.TOOLSETS, "terminal": (), "file": ("terminal", *contract.TOOLSETS["file"])}
+    with pytest.raises(ImportError, match="'terminal' says toolset 'terminal'; .* in 'file'"):
+        registry.check_against_contract(registry._DEFINED, moved)
+
+
 @pytest.mark.parametrize("spec", [["all"], ["*"], ["all", "terminal"], ["*", "file", "all"]])
 def test_all_and_star_never_include_kanban(spec):
     assert resolve_toolsets(spec) == ["terminal", "file", "web", "delegation"]

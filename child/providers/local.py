@@ -315,6 +315,12 @@ class LocalProvider:
     name = "local"
     synthetic = False
 
+    @classmethod
+    def for_job(cls, spec: dict[str, Any], *, model: str | None, stop: Any) -> "LocalProvider":
+        """The provider of a job (:func:`child.providers.select.make_provider`): ``model``
+        only (no server, no key; its own sampling settings)."""
+        return cls(model=model)
+
     def __init__(self, model: str | None = None, *, n_ctx: int = 2048, seed: int = 42,
                  threads: int | None = None, temperature: float = 0.2, tool_first: bool = True):
         if model in (None, MODEL_NAME):

@@ -51,6 +51,12 @@ class ScriptedProvider:
     name = "scripted"
     synthetic = True
 
+    @classmethod
+    def for_job(cls, spec: dict[str, Any], *, model: str | None, stop: Any) -> "ScriptedProvider":
+        """The provider of a job (:func:`child.providers.select.make_provider`): the job
+        spec's ``script`` and ``goal``; ``stop`` (the child's stop flag) cuts sleeps short."""
+        return cls(spec.get("script"), goal=str(spec.get("goal") or ""), model=model, stop=stop)
+
     def __init__(self, script: list[dict[str, Any]] | None = None, *, goal: str = "",
                  model: str | None = None, stop: Any = None):
         self.script = list(script) if script is not None else None

@@ -1,4 +1,4 @@
-"""Choose the provider of a run (SPEC §8): explicit first, then what the environment offers.
+"""Choose the provider of a run: explicit first, then what the environment offers.
 
 Order: the job spec's ``provider``, else the config's ``provider``; with none
 named, an Anthropic key in the environment (``ANTHROPIC_API_KEY`` /
@@ -8,21 +8,20 @@ config or ``ANTHROPIC_BASE_URL``) → ``anthropic`` at that URL; else the embedd
 :class:`ProviderError` that says how to configure a model.  Never a silent fake:
 ``scripted`` is used only when named.
 
-Provider SDKs are imported lazily (by the providers, on their first call).
+The providers are the rows of :data:`hermesd.contract.PROVIDER_TABLE` (name,
+aliases, module and class); their SDKs are imported lazily (by the providers, on
+their first call).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Any
 
 from child.providers.base import Provider, ProviderError
-from hermesd.contract import PROVIDERS
-
-NAMES = PROVIDERS
-ALIASES = {"openai": "openai-compat", "openai_compat": "openai-compat", "openrouter": "openai-compat",
-           "claude": "anthropic"}
+from hermesd.contract import PROVIDERS, JobSpec, provider_entry
 
 NOT_CONFIGURED = (
     "no model is configured: set ANTHROPIC_API_KEY for Claude; or put `provider` and `base_url` in "
@@ -33,8 +32,9 @@ NOT_CONFIGURED = (
 )
 
 
-def make_provider(spec: dict[str, Any], config: dict[str, Any] | None = None, *, stop: Any = None) -> Provider:
-    """Build the provider for the job ``spec``.
+def make_provider(spec: JobSpec | dict[str, Any], config: dict[str, Any] | None = None, *,
+                  stop: Any = None) -> Provider:
+    """Build the provider for the job ``spec`` (a :class:`hermesd.contract.JobSpec` or its wire map).
 
     ``spec`` and ``config`` (the daemon's settings, top-level keys) may carry
     ``provider``, ``model``, ``base_url`` and ``temperature``; the spec wins.  The
@@ -43,6 +43,8 @@ def make_provider(spec: dict[str, Any], config: dict[str, Any] | None = None, *,
     for an unknown provider name, missing credentials or nothing configured.
     """
     config = config or {}
+    if isinstance(spec, JobSpec):
+        spec = spec.to_wire()
 
     def setting(key: str) -> Any:
         return spec.get(key) if spec.get(key) is not None else config.get(key)
@@ -55,24 +57,14 @@ def make_provider(spec: dict[str, Any], config: dict[str, Any] | None = None, *,
             print("hermes-child: no model configured; using the embedded local model "
                   "(SmolLM2-135M, toy quality). Set ANTHROPIC_API_KEY or provider/base_url for real work.",
                   file=sys.stderr, flush=True)
-    name = ALIASES.get(str(name).lower(), str(name).lower())
-    if name == "anthropic":
-        from child.providers.anthropic import AnthropicProvider
-
-        return AnthropicProvider(model, base_url=base_url, temperature=setting("temperature"))
-    if name == "openai-compat":
-        from child.providers.openai_compat import OpenAICompatProvider
-
-        return OpenAICompatProvider(model, base_url=base_url, temperature=setting("temperature"))
-    if name == "local":
-        from child.providers import local
-
-        return local.LocalProvider(model=model)
-    if name == "scripted":
-        from child.providers.scripted import ScriptedProvider
-
-        return ScriptedProvider(spec.get("script"), goal=str(spec.get("goal") or ""), model=model, stop=stop)
-    raise ProviderError(f"unknown provider {name!r}: use one of {', '.join(NAMES)}")
+    entry = provider_entry(str(name))
+    if entry is None:
+        raise ProviderError(f"unknown provider {str(name).lower()!r}: use one of {', '.join(PROVIDERS)}")
+    cls = getattr(importlib.import_module(entry.module), entry.cls)
+    for_job = getattr(cls, "for_job", None)
+    if for_job is not None:
+        return for_job(spec, model=model, stop=stop)
+    return cls(model, base_url=base_url, temperature=setting("temperature"))
 
 
 def default_provider(base_url: str | None) -> str:

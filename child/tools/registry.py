@@ -1,12 +1,16 @@
 """Toolsets, tool lookup and the one safe way to run a tool.
 
 * :data:`TOOLSETS` maps each toolset (``terminal``, ``file``, ``web``,
-  ``delegation``, ``kanban``) to its tool names.
+  ``delegation``, ``kanban``) to its tool names: those of
+  :data:`hermesd.contract.TOOLSETS`, the one list of them; at import the registry
+  checks that the tool modules define exactly those tools
+  (:func:`check_against_contract`), so a tool left out of the contract, or a
+  contract name without its tool, fails at once.
 * :func:`resolve_toolsets` expands ``all`` / ``*`` (every toolset but
-  ``kanban``, which only its literal name enables — SPEC §7).
+  ``kanban``, which only its literal name enables).
 * :func:`execute` validates the arguments against the tool's JSON Schema and
   runs the handler; it never raises, so a model's unknown tool, bad arguments or
-  a failing command become an error result the model can read (SPEC §8).
+  a failing command become an error result the model can read.
 """
 
 from __future__ import annotations
@@ -18,19 +22,43 @@ import jsonschema
 
 from child.tools import DEFAULT_LIMITS, Tool, ToolContext, ToolError
 from child.tools import delegation, files, kanban, terminal, web
+from hermesd import contract
 
 __all__ = ["DEFAULT_LIMITS", "TOOLSETS", "Tool", "ToolContext", "ToolError", "ToolResult", "execute",
            "get_tool", "known_tool_names", "resolve_toolsets", "toolset_of", "tools_for"]
 
-_TOOLS: dict[str, Tool] = {t.name: t for module in (terminal, files, web, delegation, kanban) for t in module.TOOLS}
+_DEFINED: list[Tool] = [t for module in (terminal, files, web, delegation, kanban) for t in module.TOOLS]
 
-TOOLSETS: dict[str, list[str]] = {}
-"""Toolset name → its tool names, in definition order."""
-for _tool in _TOOLS.values():
-    TOOLSETS.setdefault(_tool.toolset, []).append(_tool.name)
 
-EXPLICIT_ONLY = ("kanban",)
-"""Toolsets that ``all`` and ``*`` leave out; only their literal name enables them."""
+def check_against_contract(tools: list[Tool], toolsets: dict[str, tuple[str, ...]]) -> None:
+    """Raise ``ImportError`` naming every disagreement between the ``tools`` defined and the
+    contract's ``toolsets`` (:data:`hermesd.contract.TOOLSETS`): a tool defined twice, a tool in
+    no toolset or in another one than it says, a toolset naming a tool nobody defines."""
+    problems, seen = [], set()
+    member = {name: ts for ts, names in toolsets.items() for name in names}
+    for tool in tools:
+        if tool.name in seen:
+            problems.append(f"tool {tool.name!r} is defined twice")
+        seen.add(tool.name)
+        if tool.name not in member:
+            problems.append(f"tool {tool.name!r} (toolset {tool.toolset!r}) is in no toolset of "
+                            "hermesd.contract.TOOLSETS")
+        elif member[tool.name] != tool.toolset:
+            problems.append(f"tool {tool.name!r} says toolset {tool.toolset!r}; hermesd.contract.TOOLSETS has it "
+                            f"in {member[tool.name]!r}")
+    problems += [f"toolset {ts!r} of hermesd.contract.TOOLSETS names {name!r}, which no tool module defines"
+                 for name, ts in member.items() if name not in seen]
+    if problems:
+        raise ImportError("child.tools.registry: " + "; ".join(problems))
+
+
+check_against_contract(_DEFINED, contract.TOOLSETS)
+_TOOLS: dict[str, Tool] = {t.name: t for t in _DEFINED}
+
+TOOLSETS: dict[str, list[str]] = {ts: list(names) for ts, names in contract.TOOLSETS.items()}
+"""Toolset name → its tool names (:data:`hermesd.contract.TOOLSETS`, as lists)."""
+
+EXPLICIT_ONLY = contract.EXPLICIT_ONLY
 
 MAX_REPORTED_ERRORS = 3
 """At most this many schema violations are listed in one error result."""
@@ -65,7 +93,7 @@ def tools_for(toolsets: list[str], role: str | None = None) -> list[Tool]:
 
 def known_tool_names() -> list[str]:
     """Every tool of every toolset, sorted (the stable key set of ``tool_stats``)."""
-    return sorted(_TOOLS)
+    return list(contract.TOOL_NAMES)
 
 
 def get_tool(name: str) -> Tool | None:

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from hermesd.context import Context
+from hermesd.contract import JobResult
 from hermesd.router import op
 from hermesd.protocol import arg
 
@@ -40,12 +41,11 @@ def _save_trajectory(ctx: Context, job: str, trajectory: Any) -> None:
 
 @op("child.result", child=True)
 async def child_result(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
-    """The final result: ``status, exit_reason, summary, error, api_calls, tokens,
-    trace, duration_seconds`` and optionally ``trajectory`` and ``messages``."""
-    result = {k: v for k, v in args.items() if k not in ("job", "token")}
-    if result.get("trajectory") is not None:
+    """The final result: the fields of `hermesd.contract.JobResult` (see "Job result" below)."""
+    result = JobResult.from_wire(args)
+    if result.trajectory is not None:
         try:
-            _save_trajectory(ctx, job, result["trajectory"])
+            _save_trajectory(ctx, job, result.trajectory)
         except OSError:
             pass  # the job's result still counts; the trajectory file is a convenience
     ctx.runner.on_result(job, result)
