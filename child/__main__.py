@@ -18,8 +18,9 @@ import threading
 import time
 import traceback
 
-from child import lifeline
+from child import lifeline, redact
 from hermesd.contract import JobResult, JobSpec
+from hermesd.private import restore_umask
 
 
 class StopFlag:
@@ -76,6 +77,8 @@ def main() -> int:
     """Run the job named by ``HERMES_JOB_ID``; returns the process exit status."""
     job = os.environ.get("HERMES_JOB_ID", "")
     lifeline.arm(lifeline.serves())
+    redact.install()  # the job's log and all it sends hold no secret value
+    restore_umask()  # the daemon's is 077; the tools write with the user's
     faulthandler.enable()  # a crash in native code (llama.cpp) leaves the Python stack in the job's log
     _title(job)
     stop = StopFlag()

@@ -10,6 +10,7 @@ from typing import Any
 
 import zmq
 
+from child import redact
 from hermesd import protocol
 
 
@@ -55,7 +56,9 @@ class Channel:
         self._ctx, self._sock = _preconnected.pop(path, None) or _connect(path)
 
     def _args(self, args: dict[str, Any]) -> dict[str, Any]:
-        return {"job": self.job, "token": self.token, **args}
+        """The envelope's arguments: the job, its token, and ``args`` with every known secret
+        redacted (:mod:`child.redact`: nothing the daemon stores or publishes holds one)."""
+        return {"job": self.job, "token": self.token, **redact.current().data(args)}
 
     def notify(self, op: str, /, **args: Any) -> None:
         """Send a request whose reply nobody waits for (progress reports)."""

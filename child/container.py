@@ -36,6 +36,8 @@ import subprocess
 import sys
 from typing import Any, Iterator
 
+from child.redact import tool_environment
+
 ULIMITS = {"nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC, "fsize": resource.RLIMIT_FSIZE,
            "cpu": resource.RLIMIT_CPU, "data": resource.RLIMIT_DATA, "core": resource.RLIMIT_CORE}
 """The job's resource limits a container gets (names of ``docker run --ulimit``)."""
@@ -53,8 +55,9 @@ class ContainerError(Exception):
 
 def _detached_env() -> dict[str, str]:
     """The environment of an engine command that must outlive the job's processes: without
-    the ``HERMES_*`` variables, by which hermesd finds (and kills) what a job left behind."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    the ``HERMES_*`` variables, by which hermesd finds (and kills) what a job left behind, and
+    without the child's secrets (:func:`child.redact.tool_environment`)."""
+    return {k: v for k, v in tool_environment().items() if not k.startswith("HERMES_")}
 
 
 def ulimit_args(max_processes: int) -> list[str]:
@@ -158,7 +161,7 @@ class Container:
         try:
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=ENGINE_TIMEOUT_SECONDS, start_new_session=session,
-                                  env=_detached_env() if session else None)
+                                  env=_detached_env() if session else tool_environment())
             if done.returncode != 0 and "no such" not in done.stderr.lower():
                 print(f"container: {' '.join(argv[1:3])} failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -33,6 +33,7 @@ import tempfile
 import time
 from typing import Any
 
+from child import redact
 from hermesd.contract import PROVIDER_TABLE, PYTHON, JobResult
 from hermesd.protocol import ProtocolError
 
@@ -69,7 +70,7 @@ class FileChannel:
         if op == "child.result":
             path = os.path.join(self.directory, "result.json")
             with open(path + ".tmp", "w", encoding="utf-8") as fh:
-                json.dump(args, fh, ensure_ascii=False, default=str)
+                json.dump(redact.current().data(args), fh, ensure_ascii=False, default=str)
             os.replace(path + ".tmp", path)
             return {}
         raise ProtocolError("bad_request", f"{op} is not available to a batch item on a Ray cluster")

@@ -258,7 +258,7 @@ def _close_all_but(*keep: int) -> None:
 def _redirect(cwd: str, log_path: str) -> None:
     """stdin from ``/dev/null``, stdout and stderr to the log, then into ``cwd`` (so
     that a missing directory is reported on the job's log)."""
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     os.dup2(null_fd, 0)
     os.dup2(log_fd, 1)

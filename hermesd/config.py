@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,10 @@ def _choices(*values: str) -> dict[str, Any]:
 
 TOOLSET_NAMES = {"names": (*TOOLSETS, "all", "*")}
 URL = {"url": True}
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+"""An environment variable's name (a job's ``env``, the config's ``secrets``)."""
+ENV_NAMES = {"env_names": True}
+"""A list of environment variable names (``secrets:``): ``[A-Za-z_][A-Za-z0-9_]*``, none ``HERMES_*``."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +225,7 @@ class Config:
     child_limits: ChildLimits = field(default_factory=ChildLimits)
     hooks: Hooks = field(default_factory=Hooks)
     terminal: Terminal = field(default_factory=Terminal)
+    secrets: list[str] = field(default_factory=list, metadata=ENV_NAMES)
     source: str | None = field(default=None, metadata={"internal": True})
 
     def state_dir(self) -> Path:
@@ -321,6 +327,10 @@ def _convert(value: Any, hint: Any, meta: dict[str, Any]) -> Any:
     unknown = [v for v in value if v not in meta["names"]] if "names" in meta else []
     if unknown:
         raise ValueError(f"unknown name(s) {', '.join(map(repr, unknown))}; known: {', '.join(meta['names'])}")
+    bad = [v for v in value if not ENV_NAME.match(v) or v.startswith("HERMES_")] \
+        if meta.get("env_names") else []
+    if bad:
+        raise ValueError(f"must be environment variable names (not HERMES_*), not {', '.join(map(repr, bad))}")
     if meta.get("url") and value is not None:
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in value):

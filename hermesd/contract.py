@@ -314,3 +314,16 @@ class JobResult(Wire):
                                              "``tool_names``, ``tools_offered``, ``tool_stats``: "
                                              "``child.agent.Agent.trajectory``).")
     traceback: str | None = _doc("When the child's runtime itself failed: the Python traceback.")
+
+
+PROVIDER_KEYS = tuple(v for p in PROVIDER_TABLE for v in p.env if not v.endswith("_BASE_URL"))
+"""The environment variables that hold a model provider's key (each provider's ``env`` but its base
+URL: ``ANTHROPIC_API_KEY``, ``ANTHROPIC_AUTH_TOKEN``, ``OPENAI_API_KEY``, ``OPENROUTER_API_KEY``): in
+the child that calls the model, never in what its tools run."""
+
+SECRETS_ENV = "HERMES_SECRETS"
+"""A child's environment variable naming (comma-separated) the variables the config calls secret (``secrets:``)."""
+
+JOB_ENV_NAMES = "HERMES_JOB_ENV"
+"""A child's environment variable naming (comma-separated) the variables its job's ``env`` gave its tools
+(kept in their environment, redacted from what is stored)."""

@@ -35,7 +35,7 @@ import os
 import sys
 from typing import NoReturn
 
-from hermesd import config as config_mod
+from hermesd import config as config_mod, private
 from hermesd.contract import PYTHON
 
 LOG_FORMAT = "%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"
@@ -101,6 +101,7 @@ def main(argv: list[str]) -> int:
 
 
 def _run(fd: int) -> int:
+    private.tighten_umask()  # all it creates is private from the first byte, whatever the umask
     try:
         handoff = json.loads(os.pread(fd, os.fstat(fd).st_size, 0))
     finally:

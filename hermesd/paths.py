@@ -17,6 +17,8 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
+from hermesd.private import umask
+
 
 def hermes_home() -> Path:
     """Return ``$HERMES_HOME`` or ``~/.hermes`` (not created)."""
@@ -97,11 +99,8 @@ def ensure_private_dir(path: Path) -> Path:
     Raises :class:`UnsafeDirectory` when it belongs to another user or is a
     symlink; tightens the mode to 0700 when it is ours but looser.
     """
-    old = os.umask(0o077)
-    try:
+    with umask(0o077):
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    finally:
-        os.umask(old)
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UnsafeDirectory(f"{path} is not a directory")
@@ -118,9 +117,6 @@ def bind_ipc(sock, path: Path) -> None:
     The umask is tightened around ``bind`` so the file is never visible with
     looser permissions, then the mode is checked and set explicitly.
     """
-    old = os.umask(0o177)
-    try:
+    with umask(0o177):
         sock.bind(f"ipc://{path}")
-    finally:
-        os.umask(old)
     os.chmod(path, 0o600)

@@ -53,7 +53,8 @@ class OS:
         child before it runs.  Raises ``OSError`` when the program or ``cwd``
         cannot be used.
         """
-        with open(log_path, "ab", buffering=0) as log:
+        with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600), "ab",
+                  buffering=0) as log:
             return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
                                     preexec_fn=rlimits.preexec(env))  # the job's rlimits, before exec

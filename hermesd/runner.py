@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from hermesd import dependencies, exits, limits
 from hermesd.config import Config
-from hermesd.contract import LIVE, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
+from hermesd.contract import JOB_ENV_NAMES, LIVE, SECRETS_ENV, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import JobTable
 from hermesd.procs import Child, ProcessManager
 from hermesd.protocol import ProtocolError, one_line
@@ -232,10 +232,11 @@ class Runner:
         token = os.urandom(16).hex()  # secrets.token_hex(16), without importing secrets (see jobs.new_id)
         self.tokens[job_id] = token
         try:
-            self.job_dir(job_id).mkdir(parents=True, exist_ok=True)
+            self.job_dir(job_id).mkdir(mode=0o700, parents=True, exist_ok=True)
             child = self.procs.start(job_id, cwd=row.get("cwd") or str(self.job_dir(job_id)),
                                      log_path=self.log_path(job_id),
-                                     env={**((row.get("spec") or {}).get("env") or {}),
+                                     env={**(job_env := (row.get("spec") or {}).get("env") or {}),
+                                          SECRETS_ENV: ",".join(self.config.secrets), JOB_ENV_NAMES: ",".join(job_env),
                                           "HERMES_CHILD_SOCKET": str(self.children_socket),
                                           "HERMES_CHILD_TOKEN": token},
                                      title=[row["kind"], one_line(row.get("goal"))[:80]],

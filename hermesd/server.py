@@ -26,7 +26,7 @@ from typing import Any
 
 import zmq
 
-from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, protocol
+from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, private, protocol
 from hermesd.delivery import Delivery
 from hermesd.endpoint import NOBLOCK, Endpoint
 from hermesd.events import EventLog
@@ -107,7 +107,7 @@ class Daemon:
                 pid = "?"
             raise AlreadyRunning(f"hermesd is already running (pid {pid}) with {what}") from None
         try:
-            pid_file.write_text(f"{os.getpid()}\n")
+            private.write_file(pid_file, f"{os.getpid()}\n")  # 0600, also over an older, looser one
         except OSError:
             pass  # a read-only state directory: opening the database says what is wrong
         return fd
@@ -136,9 +136,11 @@ class Daemon:
 
     def _open_state(self) -> None:
         state_dir = self.config.state_dir()
+        if paths.hermes_home().exists():  # config.yaml, profiles/: ours and private, or refused
+            paths.ensure_private_dir(paths.hermes_home())
         paths.ensure_private_dir(state_dir)
         self._lock_state_dir(state_dir)
-        self.config.log_dir().mkdir(parents=True, exist_ok=True)
+        paths.ensure_private_dir(self.config.log_dir())
         self.store = Store(state_dir / "state.db")
         self.supervisor_id = str((state_dir / "state.db").resolve())
         self.events = EventLog(self.store, self._publish)

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from hermesd import private
+
 JSON_COLUMNS = {"toolsets", "pools", "spec", "trace", "data", "content", "artifacts", "result_data"}
 
 MIGRATIONS: list[str] = [
@@ -184,19 +186,25 @@ def _encode(key: str, value: Any) -> Any:
 
 
 class Store:
-    """The state database at ``path`` (created with its parent directories, mode 0600)."""
+    """The state database at ``path``, created with its parent directories (0700) and mode
+    0600 from its first byte, as are its ``-wal``, ``-shm`` and ``-journal`` files
+    (:mod:`hermesd.private`: the file is made before SQLite opens it, SQLite's own under umask 077)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-            self.db.row_factory = sqlite3.Row
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")
-            self.db.execute("PRAGMA busy_timeout=5000")
-            self.path.chmod(0o600)
-            self._migrate()
+            with private.umask():
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                private.create_file(self.path)
+                for suffix in ("-wal", "-shm", "-journal"):  # left by an earlier hermesd, maybe looser
+                    if Path(f"{self.path}{suffix}").exists():
+                        private.create_file(Path(f"{self.path}{suffix}"))
+                self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+                self.db.row_factory = sqlite3.Row
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=FULL")
+                self.db.execute("PRAGMA busy_timeout=5000")
+                self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open state database {self.path}: {exc}") from None
         except OSError as exc:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from typing import TYPE_CHECKING, Any
 
 from hermesd import config as config_mod
@@ -22,7 +21,6 @@ MAX_TIMEOUT_SECONDS = 366 * 86400.0
 SPEC_ARGS = {"max_turns": int, "timeout_seconds": (int, float), "script": list, "reasoning_effort": str,
              "system_prompt": str, "output_schema": dict, "env": dict, "after": list,
              "image": str}
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_ENV_BYTES = 64 * 1024
 
 
@@ -121,7 +119,7 @@ def check_env(env: Any) -> None:
     size = 0
     for name, value in env.items():
         where = {"field": "env", "name": str(name)}
-        if not isinstance(name, str) or not ENV_NAME.match(name):
+        if not isinstance(name, str) or not config_mod.ENV_NAME.match(name):
             raise ProtocolError("bad_request", f"env: {name!r} is not a variable name", where)
         if name.startswith("HERMES_"):
             raise ProtocolError("bad_request", f"env: {name} is set by hermesd itself", where)

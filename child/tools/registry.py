@@ -20,6 +20,7 @@ from typing import Any
 
 import jsonschema
 
+from child import redact
 from child.tools import DEFAULT_LIMITS, Tool, ToolContext, ToolError
 from child.tools import delegation, files, kanban, terminal, web
 from hermesd import contract
@@ -162,8 +163,16 @@ def execute(name: str, args: dict, ctx: ToolContext, allowed: list[str] | None =
     ``ok=False`` with a message naming the tool (and the field, for bad
     arguments) when the tool is unknown or not in ``allowed`` (tool names; ``None``
     allows every tool), when ``args`` do not match its schema, when the handler
-    raises :class:`ToolError`, or when it fails unexpectedly.
+    raises :class:`ToolError`, or when it fails unexpectedly.  Every known secret
+    value in the content is ``[REDACTED:NAME]`` (:mod:`child.redact`): the model,
+    the trajectory and the log never see it.
     """
+    result = _execute(name, args, ctx, allowed)
+    return ToolResult.of(result.ok, redact.current().text(result.content))
+
+
+def _execute(name: str, args: dict, ctx: ToolContext, allowed: list[str] | None) -> ToolResult:
+    """:func:`execute` before redaction."""
     tool = _TOOLS.get(name)
     if tool is None or (allowed is not None and name not in allowed):
         offered = sorted(allowed) if allowed is not None else known_tool_names()

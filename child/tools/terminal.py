@@ -39,6 +39,7 @@ import uuid
 
 import psutil
 
+from child.redact import tool_environment
 from child.tools import Tool, ToolContext, ToolError, join_capped, schema
 from child.tools.policy import dangerous
 
@@ -56,9 +57,6 @@ MAX_TIMEOUT_SECONDS = 3600
 MAX_SPOOL_BYTES = 256 * 1024 * 1024
 """A command whose output file grows past this is killed (a runaway ``yes`` must not fill the disk)."""
 
-SCRUBBED_ENV = ("HERMES_CHILD_TOKEN",)
-"""Variables of the child a command does not inherit: the job's secret for ``children.sock``.
-``HERMES_JOB_ID`` stays, so a restarted daemon can find what a dead job left behind."""
 
 
 def _read_capped(out, limit: int) -> str:
@@ -122,9 +120,10 @@ def kill_tree(proc: subprocess.Popen, run_id: str) -> int:
 
 
 def _environment(run_id: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
-    env[MARKER] = run_id
-    return env
+    """The child's environment without its secrets (:func:`child.redact.tool_environment`: no
+    provider key, no config secret, no token for ``children.sock``), plus :data:`MARKER`.
+    ``HERMES_JOB_ID`` stays, so a restarted daemon can find what a dead job left behind."""
+    return {**tool_environment(), MARKER: run_id}
 
 
 def _status(returncode: int) -> str:
@@ -140,7 +139,7 @@ def run_command(args: dict, ctx: ToolContext) -> str:
     Raises :class:`ToolError` when the policy denies the command, or — with the
     output so far — when it times out, when the job is asked to stop, or when its
     output passes :data:`MAX_SPOOL_BYTES`.  The command's environment is the
-    child's, less :data:`SCRUBBED_ENV`, plus :data:`MARKER`.  In a job with a
+    child's, less its secrets (:func:`child.redact.tool_environment`), plus :data:`MARKER`.  In a job with a
     container (``ctx.container``) the command runs inside it through the engine's
     ``exec`` (the image's environment), and a killed command's processes inside
     are killed too.

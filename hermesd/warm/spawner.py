@@ -44,7 +44,7 @@ class WarmSpawner:
         after the handoff, when no one could be told): raises ``OSError`` for a
         log that cannot be opened or a missing ``cwd``.
         """
-        os.close(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666))
+        os.close(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600))
         if not os.path.isdir(cwd):
             raise FileNotFoundError(errno.ENOENT, "No such directory", cwd)
         handle = self.zygote.spawn(cwd=cwd, env=env, log_path=str(log_path))

@@ -1,0 +1,147 @@
+"""Secrets stay with the child's provider: what a tool's environment lacks, and what is redacted.
+
+A child is started with the daemon's environment, so it holds the provider keys
+(:data:`hermesd.contract.PROVIDER_KEYS`) and whatever variables the config names
+as secrets (``secrets:``, carried as names in :data:`hermesd.contract.SECRETS_ENV`).
+The child needs them to call the model; nothing its tools run does:
+
+* :func:`tool_environment` is the environment of a terminal command and of a
+  container engine's client: the child's, less those variables and the job's
+  token for ``children.sock``.  The variables a job was given with ``--env``
+  (names in :data:`hermesd.contract.JOB_ENV_NAMES`) stay: they are for its tools.
+* :class:`Redactor` replaces every known secret value — provider keys, config
+  secrets, the job's ``--env`` values, the job's token — by ``[REDACTED:NAME]``
+  in text before it is stored or sent: a tool's result (so the model, the
+  trajectory and the messages never hold it), the job's log (the child's
+  ``stderr``, :func:`install`) and everything the child sends the daemon
+  (events, results: :meth:`Redactor.data`).
+
+Values shorter than :data:`MIN_SECRET_CHARS` are not redacted: a short value
+(``1``, ``true``) would garble every output it appears in, and is no secret.
+Redaction is a net for accidents and careless commands, not a sandbox: a command
+that encodes a value (``base64``) gets it past the net, which is why the keys are
+not in a tool's environment in the first place.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from typing import Any, Mapping
+
+from hermesd.contract import JOB_ENV_NAMES, PROVIDER_KEYS, SECRETS_ENV
+
+MIN_SECRET_CHARS = 8
+"""Shortest value that is redacted (characters)."""
+
+TOKEN_ENV = "HERMES_CHILD_TOKEN"
+"""The job's secret for ``children.sock``: never in a tool's environment, redacted where it shows."""
+
+
+def _names(environ: Mapping[str, str], key: str) -> list[str]:
+    """The comma-separated variable names in ``environ[key]``."""
+    return [n for n in (environ.get(key) or "").split(",") if n]
+
+
+def hidden_names(environ: Mapping[str, str]) -> set[str]:
+    """Variables a tool's environment lacks: the provider keys, the config's secrets and the
+    job's token, less the names the job's ``--env`` gave its tools."""
+    return ({*PROVIDER_KEYS, *_names(environ, SECRETS_ENV), TOKEN_ENV}
+            - set(_names(environ, JOB_ENV_NAMES)))
+
+
+def tool_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default ``os.environ``) without :func:`hidden_names`: what a tool's process gets."""
+    environ = os.environ if environ is None else environ
+    hidden = hidden_names(environ)
+    return {k: v for k, v in environ.items() if k not in hidden}
+
+
+class Redactor:
+    """Replaces known secret values by ``[REDACTED:NAME]``.
+
+    ``secrets``: ``{NAME: value}``; values under :data:`MIN_SECRET_CHARS` are
+    ignored; the longest value is replaced first (a value that contains another
+    is replaced whole).
+    """
+
+    def __init__(self, secrets: Mapping[str, str]):
+        kept = {value: name for name, value in secrets.items() if value and len(value) >= MIN_SECRET_CHARS}
+        self.pairs = sorted(((v, f"[REDACTED:{n}]") for v, n in kept.items()), key=lambda p: -len(p[0]))
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "Redactor":
+        """The secrets of a child's environment (default ``os.environ``): the provider keys,
+        the config's secrets, the job's ``--env`` variables and its token."""
+        environ = os.environ if environ is None else environ
+        names = {*PROVIDER_KEYS, *_names(environ, SECRETS_ENV), *_names(environ, JOB_ENV_NAMES), TOKEN_ENV}
+        return cls({n: environ[n] for n in sorted(names) if n in environ})
+
+    def text(self, text: str) -> str:
+        """``text`` with every known secret value replaced."""
+        for value, mark in self.pairs:
+            if value in text:
+                text = text.replace(value, mark)
+        return text
+
+    def data(self, value: Any) -> Any:
+        """``value`` (strings, lists, tuples, dicts, scalars: a message's arguments) with every
+        string redacted (dict keys too); the same object when there is nothing to redact."""
+        if not self.pairs:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.data(k): self.data(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.data(v) for v in value)
+        return value
+
+
+_current: Redactor | None = None
+
+
+def current() -> Redactor:
+    """The redactor of this process, made from its environment at first use (:func:`install` makes it anew)."""
+    global _current
+    if _current is None:
+        _current = Redactor.from_environ()
+    return _current
+
+
+class _RedactingStream(io.TextIOBase):
+    """A text stream that writes through another one, with secrets redacted."""
+
+    def __init__(self, inner: Any, redactor: Redactor):
+        self.inner, self.redactor = inner, redactor
+
+    def write(self, text: str) -> int:
+        """Write ``text``, redacted; returns ``len(text)`` (what the caller gave)."""
+        self.inner.write(self.redactor.text(text))
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the inner stream."""
+        self.inner.flush()
+
+    def fileno(self) -> int:
+        """The inner stream's descriptor (faulthandler and subprocesses write there directly)."""
+        return self.inner.fileno()
+
+    def isatty(self) -> bool:
+        """Whether the inner stream is a terminal."""
+        return self.inner.isatty()
+
+
+def install() -> Redactor:
+    """Make this process's redactor from its environment (a child's, once it has its job's)
+    and redact what it prints on ``stdout``/``stderr`` (the job's log)."""
+    global _current
+    _current = Redactor.from_environ()
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and _current.pairs:
+            inner = stream.inner if isinstance(stream, _RedactingStream) else stream
+            setattr(sys, name, _RedactingStream(inner, _current))
+    return _current

@@ -1,0 +1,59 @@
+"""Secrets stay with the child's provider: no key in a tool's environment, every known value
+redacted from tool results, trajectories, logs and events (``child.redact``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from child.redact import Redactor, tool_environment
+from tests.harness import wait_for
+
+KEYS = {"ANTHROPIC_API_KEY": "sk-ant-test-0123456789abcdef", "OPENAI_API_KEY": "sk-openai-test-9876543210",
+        "OPENROUTER_API_KEY": "sk-or-test-5555555555abcd", "DB_PASSWORD": "hunter2-hunter2-secret"}
+JOB_ENV = {"JOB_TOKEN": "job-token-value-4242"}
+
+
+def test_redactor_replaces_longest_first_and_ignores_short_values():
+    r = Redactor({"A": "abcdefgh-long", "B": "abcdefgh", "SHORT": "1"})
+    assert r.text("x abcdefgh-long y abcdefgh z 1") == "x [REDACTED:A] y [REDACTED:B] z 1"
+    assert r.data({"k": ["abcdefgh", ("abcdefgh",)], "n": 3}) == {"k": ["[REDACTED:B]", ("[REDACTED:B]",)], "n": 3}
+
+
+def test_tool_environment_keeps_the_jobs_env_and_drops_keys_and_config_secrets():
+    env = {**KEYS, **JOB_ENV, "HERMES_SECRETS": "DB_PASSWORD", "HERMES_JOB_ENV": "JOB_TOKEN",
+           "HERMES_CHILD_TOKEN": "t" * 32, "PATH": "/bin"}
+    assert set(tool_environment(env)) == {"JOB_TOKEN", "HERMES_SECRETS", "HERMES_JOB_ENV", "PATH"}
+
+
+def test_a_terminal_command_has_no_key_and_what_leaks_is_redacted_everywhere(make_daemon):
+    d = make_daemon(config={"secrets": ["DB_PASSWORD"]}, env=KEYS)
+    script = [
+        {"tool_calls": [{"name": "terminal", "input": {"command": "echo $$ > cmd.pid; sleep 3"}}]},
+        # the child's own environment holds the keys: read through /proc, they come back redacted
+        {"tool_calls": [{"name": "terminal", "input": {"command": "env; tr '\\0' '\\n' < /proc/$PPID/environ"}}]},
+        {"text": "done"},
+    ]
+    rec = d.delegate("print the environment", script=script, toolsets=["terminal"], env=JOB_ENV)
+    pid_file = d.work / "cmd.pid"
+    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the command's pid"))
+    environ = dict(e.split("=", 1) for e in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in e)
+    assert not set(KEYS) & set(environ) and "HERMES_CHILD_TOKEN" not in environ
+    assert environ["JOB_TOKEN"] == JOB_ENV["JOB_TOKEN"]  # given to the job for its tools
+    job = d.wait_job(rec["id"])
+    assert job["status"] == "completed"
+    folder = d.home / "jobs" / rec["id"]
+    trajectory = (folder / "trajectory.json").read_text()
+    for name in (*KEYS, "JOB_TOKEN", "HERMES_CHILD_TOKEN"):
+        assert f"[REDACTED:{name}]" in trajectory, name
+    events = json.dumps(d.call("events_since", since=0)["events"])
+    stored = {"trajectory": trajectory, "log": (folder / "log").read_text(), "events": events,
+              "result": json.dumps(d.call("result", id=rec["id"]))}
+    for where, text in stored.items():
+        for value in (*KEYS.values(), *JOB_ENV.values()):
+            assert value not in text, (where, value)
+    # and no file of HERMES_HOME holds a key (the job's env is in its stored spec, by design)
+    for path in d.home.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(v.encode() in data for v in KEYS.values()), path
