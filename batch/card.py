@@ -5,8 +5,8 @@ header (https://huggingface.co/docs/hub/datasets-manual-configuration): its
 ``configs`` name the data files — ``trajectories.jsonl`` (config ``default``,
 the merged and filtered samples) and ``batch_*.jsonl`` (config ``batches``,
 every written sample) — so ``checkpoint.json`` and ``statistics.json`` are not
-read as data; its ``dataset_info`` gives the features (the line schema of
-``batch.output``) with the keys whose shape depends on the tools or the dataset
+read as data; its ``dataset_info`` gives the features (the line's declaration,
+:data:`batch.line.LINE`) with the keys whose shape depends on the tools or the dataset
 (``tool_stats``, ``tool_error_counts``, ``tools``, ``metadata.extra``) typed
 ``json`` (``datasets.Json``: stored as JSON text, read back as objects), so
 runs with different tool sets, datasets and hermesd versions load with one
@@ -19,45 +19,16 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from batch import files
+from batch import files, line
 
 NAME = "README.md"
 CONFIGS = (("default", "trajectories.jsonl"), ("batches", "batch_*.jsonl"))
 """``(config name, data files)`` of the card."""
 
 
-def _s(name: str) -> dict[str, str]:
-    return {"name": name, "dtype": "string"}
-
-
-def _dtype(name: str, dtype: str) -> dict[str, str]:
-    return {"name": name, "dtype": dtype}
-
-
-MESSAGE = [_s("role"), _s("content"), _s("reasoning_content"),
-           {"name": "tool_calls", "list": [_s("id"), _s("type"),
-                                           {"name": "function", "struct": [_s("name"), _s("arguments")]}]},
-           _s("tool_call_id"), _s("name")]
-"""A model-neutral message (``child.trajectory.to_messages``)."""
-
-FEATURES: list[dict[str, Any]] = [
-    _dtype("prompt_index", "int64"),
-    {"name": "conversations", "list": [_s("from"), _s("value")]},
-    {"name": "metadata", "struct": [
-        _dtype("batch_num", "int64"), _s("timestamp"), _s("model"), _dtype("batch", "int64"), _s("run_name"),
-        _s("job"), _s("provider"), _s("distribution"), _s("started_at"), _s("completed_at"),
-        _dtype("duration_seconds", "float64"), _s("exit_reason"), _dtype("synthetic", "bool"),
-        {"name": "tokens", "struct": [_dtype("input", "int64"), _dtype("output", "int64")]},
-        _dtype("extra", "json")]},
-    _dtype("completed", "bool"), _dtype("partial", "bool"), _dtype("api_calls", "int64"),
-    {"name": "toolsets_used", "list": "string"},
-    _dtype("tool_stats", "json"), _dtype("tool_error_counts", "json"),
-    {"name": "messages", "list": MESSAGE},
-    {"name": "tools", "list": "json"},
-    {"name": "tool_usage", "list": [_s("name"), _dtype("count", "int64"), _dtype("success", "int64"),
-                                    _dtype("failure", "int64")]},
-]
-"""The features of a trajectory line, in the card's YAML form (``datasets.Features._to_yaml_list``)."""
+FEATURES: list[dict[str, Any]] = line.features()
+"""The features of a trajectory line, in the card's YAML form (``datasets.Features._to_yaml_list``),
+derived from its declaration (:data:`batch.line.LINE`)."""
 
 
 Sizes = dict[str, tuple[int, int]]

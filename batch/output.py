@@ -1,32 +1,8 @@
 """What a batch run writes: trajectory lines, batch files, the merged ``trajectories.jsonl``.
 
-A trajectory line — the same in ``batch_N.jsonl`` and in ``trajectories.jsonl``.
-Every key of Hermes Agent's batch_runner.py line is there with its meaning
-(its source is the reference), hermesd's richer keys beside them::
-
-    {"prompt_index": int,
-     "conversations": [{"from": "system"|"human"|"gpt"|"tool", "value": str}, ...],   # Hermes' ShareGPT
-     "metadata": {"batch_num": int, "timestamp": str, "model": str,                    # Hermes
-                  "batch": int, "run_name": str, "job": str, "provider": str,
-                  "distribution": str, "started_at": str, "completed_at": str,
-                  "duration_seconds": float, "exit_reason": str, "synthetic": bool,
-                  "tokens": {"input": int, "output": int},
-                  "extra": {field: value}},          # the dataset line's other fields (task_id…)
-     "completed": bool,       # the agent gave its final answer
-     "partial": bool,         # Hermes' meaning: stopped for invalid tool calls (see child.agent)
-     "api_calls": int, "toolsets_used": [str],
-     "tool_stats": {tool: {"count", "success", "failure"}},   # Hermes: every known tool, zeros included
-     "tool_error_counts": {tool: int},                        # Hermes: failures per known tool
-     "messages": [{"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"}],
-     "tools": [{"type": "function", "function": {"name", "description", "parameters"}}],
-     "tool_usage": [{"name", "count", "success", "failure"}]}  # tool_stats as records
-
-``messages`` and ``tools`` are the model-neutral view (``child.trajectory``);
-``tool_usage`` is ``tool_stats`` as a list, for tools whose Arrow schema must not
-depend on which tools exist.  Keys whose shape varies by tool or dataset
-(``tool_stats``, ``tool_error_counts``, ``tools``, ``metadata.extra``) are typed
-``json`` in the run's dataset card (``batch.card``), so runs with different tool
-sets and from different versions load and concatenate.
+A trajectory line — the same in ``batch_N.jsonl`` and in ``trajectories.jsonl`` —
+is declared once, key by key with its type and meaning, in :data:`batch.line.LINE`
+(the keys are listed in ``docs/protocol.md``); :func:`build_line` writes it.
 
 Prompt ``i`` goes to ``batch_{i // batch_size}.jsonl``.  The merge keeps the
 first line of each prompt index and leaves out (counted by reason, see
@@ -191,30 +167,15 @@ def written_at(line: dict[str, Any], number: int, start: int, end: int) -> Writt
 def build_line(*, index: int, batch: int, trajectory: dict[str, Any], completed: bool, partial: bool,
                api_calls: int, toolsets: list[str], trace: list[dict[str, Any]], metadata: dict[str, Any],
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One trajectory line (see the module doc).  ``trajectory``: the child's
+    """One trajectory line (:data:`batch.line.LINE`).  ``trajectory``: the child's
     (``conversations``, ``messages``, ``tools``); ``metadata`` holds hermesd's
-    metadata keys (missing strings become ``""``, numbers ``0``); ``extra``: the
-    dataset line's other fields."""
-    tokens = metadata.get("tokens") or {}
-    meta: dict[str, Any] = {"batch_num": int(batch), "timestamp": str(metadata.get("completed_at") or ""),
-                            "model": str(metadata.get("model") or ""), "batch": int(batch)}
-    for key in ("run_name", "job", "provider", "distribution", "started_at", "completed_at"):
-        meta[key] = str(metadata.get(key) or "")
-    meta["duration_seconds"] = float(metadata.get("duration_seconds") or 0.0)
-    meta["exit_reason"] = str(metadata.get("exit_reason") or "")
-    meta["synthetic"] = bool(metadata.get("synthetic"))
-    meta["tokens"] = {"input": int(tokens.get("input") or 0), "output": int(tokens.get("output") or 0)}
-    meta["extra"] = dict(extra or {})
-    turns = [{"from": str(t.get("from", "")), "value": str(t.get("value", ""))}
-             for t in trajectory.get("conversations") or []]
-    tools = list(trajectory.get("tools") or [])
-    stats = tool_stats(trace)
-    line = {"prompt_index": int(index), "conversations": turns, "metadata": meta, "completed": bool(completed),
-            "partial": bool(partial), "api_calls": int(api_calls), "toolsets_used": [str(t) for t in toolsets],
-            "tool_stats": stats, "tool_error_counts": tool_error_counts(stats),
-            "messages": list(trajectory.get("messages") or []), "tools": tools}
-    line["tool_usage"] = tool_usage(stats, offered_tools(line))
-    return line
+    metadata values (missing strings become ``""``, numbers ``0``); ``extra``: the
+    dataset line's other fields (see :class:`batch.line.Sample`)."""
+    from batch import line
+
+    return line.build(line.Sample(index=index, batch=batch, trajectory=trajectory, completed=completed,
+                                  partial=partial, api_calls=api_calls, toolsets=toolsets, trace=trace,
+                                  metadata=metadata, extra=dict(extra or {})))
 
 
 def read_lines(run_dir: Path, *, repair: bool = False) -> tuple[list[tuple[int, dict[str, Any], Written]], list[str]]:

@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from batch import line  # noqa: E402
 from hermesd import contract, protocol  # noqa: E402
 from hermesd.router import ENVELOPE_OP  # noqa: E402
 from hermesd.server import ROUTER  # noqa: E402
@@ -198,7 +199,19 @@ def render() -> str:
     for etype, files in event_types().items():
         meaning = EVENT_MEANINGS.get(etype, "(not described yet)")
         out.append(f"| `{etype}` | {meaning} | {', '.join(f'`{f}`' for f in files)} |")
+    out += ["", "## Batch output: the trajectory line", "", md(inspect.cleandoc(TRAJECTORY_LINE)), "",
+            "| key | type | meaning |", "|---|---|---|"]
+    out += [f"| `{key}` | {kind} | {md(meaning)} |" for key, kind, meaning in line.reference()]
     return "\n".join(out).rstrip() + "\n"
+
+
+TRAJECTORY_LINE = """
+    One line of `batch_N.jsonl` and of `trajectories.jsonl` (JSON Lines), what `hermes-batch`
+    writes per finished prompt; generated from its declaration, `batch.line.LINE`, from which
+    the writer and the run folder's dataset card (`README.md`, the features `datasets` loads it
+    with) are derived too. Types are the dataset card's: `json` keys are stored as JSON text in
+    Arrow and read back as objects.
+"""
 
 
 def main(argv: list[str]) -> int:

@@ -142,6 +142,19 @@ def test_a_line_has_one_schema_whatever_is_missing():
     assert line["tool_stats"]["read_file"] == {"count": 0, "success": 0, "failure": 0}
 
 
+def test_the_writer_and_the_card_follow_the_one_declaration():
+    """The line's keys, the card's features and the docs' key list all come from batch.line.LINE:
+    same keys, same order, nested keys included; every key written has a meaning in the docs."""
+    from batch import card, line as declared
+
+    written = _line(1)
+    assert list(written) == [k.name for k in declared.LINE] == [f["name"] for f in card.FEATURES]
+    metadata = next(f for f in card.FEATURES if f["name"] == "metadata")
+    assert list(written["metadata"]) == [f["name"] for f in metadata["struct"]]
+    documented = {key for key, _, _ in declared.reference()}
+    assert {*written, *(f"metadata.{k}" for k in written["metadata"])} <= documented
+
+
 def test_filters_check_the_tools_each_sample_was_offered():
     assert output.filter_reason(_line(0, tools=["terminal"])) is None
     assert output.filter_reason(_line(0, tools=["web_search"])) == ("tool_not_offered", ["web_search"])  # known, not offered
