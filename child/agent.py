@@ -36,7 +36,7 @@ from child.activity import Activity
 from child.container import ContainerError, opened
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
-from hermesd.contract import JobResult, JobSpec
+from hermesd.contract import TOKEN_KEYS, JobResult, JobSpec
 from hermesd.protocol import one_line, timed_out_text
 
 def log(text: str) -> None:
@@ -92,7 +92,7 @@ class Agent:
         self.channel, self.stop = channel, stop
         self.history: list[dict] = list(self.spec.history or [])
         self.new: list[dict] = []
-        self.api_calls, self.tokens, self.trace = 0, {"input": 0, "output": 0}, []
+        self.api_calls, self.tokens, self.trace = 0, dict.fromkeys(TOKEN_KEYS, 0), []
         self.provider: Any = None
         self.container: Any = None
         self.system, self.model_system, self.tools = "", "", []

@@ -89,6 +89,8 @@ STOP_REASONS: dict[str, StopReason] = {r.name: r for r in (
     StopReason("kanban_reclaim", None, None, "kanban_reclaim"),
     # not the daemon's stop but the kernel's, for a child_limits limit (hermesd.limits names which)
     StopReason("resource_limit", JobStatus.FAILED, "resource_limit", "a resource limit was exceeded"),
+    # a budget (hermesd.ledger) refused the job's next model call; the error names it, the spend and the limit
+    StopReason("budget_exceeded", JobStatus.FAILED, "budget_exceeded", "a budget was exceeded"),
 )}
 """Every reason the daemon stops a job for (``Runner.stop(job, reason)``), by name."""
 
@@ -103,6 +105,13 @@ def exit_reason_of(status: str) -> str:
     stop reason (:data:`_GENERIC_STOP`, rows of :data:`STOP_REASONS`), else ``error``."""
     name = _GENERIC_STOP.get(status)  # type: ignore[call-overload]
     return (STOP_REASONS[name].exit_reason or "error") if name else "error"
+
+
+TOKEN_KEYS = ("input", "output", "cache_write", "cache_read")
+"""The token counts of a model call, a job and a bill.  ``input`` is every prompt token and
+``output`` every generated one (Hermes' meaning); ``cache_write`` and ``cache_read`` say how
+many of the input tokens were written to and read from the provider's prompt cache, so the
+uncached rest is ``input - cache_write - cache_read``."""
 
 
 @dataclass(frozen=True)
@@ -277,7 +286,7 @@ def _doc(text: str, default: Any = None, *, factory: Any = None) -> Any:
 
 
 def _no_tokens() -> dict[str, int]:
-    return {"input": 0, "output": 0}
+    return dict.fromkeys(TOKEN_KEYS, 0)
 
 
 @dataclass
@@ -300,7 +309,9 @@ class JobResult(Wire):
                         "one, the assistant's texts so far.", "")
     error: str | None = _doc("What went wrong, for people; none when it completed.")
     api_calls: int = _doc("Model calls that returned.", 0)
-    tokens: dict[str, int] = _doc("Tokens used over the run: ``{input, output}``.", factory=_no_tokens)
+    tokens: dict[str, int] = _doc("Tokens used over the run: ``{input, output, cache_write, cache_read}`` "
+                                  "(``TOKEN_KEYS``: ``input`` counts every prompt token, the cache's writes "
+                                  "and reads among them).", factory=_no_tokens)
     trace: list[dict[str, Any]] = _doc("Every tool call, in order: ``[{name, ok, bytes}]`` (``bytes``: of the "
                                        "result shown to the model).", factory=list)
     duration_seconds: float | None = _doc("Seconds the run took, by the child's monotonic clock.")

@@ -62,7 +62,7 @@ def test_humaneval_batch_with_the_fake_anthropic_server(make_daemon, tmp_path):
     assert run["statistics"]["filtered"] == {}
     assert [t["prompt_index"] for t in run["trajectories"]] == [0, 1, 4, 5]
     for sent in (r.body for r in api.requests):
-        assert sent["system"].endswith("\n\nEPHEMERAL: be brief.") and sent["max_tokens"] == 777 + 2048
+        assert sent["system"][0]["text"].endswith("\n\nEPHEMERAL: be brief.") and sent["max_tokens"] == 777 + 2048
         assert sent["messages"][0]["content"][0]["text"] == "PREFILL: answer in Python."
     text = json.dumps(run["trajectories"])
     assert "EPHEMERAL" not in text and "PREFILL" not in text and "Understood." not in text

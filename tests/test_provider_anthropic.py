@@ -37,22 +37,23 @@ def test_tool_use_turn_and_thinking_signature_round_trip(api):
         {"type": "thinking", "thinking": "I should look.", "signature": "fake-signature"},
         {"type": "tool_use", "id": "toolu_1", "name": "terminal", "input": {"command": "ls -la"}},
     ]
-    assert first.usage == {"input": 12, "output": 7}
+    assert first.usage == {"input": 12, "output": 7, "cache_write": 0, "cache_read": 0}
     conversation = [m.user("list files"), m.assistant(first.content), m.user(m.tool_result("toolu_1", "a\nb"))]
     second = p.complete("be brief", conversation, [TOOL], reasoning_effort="low")
     assert second.content == [{"type": "text", "text": "two files"}]
     assert second.stop_reason == "end_turn"
 
     sent = [r.body for r in api.requests]
-    assert sent[0]["tools"] == [TOOL]
-    assert sent[0]["system"] == "be brief"
+    assert sent[0]["tools"] == [{**TOOL, "cache_control": {"type": "ephemeral"}}]  # tests/test_prompt_cache.py
+    assert sent[0]["system"] == [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}]
     assert sent[0]["stream"] is True
     assert sent[0]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert sent[0]["max_tokens"] == 4096 + 2048
     assert sent[1]["messages"][1]["content"][0] == {
         "type": "thinking", "thinking": "I should look.", "signature": "fake-signature"}
     assert sent[1]["messages"][2]["content"] == [
-        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a\nb", "is_error": False}]
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a\nb", "is_error": False,
+         "cache_control": {"type": "ephemeral"}}]
     assert api.requests[0].headers["authorization"] == "Bearer sk-test-key"
     assert "anthropic-version" in api.requests[0].headers
 

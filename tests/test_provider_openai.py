@@ -34,7 +34,7 @@ def test_tool_call_round_trip(api):
     assert first.content == [m.thinking("I need the directory."), m.text("Looking."),
                              m.tool_use("terminal", {"command": "pwd"}, id="call_1")]
     assert first.stop_reason == "tool_use"
-    assert first.usage == {"input": 11, "output": 5}
+    assert first.usage == {"input": 11, "output": 5, "cache_write": 0, "cache_read": 0}
     conversation = [m.user("where am I?"), m.assistant(first.content), m.user(m.tool_result("call_1", "/tmp"))]
     second = p.complete("be brief", conversation, [TOOL])
     assert second.content == [m.text("It is /tmp.")] and second.stop_reason == "end_turn"

@@ -12,6 +12,13 @@ retries 400/401/403/404; what still fails becomes a :class:`ProviderError` with
 ``error`` event (e.g. ``overloaded_error``) after it started: that becomes a
 ``ProviderError(retryable=True)`` for the agent loop to retry.
 
+The prompt cache (https://platform.claude.com/docs/en/build-with-claude/prompt-caching,
+read 2026-12-01): every request marks its stable prefix with ``cache_control``
+breakpoints (:func:`mark_cache`), so the next call of the same run or session,
+whose prefix is byte-identical, reads it from the cache instead of paying the
+full input price; the usage's ``cache_creation_input_tokens`` and
+``cache_read_input_tokens`` are recorded (:func:`usage_of`).
+
 ``import anthropic`` costs about a second, so it happens on the first call.
 """
 
@@ -95,6 +102,7 @@ class AnthropicProvider:
             kwargs["system"] = system
         if tools:
             kwargs["tools"] = tools
+        mark_cache(kwargs)
         if budget:
             kwargs["thinking"] = {"type": "enabled", "budget_tokens": budget}
         elif self.temperature is not None:
@@ -163,10 +171,66 @@ def to_completion(message: Any) -> Completion:
             blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input or {})})
         else:
             blocks.append(block.model_dump(mode="json", exclude_none=True))
-    usage = message.usage
-    cached = (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
-    return Completion(blocks, stop_reason=message.stop_reason or "end_turn",
-                      usage={"input": usage.input_tokens + cached, "output": usage.output_tokens})
+    return Completion(blocks, stop_reason=message.stop_reason or "end_turn", usage=usage_of(message.usage))
+
+
+def usage_of(usage: Any) -> dict[str, int]:
+    """An SDK ``Usage`` as the tokens of a :class:`Completion`: ``input`` is every
+    prompt token (the API's ``input_tokens``, the uncached rest, plus the cache's
+    writes and reads), ``cache_write`` and ``cache_read`` how many of them were
+    written to and read from the cache."""
+    write, read = usage.cache_creation_input_tokens or 0, usage.cache_read_input_tokens or 0
+    return {"input": usage.input_tokens + write + read, "output": usage.output_tokens,
+            "cache_write": write, "cache_read": read}
+
+
+EPHEMERAL = {"type": "ephemeral"}
+"""The cache marker of a breakpoint (the default five-minute lifetime, refreshed by each hit)."""
+
+MAX_BREAKPOINTS = 4
+"""The API's limit of ``cache_control`` blocks in one request."""
+
+
+def mark_cache(kwargs: dict[str, Any]) -> None:
+    """Mark the stable prefix of a request (``client.messages.stream``'s keyword
+    arguments, changed in place, the caller's lists and blocks left as they were).
+
+    Breakpoints, in the API's prefix order tools → system → messages: the last
+    tool, the system prompt, and two that slide with the conversation: the last
+    message and the user message before it (where the previous call's last
+    breakpoint was, so the call reads what that one wrote even when more than the
+    API's lookback of 20 blocks came since).  Never more than
+    :data:`MAX_BREAKPOINTS`.  A prefix shorter than the model's minimum is simply
+    not cached (no error); the markers are not part of the prefix, so moving them
+    keeps it byte-identical.  Source: the prompt-caching guide (module doc).
+    """
+    if kwargs.get("tools"):
+        kwargs["tools"] = [*kwargs["tools"][:-1], {**kwargs["tools"][-1], "cache_control": EPHEMERAL}]
+    if kwargs.get("system"):
+        kwargs["system"] = [{"type": "text", "text": kwargs["system"], "cache_control": EPHEMERAL}]
+    room = MAX_BREAKPOINTS - bool(kwargs.get("tools")) - bool(kwargs.get("system"))
+    messages = kwargs["messages"]
+    marked = 0
+    for index in range(len(messages) - 1, -1, -1):
+        if marked == room:
+            break
+        if marked and messages[index]["role"] != "user":
+            continue  # the fallback sits where the previous call's last breakpoint was
+        message = _marked(messages[index])
+        if message is not None:
+            messages[index] = message
+            marked += 1
+
+
+def _marked(message: dict[str, Any]) -> dict[str, Any] | None:
+    """``message`` with ``cache_control`` on its last block (a copy), or ``None`` when that
+    block cannot carry one (thinking blocks cannot) or there is none."""
+    content = message["content"]
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}] if content else []
+    if not content or content[-1].get("type") in ("thinking", "redacted_thinking"):
+        return None
+    return {**message, "content": [*content[:-1], {**content[-1], "cache_control": EPHEMERAL}]}
 
 
 def _describe(exc: Any) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hermesd.contract import TOKEN_KEYS
+
 
 @dataclass
 class Completion:
@@ -17,12 +19,15 @@ class Completion:
 
     ``content``: list of content blocks (``text``, ``thinking``, ``tool_use``);
     ``stop_reason``: ``"end_turn"``, ``"tool_use"``, ``"max_tokens"`` or ``"stop_sequence"``;
-    ``usage``: ``{"input": int, "output": int}`` tokens.
+    ``usage``: tokens, ``{"input", "output", "cache_write", "cache_read"}``: ``input`` is
+    every prompt token (as Hermes counts them), ``cache_write`` and ``cache_read`` how many
+    of those were written to and read from the provider's prompt cache (so the uncached
+    rest, billed at the full input price, is ``input - cache_write - cache_read``).
     """
 
     content: list[dict[str, Any]]
     stop_reason: str = "end_turn"
-    usage: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0})
+    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
 
 
 class ProviderError(Exception):

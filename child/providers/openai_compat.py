@@ -17,6 +17,13 @@ Keys: ``api_key``, else ``OPENROUTER_API_KEY`` for an openrouter.ai URL, else
 no ``base_url`` is given).  A ``base_url`` server that needs no key gets a
 placeholder.  The SDK retries 408/409/429/5xx itself; what still fails is a
 :class:`ProviderError` with ``retryable=False``.  Requests do not stream.
+
+The prompt cache is automatic on OpenAI's side for prompts of 1,024 tokens or
+more, on the longest prefix seen before
+(https://platform.openai.com/docs/guides/prompt-caching, read 2026-12-01): the
+request keeps a stable prefix (system prompt, then the conversation in order,
+tools in the same order every call) and the reply's
+``usage.prompt_tokens_details.cached_tokens`` is recorded as ``cache_read``.
 """
 
 from __future__ import annotations
@@ -158,9 +165,19 @@ def from_chat(response: Any) -> Completion:
         blocks.append(m.text(message.content))
     for call in message.tool_calls or []:
         blocks.append(m.tool_use(call.function.name, _parse_arguments(call.function.arguments), id=call.id or None))
-    usage = response.usage
-    tokens = {"input": getattr(usage, "prompt_tokens", 0) or 0, "output": getattr(usage, "completion_tokens", 0) or 0}
+    tokens = usage_of(response.usage)
     stop = STOP_REASONS.get(choice.finish_reason or "stop", choice.finish_reason)
     if message.tool_calls:
         stop = "tool_use"
     return Completion(blocks, stop_reason=stop, usage=tokens)
+
+
+def usage_of(usage: Any) -> dict[str, int]:
+    """An SDK ``CompletionUsage`` (or ``None``) as the tokens of a :class:`Completion`:
+    ``input`` is every prompt token (``prompt_tokens``), ``cache_read`` how many of them
+    were read from the cache (``prompt_tokens_details.cached_tokens``), so the
+    uncached rest is ``input - cache_read``; OpenAI reports no cache writes
+    (``cache_write`` 0; writing costs nothing extra there)."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    return {"input": getattr(usage, "prompt_tokens", 0) or 0, "output": getattr(usage, "completion_tokens", 0) or 0,
+            "cache_write": 0, "cache_read": getattr(details, "cached_tokens", 0) or 0}

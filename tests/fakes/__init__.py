@@ -26,12 +26,16 @@ from typing import Any, Callable
 @dataclass
 class Received:
     """One request the server got: ``method``, ``path``, ``headers`` (names in
-    lower case) and ``body`` (the parsed JSON, ``None`` if there was none)."""
+    lower case), ``body`` (the parsed JSON, ``None`` if there was none); ``cache``: the
+    server's :class:`tests.fakes.cache.PromptCache` (``None``: it counts none) and the
+    ``usage`` it counted for this request once a reply asked."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: Any
+    cache: Any = None
+    usage: dict[str, Any] | None = None
 
     @property
     def streaming(self) -> bool:
@@ -185,7 +189,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
             request = Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()},
-                               json.loads(raw) if raw else None)
+                               json.loads(raw) if raw else None, getattr(server, "cache", None))
             out = Out(self, server._closed)
             if not self.path.split("?")[0].endswith(server.routes()):
                 out.json(404, {"error": {"type": "not_found_error", "message": f"no route {self.path}"}})

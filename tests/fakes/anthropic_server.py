@@ -17,7 +17,9 @@ Use::
         ...  # point the SDK or a child at base_url=api.url
         assert api.requests[1].body["messages"][-1]["content"][0]["type"] == "tool_result"
 
-With the queue empty the server answers ``Done: <the last user text>``.
+With the queue empty the server answers ``Done: <the last user text>``.  Given
+``cache=PromptCache(min_tokens=...)`` (:mod:`tests.fakes.cache`), a reply without
+usage of its own reports the prompt cache's writes and reads as the API counts them.
 ``python tests/fakes/anthropic_server.py [--port N]`` serves that default for
 manual runs.
 """
@@ -33,10 +35,12 @@ from typing import Any
 
 if __package__:
     from . import FakeServer, Out, Received, pieces
+    from .cache import PromptCache
     from .limits import Limits, Refusal, Snapshot, anthropic_headers
 else:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from fakes import FakeServer, Out, Received, pieces
+    from fakes.cache import PromptCache
     from fakes.limits import Limits, Refusal, Snapshot, anthropic_headers
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -47,21 +51,37 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
 _ids = itertools.count(1)
 
 
+DEFAULT_USAGE = {"input_tokens": 12, "output_tokens": 7}
+"""The usage of a reply given none, on a server that counts no cache."""
+
+
 @dataclass
 class Message:
     """A successful reply: these ``content`` blocks (API shapes), ``stop_reason``
-    and ``usage``; ``event_delay`` seconds between streamed events."""
+    and ``usage`` (default: counted by the server's prompt cache when it has one,
+    :func:`usage_for`, else :data:`DEFAULT_USAGE`); ``event_delay`` seconds between
+    streamed events."""
 
     content: list[dict[str, Any]]
     stop_reason: str = "end_turn"
-    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 12, "output_tokens": 7})
+    usage: dict[str, int] | None = None
     event_delay: float = 0.0
 
     def body(self, request: Received) -> dict[str, Any]:
         """The non-streaming response body."""
         return {"id": f"msg_fake_{next(_ids)}", "type": "message", "role": "assistant",
                 "model": (request.body or {}).get("model", "fake"), "content": self.content,
-                "stop_reason": self.stop_reason, "stop_sequence": None, "usage": self.usage}
+                "stop_reason": self.stop_reason, "stop_sequence": None, "usage": self.usage_for(request)}
+
+    def usage_for(self, request: Received) -> dict[str, int]:
+        """This reply's usage: its own, else what the server's prompt cache counts for
+        ``request`` (once: input tokens, cache writes and reads, 7 output tokens), else
+        :data:`DEFAULT_USAGE`."""
+        if self.usage:
+            return self.usage
+        if request.usage is None and request.cache is not None and isinstance(request.body, dict):
+            request.usage = {**request.cache.anthropic(request.body), "output_tokens": 7}
+        return request.usage or DEFAULT_USAGE
 
     def write(self, out: Out, request: Received) -> None:
         """Answer as JSON, or as an SSE stream when the request streams."""
@@ -71,13 +91,13 @@ class Message:
         out.sse_start({"request-id": "req_fake"})
         self.stream(out, request, self.content)
         self.event(out, "message_delta", {"delta": {"stop_reason": self.stop_reason, "stop_sequence": None},
-                                          "usage": {"output_tokens": self.usage["output_tokens"]}})
+                                          "usage": {"output_tokens": self.usage_for(request)["output_tokens"]}})
         self.event(out, "message_stop", {})
 
     def stream(self, out: Out, request: Received, blocks: list[dict[str, Any]]) -> None:
         """Send ``message_start`` and ``blocks`` as start/delta/stop events."""
         start = {**self.body(request), "content": [], "stop_reason": None,
-                 "usage": {"input_tokens": self.usage["input_tokens"], "output_tokens": 1}}
+                 "usage": {**self.usage_for(request), "output_tokens": 1}}
         self.event(out, "message_start", {"message": start})
         self.event(out, "ping", {})
         for index, block in enumerate(blocks):
@@ -186,8 +206,10 @@ class FakeAnthropic(FakeServer):
     ``anthropic-ratelimit-*`` headers, 529, the spend limit, the context window).
     """
 
-    def __init__(self, *, delay: float = 0.0, port: int = 0, limits: Limits | None = None):
+    def __init__(self, *, delay: float = 0.0, port: int = 0, limits: Limits | None = None,
+                 cache: PromptCache | None = None):
         super().__init__(delay=delay, port=port, limits=limits)
+        self.cache = cache
         self.default = lambda request: Message([text_block(f"Done: {last_user_text(request)[:200]}")])
 
     def routes(self) -> tuple[str, ...]:
@@ -203,14 +225,13 @@ class FakeAnthropic(FakeServer):
 
     def output_tokens(self, reply: object) -> int:
         """``usage.output_tokens`` of a :class:`Message` (0 for errors)."""
-        usage = getattr(reply, "usage", None)
-        return int(usage.get("output_tokens", 0)) if isinstance(usage, dict) else 0
+        return int((reply.usage or DEFAULT_USAGE)["output_tokens"]) if isinstance(reply, Message) else 0
 
     def reply_text(self, text: str, *, thinking: str | None = None, signature: str = "fake-signature",
                    usage: dict[str, int] | None = None) -> FakeAnthropic:
         """Queue a final answer ``text`` (after a thinking block when ``thinking`` is given)."""
         blocks = ([thinking_block(thinking, signature)] if thinking is not None else []) + [text_block(text)]
-        return self.reply(Message(blocks, usage=usage or {"input_tokens": 12, "output_tokens": 7}))
+        return self.reply(Message(blocks, usage=usage))
 
     def reply_tool_use(self, name: str, input: dict[str, Any], *, id: str | None = None,  # noqa: A002
                        text: str | None = None, thinking: str | None = None) -> FakeAnthropic:

@@ -4,7 +4,8 @@ Answers non-streaming requests in the real shape
 (https://platform.openai.com/docs/api-reference/chat/object): one choice with
 ``message`` (``content``, ``tool_calls`` with JSON-string ``arguments``, and
 ``reasoning_content`` as DeepSeek and vLLM send it), ``finish_reason`` and
-``usage``; errors as ``{"error": {"message", "type", "code"}}`` with their status.
+``usage`` (with ``prompt_tokens_details.cached_tokens`` when a ``cache`` counts it:
+:mod:`tests.fakes.cache`); errors as ``{"error": {"message", "type", "code"}}`` with their status.
 
 Use::
 
@@ -23,9 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import FakeServer, Out, Received
+from .cache import PromptCache
 from .limits import Limits, Refusal, Snapshot, openai_headers
 
 _ids = itertools.count(1)
+
+DEFAULT_USAGE = {"prompt_tokens": 11, "completion_tokens": 5}
+"""The usage of a reply given none, on a server that counts no cache."""
 
 
 @dataclass
@@ -38,7 +43,7 @@ class ChatReply:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     reasoning_content: str | None = None
     finish_reason: str | None = None
-    usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 11, "completion_tokens": 5})
+    usage: dict[str, Any] | None = None
 
     def write(self, out: Out, request: Received) -> None:
         """Send the ``chat.completion`` object."""
@@ -47,13 +52,24 @@ class ChatReply:
             message["reasoning_content"] = self.reasoning_content
         if self.tool_calls:
             message["tool_calls"] = [_call(c) for c in self.tool_calls]
-        usage = {**self.usage, "total_tokens": sum(self.usage.values())}
+        usage = self.usage_for(request)
+        usage = {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}
         out.json(200, {"id": f"chatcmpl-fake-{next(_ids)}", "object": "chat.completion", "created": 0,
                        "model": (request.body or {}).get("model", "fake"),
                        "choices": [{"index": 0, "message": message, "logprobs": None,
                                     "finish_reason": self.finish_reason or ("tool_calls" if self.tool_calls
                                                                             else "stop")}],
                        "usage": usage})
+
+
+    def usage_for(self, request: Received) -> dict[str, Any]:
+        """This reply's usage: its own, else what the server's prompt cache counts for
+        ``request`` (with 5 completion tokens), else 11 prompt and 5 completion tokens."""
+        if self.usage:
+            return self.usage
+        if request.cache is not None and isinstance(request.body, dict):
+            return {**request.cache.openai(request.body), "completion_tokens": 5}
+        return DEFAULT_USAGE
 
 
 def _call(call: dict[str, Any]) -> dict[str, Any]:
@@ -95,8 +111,10 @@ class FakeOpenAI(FakeServer):
     SDK is ``url + "/v1"``; ``limits``: a :class:`tests.fakes.limits.Limits` gate
     (``x-ratelimit-*`` headers, 429, 503, ``insufficient_quota``, the context window)."""
 
-    def __init__(self, *, delay: float = 0.0, port: int = 0, limits: Limits | None = None):
+    def __init__(self, *, delay: float = 0.0, port: int = 0, limits: Limits | None = None,
+                 cache: PromptCache | None = None):
         super().__init__(delay=delay, port=port, limits=limits)
+        self.cache = cache
         self.default = ChatReply("Done.")
 
     def routes(self) -> tuple[str, ...]:
@@ -113,8 +131,7 @@ class FakeOpenAI(FakeServer):
 
     def output_tokens(self, reply: object) -> int:
         """``usage.completion_tokens`` of a :class:`ChatReply` (0 for errors)."""
-        usage = getattr(reply, "usage", None)
-        return int(usage.get("completion_tokens", 0)) if isinstance(usage, dict) else 0
+        return int((reply.usage or DEFAULT_USAGE)["completion_tokens"]) if isinstance(reply, ChatReply) else 0
 
     def reply_text(self, text: str, *, reasoning: str | None = None) -> FakeOpenAI:
         """Queue a final answer ``text`` (with ``reasoning_content`` when given)."""
