@@ -141,11 +141,47 @@ def _not_running(why: str) -> ClientError:
     return ClientError("daemon_not_running", f"hermesd is not running ({why}); start it with `hermesd run`")
 
 
+def _within(path: Path, top: Path) -> bool:
+    return path == top or top in path.parents
+
+
+def unreachable(path: Path, exc: OSError) -> ClientError:
+    """The one-line error (``daemon_not_running``, exit 3) for socket ``path`` that cannot even be
+    looked at: a directory on its way that is not a directory (``HERMES_HOME`` or
+    ``HERMES_RUNTIME_DIR`` naming a file), or one this user may not enter (another user's
+    runtime directory, the system unit's ``/run/hermes`` without ``sudo -u hermes``)."""
+    if isinstance(exc, NotADirectoryError):
+        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+        names = [f"{name}={os.environ[name]}" for name in ("HERMES_HOME", "HERMES_RUNTIME_DIR", "XDG_RUNTIME_DIR")
+                 if os.environ.get(name) and _within(Path(os.environ[name]).expanduser(), blocker)]
+        named = f" ({', '.join(names)})" if names else ""
+        return ClientError("daemon_not_running", f"cannot reach hermesd at {path}: {blocker} is not a directory"
+                           f"{named}; point HERMES_HOME / HERMES_RUNTIME_DIR at the daemon's directories")
+    if isinstance(exc, PermissionError):
+        return ClientError("daemon_not_running", f"cannot reach hermesd at {path}: permission denied (uid "
+                           f"{os.getuid()}); run the client as the daemon's user (e.g. sudo -u hermes hermesctl …) "
+                           "or set HERMES_RUNTIME_DIR to your own daemon's runtime directory")
+    return ClientError("daemon_not_running", f"cannot reach hermesd at {path}: {exc.strerror or exc}")
+
+
+def too_large(op: str, args: dict[str, Any], size: int) -> ProtocolError:
+    """The ``too_large`` error (exit 2) of request ``op`` whose frame is ``size`` bytes, over
+    :data:`hermesd.protocol.MAX_MESSAGE_BYTES`, naming its largest argument: said before
+    anything is sent (the daemon would have to read all of it to say the same)."""
+    biggest = max(args, key=lambda k: len(protocol.packb(args[k])), default=None)
+    what = f" (argument {biggest!r} is {len(protocol.packb(args[biggest])) / 1e6:.1f} MB)" if biggest else ""
+    return ProtocolError("too_large", f"the {op!r} request is {size / 1e6:.1f} MB{what}; hermesd accepts "
+                         f"requests up to {protocol.MAX_MESSAGE_BYTES // (1 << 20)} MiB",
+                         {"field": biggest, "bytes": size, "limit": protocol.MAX_MESSAGE_BYTES})
+
+
 def _check_socket(path: Path) -> None:
     try:
         st = path.stat()
     except FileNotFoundError:  # also when a starting daemon just removed its predecessor's socket
         raise _not_running(f"no socket at {path}") from None
+    except OSError as exc:
+        raise unreachable(path, exc) from None
     if st.st_uid != os.getuid() or not os.access(path, os.R_OK | os.W_OK):
         raise ClientError("daemon_not_running",
                           f"the socket {path} is not yours (owner uid {st.st_uid}); set HERMES_RUNTIME_DIR "
@@ -202,6 +238,8 @@ class Connection:
         protocol.check_ints(args)  # a number msgpack or the daemon cannot hold: bad_request naming it
         sock = self._socket()
         req_id, frame = protocol.encode_request(op, args)
+        if len(frame) > protocol.MAX_MESSAGE_BYTES:
+            raise too_large(op, args, len(frame))
         sock.send(frame)
         wait = self.timeout if _timeout is None else _timeout
         deadline = time.monotonic() + wait

@@ -39,8 +39,11 @@ def ask(op: str, args: dict[str, Any], timeout: float = DEFAULT_TIMEOUT) -> Any:
     Raises ``OSError`` or :class:`client.zmtp.WireError` (no daemon, no answer
     within ``timeout`` seconds, a broken wire) and
     :class:`hermesd.protocol.ProtocolError` (the daemon's error)."""
+    control = paths.sockets().control
+    if os.stat(control).st_uid != os.getuid():  # root may connect anywhere: another user's socket is refused
+        raise PermissionError(f"{control} is not yours")  # by the full client, naming it
     req_id, frame = protocol.encode_request(op, args)
-    dealer = zmtp.Dealer(str(paths.sockets().control), timeout)
+    dealer = zmtp.Dealer(str(control), timeout)
     try:
         dealer.send(frame)
         while True:

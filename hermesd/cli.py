@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from typing import Any, Callable
 
-from hermesd import __version__, config as config_mod, daemon
+from hermesd import __version__, config as config_mod, daemon, paths
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -38,8 +39,26 @@ def _load(path: str | None) -> config_mod.Config:
         sys.exit(7)
 
 
+def _check_home() -> None:
+    """Exit 1 with one line naming ``HERMES_HOME`` when it is there but no directory (a file, or
+    a path through one); a missing one is made by the daemon."""
+    home = paths.hermes_home()
+    try:
+        if stat.S_ISDIR(os.stat(home).st_mode):
+            return
+        why = "is not a directory"
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        why = f"cannot be used: {exc.strerror or exc}"
+    print(f"hermesd: HERMES_HOME {home} {why}; set HERMES_HOME to the daemon's state directory "
+          "(default ~/.hermes)", file=sys.stderr)
+    sys.exit(1)
+
+
 def run(args: argparse.Namespace) -> None:
     """Run the daemon in the foreground until SIGTERM, SIGINT or `hermesctl shutdown`."""
+    _check_home()
     cfg = _load(args.config)
     try:
         daemon.exec_daemon(cfg, args.config, args.log_level)
@@ -52,6 +71,8 @@ def check_config(args: argparse.Namespace) -> None:
     """Validate the config file (PATH, else $HERMES_HOME/config.yaml).
 
     Exit 0 if valid, 7 with one file:line: key: reason line per problem if not."""
+    if not (args.path or args.config):
+        _check_home()
     cfg = _load(args.path or args.config)
     print(f"{cfg.source or 'defaults (no config file)'}: OK")
 

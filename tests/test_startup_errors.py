@@ -74,3 +74,14 @@ def test_state_database_that_cannot_be_opened(tmp_path):
         make(daemon.home / "state.db")
         _one_line_naming(_start(daemon), str(daemon.home / "state.db"))
         assert Path(daemon.home / "state.db").exists()
+
+
+def test_hermes_home_that_is_a_file(tmp_path):
+    home = tmp_path / "home-file"
+    home.write_text("not a directory\n")
+    env = {k: v for k, v in DaemonProc(tmp_path).env.items() if k != "HERMES_RUNTIME_DIR"}
+    for command in ("run", "check-config"):
+        out = subprocess.run([sys.executable, "-m", "hermesd.cli", command], env={**env, "HERMES_HOME": str(home)},
+                             capture_output=True, text=True, timeout=60)
+        line = _one_line_naming(out, "HERMES_HOME", str(home), "is not a directory")
+        assert "config.yaml" not in line and out.returncode == 1
