@@ -9,6 +9,7 @@ Hermes Agent's batch_runner.py checkpoint come first, with its meanings::
      "last_updated": str,                                                         # Hermes
      "version": 1, "job": str, "settings": {...},
      "total_prompts": int, "bad_lines": int,
+     "line_digests": [a fingerprint of each dataset line, batch.dataset.line_digest],
      "done": [prompt indices with a line in a batch file],
      "discarded": {"INDEX": {"reason": "no_reasoning", "api_calls", "tokens",
                              "duration_seconds", "completed_at"}},
@@ -24,6 +25,9 @@ daemon opened the run (``processed``), those settled before (``skipped``) and
 the discarded ones.  ``discarded`` lives only here — it is written before the prompt counts as
 settled, so a crash first just runs that prompt again.  ``failed`` prompts are
 run again by the next resume; a prompt that later succeeds leaves ``failed``.
+A prompt is known by its line's position, so ``line_digests`` says which lines
+ran: a resume over a dataset changed in place (lines moved, one removed) would
+mix prompts up, and is refused naming the first changed line.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class Checkpoint:
         self.job = str(data.get("job") or "")
         self.total_prompts = int(data.get("total_prompts") or 0)
         self.bad_lines = int(data.get("bad_lines") or 0)
+        self.line_digests: list[str] = [str(d) for d in data.get("line_digests") or []]
         self.done: set[int] = {int(i) for i in data.get("done") or []}
         self.discarded: dict[int, dict[str, Any]] = {int(k): v for k, v in (data.get("discarded") or {}).items()}
         self.failed: dict[int, dict[str, Any]] = {int(k): v for k, v in (data.get("failed") or {}).items()}
@@ -98,7 +103,8 @@ class Checkpoint:
         return {"run_name": self.run_name, "completed_prompts": sorted(self.settled()),
                 "batch_stats": self.batch_stats(), "last_updated": now,
                 "version": VERSION, "job": self.job, "settings": self.settings,
-                "total_prompts": self.total_prompts, "bad_lines": self.bad_lines, "done": sorted(self.done),
+                "total_prompts": self.total_prompts, "bad_lines": self.bad_lines,
+                "line_digests": self.line_digests, "done": sorted(self.done),
                 "discarded": {str(k): v for k, v in sorted(self.discarded.items())},
                 "failed": {str(k): v for k, v in sorted(self.failed.items())},
                 "active_seconds": round(self.active_seconds, 3), "updated_at": now,

@@ -20,6 +20,7 @@ the dataset is used.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from typing import Any
 
 MAX_PROMPT_BYTES = 256 * 1024
 """Largest ``prompt`` accepted (the same bound as a delegation's goal)."""
+MAX_DEPTH = 64
+"""Deepest nesting of a line's JSON value (arrays and objects) accepted."""
 
 
 class DatasetError(Exception):
@@ -60,10 +63,49 @@ class Dataset:
     path: str
     prompts: list[Prompt] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    digests: list[str] = field(default_factory=list)
+    """One :func:`line_digest` per line of the file (every line, used or not)."""
+
+
+def line_digest(raw: bytes) -> str:
+    """A short fingerprint of one dataset line (BLAKE2b, 8 bytes, hex): a resume knows by it
+    whether the line a prompt index names is still the one that ran."""
+    return hashlib.blake2b(raw, digest_size=8).hexdigest()
+
+
+def first_change(before: list[str], now: list[str]) -> int | None:
+    """The 0-based index of the first line of digests ``before`` that ``now`` does not have
+    at the same place (changed, moved or removed), or None: lines added at the end change
+    nothing that ran."""
+    return next((i for i, digest in enumerate(before) if i >= len(now) or now[i] != digest), None)
 
 
 class _BadLine(Exception):
     """A reason to skip one line."""
+
+
+def _check_values(obj: dict[str, Any]) -> None:
+    """Raise :class:`_BadLine` when a line's object is nested deeper than :data:`MAX_DEPTH`
+    levels (msgpack and the trajectory files must carry it) or holds a string that is no
+    Unicode text (a lone surrogate escape such as ``"\\ud800"``: RFC 8259 section 8.2 leaves
+    it undefined, UTF-8 cannot encode it).  Walks the value without recursion."""
+    todo: list[tuple[Any, int, str]] = [(obj, 1, "")]  # (value, depth, where it is)
+    while todo:
+        value, depth, where = todo.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise _BadLine(f"{where}: invalid Unicode (a lone surrogate "
+                               f"\\u{ord(value[exc.start]):04x})") from None
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise _BadLine(f"JSON nested deeper than {MAX_DEPTH} levels")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str):
+                    todo.append((key, depth, f"a key in {where}" if where else "a field name"))
+                todo.append((item, depth + 1, f"{where}[{key!r}]" if where else f"field {key!r}"))
 
 
 def _optional_str(obj: dict[str, Any], name: str) -> str | None:
@@ -85,8 +127,11 @@ def _parse(raw: bytes, base_dir: str) -> dict[str, Any]:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _BadLine(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise _BadLine(f"JSON nested deeper than {MAX_DEPTH} levels") from None
     if not isinstance(obj, dict):
         raise _BadLine(f"expected a JSON object, got {type(obj).__name__}")
+    _check_values(obj)
     if "prompt" not in obj:
         raise _BadLine("missing field 'prompt'")
     prompt = obj["prompt"]
@@ -124,6 +169,7 @@ def read(path: str, max_samples: int | None = None) -> Dataset:
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the newline that ends the last line starts no new one
+    dataset.digests = [line_digest(raw) for raw in lines]
     base_dir = os.path.dirname(path)
     for index, raw in enumerate(lines):
         if max_samples is not None and len(dataset.prompts) >= max_samples:

@@ -110,6 +110,7 @@ class BatchRun:
         ckpt.failed = {i: v for i, v in ckpt.failed.items() if i not in ckpt.settled()}
         ckpt.settings, ckpt.run_name, ckpt.job = self.settings.to_dict(), self.settings.run_name, self.job_id
         ckpt.total_prompts, ckpt.bad_lines, ckpt.finished = len(self.scope), len(self.dataset.errors), False
+        ckpt.line_digests = self.dataset.digests
         self.checkpoint = ckpt
         self._base_seconds = ckpt.active_seconds
         self.pending = deque(p for p in self.dataset.prompts if p.index not in ckpt.settled())
@@ -279,12 +280,15 @@ class BatchRun:
         pending, processed, rate_per_minute, eta_seconds`` (None while unknown)."""
         ckpt = self.checkpoint
         done, discarded = len(ckpt.done & self.scope), len(set(ckpt.discarded) & self.scope)
-        running = len(self.in_flight - self.ending)
-        left = len(self.pending) + running
+        # a prompt whose outcome is recorded frees its worker a moment later, and the next pending
+        # prompt takes it: counted as running already, so the counts hold until the next event
+        handover = 0 if self.closed else min(len(self.ending & self.in_flight), len(self.pending))
+        running = len(self.in_flight - self.ending) + handover
+        left = len(self.pending) + running - handover
         elapsed = clock.monotonic() - self._started
         rate = self.settled_now / elapsed * 60.0 if elapsed > 0 and self.settled_now else 0.0
         return {"total": len(self.scope), "done": done, "discarded": discarded, "failed": len(self.failed_now),
-                "running": running, "pending": len(self.pending),
+                "running": running, "pending": len(self.pending) - handover,
                 "processed": done + discarded + len(self.failed_now), "rate_per_minute": round(rate, 2),
                 "eta_seconds": round(left / rate * 60.0, 1) if rate else None}
 

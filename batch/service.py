@@ -96,14 +96,28 @@ class BatchService:
                                 {"field": "output_dir"}) from None
         return run
 
-    def run(self, s: Settings, *, resume: bool) -> dict[str, Any]:
+    @staticmethod
+    def _unchanged(s: Settings, stored: Checkpoint | None, data: dataset_mod.Dataset) -> None:
+        """Raise ``bad_request`` naming the first line of the dataset that changed since the
+        checkpoint ``stored`` was written (see :mod:`batch.checkpoint`)."""
+        index = dataset_mod.first_change(stored.line_digests, data.digests) if stored is not None else None
+        if index is not None:
+            what = "removed" if index >= len(data.digests) else "not the line that ran"
+            raise ProtocolError("bad_request", f"cannot resume {s.run_name!r}: {s.dataset_file}:{index + 1} changed "
+                                f"since the run began ({what}); prompts are known by their line, so a resume would "
+                                "mix them up: restore the file, start a new --run_name, or pass "
+                                "--allow-changed-dataset", {"field": "dataset_file", "file": s.dataset_file,
+                                                            "line": index + 1})
+
+    def run(self, s: Settings, *, resume: bool, allow_changed: bool = False) -> dict[str, Any]:
         """Start batch ``s.run_name`` (or continue it with ``resume``); returns its record.
 
         Raises ``ProtocolError``: ``invalid_state`` when it is already running or
         its directory holds a run and ``resume`` is off; ``bad_request`` for a
         ``resume`` of a run that does not exist (naming its directory), an
         unreadable dataset, a ``docker_image`` line that cannot run (no engine), a
-        checkpoint whose fixed settings differ, or an unusable output directory.
+        checkpoint whose fixed settings differ, a dataset changed in place since the
+        run began (unless ``allow_changed``), or an unusable output directory.
         """
         job_id = job_id_of(s.run_name)
         row = self.d.jobs.get(job_id)
@@ -128,6 +142,8 @@ class BatchService:
         if conflicts:
             raise ProtocolError("bad_request", f"cannot resume {s.run_name!r}: " + "; ".join(conflicts),
                                 {"field": conflicts[0].split()[0].lstrip("-")})
+        if not allow_changed:
+            self._unchanged(s, stored, data)
         run = self._open(job_id, s, data)
         self.d.jobs.create("batch", id=job_id, replace_ended=True, goal=f"batch {s.run_name}: {s.dataset_file}",
                            model=s.model, toolsets=list(distributions.get(s.distribution)), spec=s.to_dict())
@@ -249,7 +265,9 @@ class BatchService:
         for row in self.d.jobs.list(statuses=LIVE, kinds=("batch",)):
             try:
                 s = Settings.from_dict(row["spec"])
-                run = self._open(row["id"], s, self._dataset(s))
+                data = self._dataset(s)
+                self._unchanged(s, Checkpoint.load(s.run_dir), data)
+                run = self._open(row["id"], s, data)
             except Exception as exc:  # noqa: BLE001 - one broken batch must not stop hermesd from starting
                 self.d.jobs.transition(row["id"], "failed", exit_reason="error",
                                        error=f"could not continue the batch after a restart: {exc}")

@@ -66,7 +66,7 @@ def flag_options(args: dict[str, Any]) -> dict[str, Any]:
     """The batch_runner flags of a ``batch.run`` request beyond the basic ones, as
     :class:`Settings` keywords; the prefill file is read and checked here, before
     anything starts.  Raises ``ProtocolError(bad_request)`` naming the field."""
-    from hermesd.config import PROVIDERS
+    from hermesd.config import PROVIDERS, check_url
     from hermesd.protocol import ProtocolError, arg
 
     prefill_file = arg(args, "prefill_messages_file", str, None)
@@ -77,6 +77,11 @@ def flag_options(args: dict[str, Any]) -> dict[str, Any]:
         prefill = load_prefill(prefill_file) if prefill_file else None
     except PrefillError as exc:
         raise ProtocolError("bad_request", str(exc), {"field": "prefill_messages_file", "file": prefill_file}) from None
+    base_url = arg(args, "base_url", str, None) or None
+    try:
+        base_url = base_url and check_url(base_url)
+    except ValueError as exc:
+        raise ProtocolError("bad_request", f"argument 'base_url' {exc}", {"field": "base_url"}) from None
     max_tokens = arg(args, "max_tokens", int, None)
     if max_tokens is not None and max_tokens < 1:
         raise ProtocolError("bad_request", f"argument 'max_tokens' must be >= 1, not {max_tokens}",
@@ -85,7 +90,7 @@ def flag_options(args: dict[str, Any]) -> dict[str, Any]:
             "prefill_messages_file": prefill_file, "prefill_messages": prefill, "max_tokens": max_tokens,
             "reasoning_disabled": arg(args, "reasoning_disabled", bool, False),
             "provider": arg(args, "provider", str, None, choices=PROVIDERS),
-            "base_url": arg(args, "base_url", str, None) or None,
+            "base_url": base_url,
             "allow_synthetic": arg(args, "allow_synthetic", bool, False),
             "exclude_partial": arg(args, "exclude_partial", bool, False)}
 

@@ -55,6 +55,8 @@ RUN_OPTIONS = [
     _flag("reasoning_effort", type=click.Choice(REASONING_EFFORTS), default=None, help="Reasoning effort of the model."),
     _flag("resume", is_flag=True, help="Continue the run from its files: nothing finished runs again "
           "(dataset, batch size and distribution default to the run's own)."),
+    _flag("allow_changed_dataset", is_flag=True, help="With --resume: go on although the dataset changed in "
+          "place since the run began (prompts are known by their line number; refused otherwise)."),
     _flag("list_distributions", is_flag=True, help="Print the toolset distributions and exit."),
     _flag("max_samples", type=click.IntRange(min=1), default=None, help="Use only the first K prompts."),
     _flag("output_dir", default="data", show_default=True, help="Directory of the run directories."),

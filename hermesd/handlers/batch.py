@@ -162,7 +162,9 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     container of that image.  Errors: ``bad_request`` (a bad argument, an
     unreadable dataset, a ``docker_image`` line that cannot run — a bad image
     name, no container engine installed —, a resume whose
-    batch_size/dataset/distribution differ, a bad prefill file, ``resume`` of a
+    batch_size/dataset/distribution differ, a resume over a dataset changed in
+    place since the run began — naming its first changed line — unless
+    ``allow_changed_dataset=true``, a bad prefill file, ``resume`` of a
     run that does not exist; field ``executor``: Ray not installed, the cluster
     unreachable), ``invalid_state`` (already running; the directory holds a run
     and ``resume`` is off).
@@ -172,7 +174,8 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if settings.executor == "ray" and job_id not in service.runs:
         await service.ray.connect(job_id, settings)
     try:
-        return service.run(settings, resume=arg(args, "resume", bool, False))
+        return service.run(settings, resume=arg(args, "resume", bool, False),
+                           allow_changed=arg(args, "allow_changed_dataset", bool, False))
     finally:
         service.ray.discard(job_id)  # a driver started for a run that did not start
 
