@@ -332,9 +332,16 @@ def _convert(value: Any, hint: Any, meta: dict[str, Any]) -> Any:
     if bad:
         raise ValueError(f"must be environment variable names (not HERMES_*), not {', '.join(map(repr, bad))}")
     if meta.get("url") and value is not None:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in value):
-            raise ValueError(f"must be an http:// or https:// URL such as http://localhost:8000, not {value!r}")
+        check_url(value)
+    return value
+
+
+def check_url(value: str) -> str:
+    """``value`` when it is an ``http://`` or ``https://`` URL with a host and no whitespace (a
+    model server's ``base_url``); raises ``ValueError`` saying what it must be otherwise."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in value):
+        raise ValueError(f"must be an http:// or https:// URL such as http://localhost:8000, not {value!r}")
     return value
 
 
@@ -370,6 +377,16 @@ def _build(cls: type, data: Any, prefix: str, file: str | None, lines: _Lines, e
 
 def parse(text: str, file: str | None = None) -> Config:
     """Validate YAML ``text`` into a :class:`Config`.  Raises :class:`ConfigError`."""
+    data, lines = read_yaml(text, file)
+    errors = [ConfigError(f"set twice (first on line {first}); remove one", file, line, key)
+              for key, line, first in lines.duplicates]
+    return _validated(data, file, lines, errors)
+
+
+def read_yaml(text: str, file: str | None = None) -> tuple[Any, _Lines]:
+    """YAML ``text`` of ``file`` as plain data and the line of each dotted key (``.get(key)``:
+    1-based or None; ``.duplicates``: keys set twice).  Raises :class:`ConfigError` (invalid YAML,
+    with its line)."""
     import yaml
 
     try:
@@ -384,10 +401,7 @@ def parse(text: str, file: str | None = None) -> Config:
         raise ConfigError(f"invalid YAML: {exc.problem or exc}", file, mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file) from None
-    lines = _Lines(node)
-    errors = [ConfigError(f"set twice (first on line {first}); remove one", file, line, key)
-              for key, line, first in lines.duplicates]
-    return _validated(data, file, lines, errors)
+    return data, _Lines(node)
 
 
 def from_data(data: Any, source: str | None = None) -> Config:

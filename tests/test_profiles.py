@@ -10,6 +10,7 @@ import stat
 import pytest
 import yaml
 
+from hermesd.contract import PROVIDERS
 from hermesd.kanban import profiles
 from hermesd.protocol import ProtocolError
 
@@ -65,7 +66,7 @@ def test_a_broken_file_names_file_and_key(home):
     broken = home / "profiles" / "bad" / "config.yaml"
     broken.parent.mkdir(parents=True)
     broken.write_text("description: x\ntoolsets: [terminal, teleport]\n")
-    with pytest.raises(ProtocolError, match=f"{broken}: toolsets: unknown toolset") as err:
+    with pytest.raises(ProtocolError, match=f"{broken}:2: toolsets: unknown toolset") as err:
         profiles.load("bad")
     assert err.value.code == "invalid_config" and err.value.details["file"] == str(broken)
     assert [p.name for p in profiles.list_all()] == ["good"]  # listed profiles are the readable ones
@@ -94,3 +95,15 @@ def test_profile_commands(make_daemon):
     assert bad.returncode == 2 and "toolsets" in json.loads(bad.stdout)["error"]["message"]
     types = [e["type"] for e in d.call("events_since", since=0)["events"]]
     assert types.count("profile.created") == 2 and types.count("profile.deleted") == 1
+
+
+def test_a_broken_file_shows_every_error_with_its_line(make_daemon):
+    d = make_daemon()
+    broken = d.home / "profiles" / "bad" / "config.yaml"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("description: x\nprovider: magic\ncolour: red\n")
+    out = d.ctl("profile", "show", "bad")
+    assert out.returncode == 7 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"hermesctl: {broken}:2: provider: must be one of " + ", ".join(PROVIDERS),
+        f"{broken}:3: colour: unknown key (known keys: name, description, model, provider, toolsets)"]

@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 from hermesd import config as config_mod
@@ -66,38 +66,48 @@ def file_of(name: str) -> Path:
     return root() / name / "config.yaml"
 
 
-def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None = None) -> dict[str, Any]:
+def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None = None,
+          line_of: Callable[[str], int | None] = lambda _key: None) -> dict[str, Any]:
     """Validate profile ``fields`` (``description``, ``model``, ``provider``, ``toolsets``).
 
     Returns them normalised (toolsets expanded, ``all`` never giving ``kanban``).
-    Raises ``ProtocolError`` with code ``bad`` naming the field (and ``file`` when
-    the fields came from a file).
+    Raises ``ProtocolError`` with code ``bad`` naming every wrong field, one line each
+    (``FILE:LINE: key: reason`` when the fields came from ``file``, ``line_of(key)``
+    giving a key's line), the first in ``details`` with all of them as ``problems``.
     """
-    def fail(key: str, message: str) -> ProtocolError:
-        where = f"{file}: " if file else ""
-        return ProtocolError(bad, f"{where}{key}: {message}", {"field": key, "key": key, "file": file})
+    problems: list[dict[str, Any]] = []
 
-    unknown = sorted(set(fields) - set(KEYS))
-    if unknown:
-        raise fail(unknown[0], f"unknown key (known keys: {', '.join(KEYS)})")
+    def wrong(key: str, message: str) -> None:
+        problems.append({"field": key, "key": key, "file": file, "line": line_of(key) if file else None,
+                         "reason": message})
+
+    for key in sorted(set(fields) - set(KEYS)):
+        wrong(key, f"unknown key (known keys: {', '.join(KEYS)})")
     description = fields.get("description")
     if not isinstance(description, str) or not description.strip():
-        raise fail("description", "must be a non-empty text saying what this worker is good at")
-    if len(description) > MAX_DESCRIPTION:
-        raise fail("description", f"must be at most {MAX_DESCRIPTION} characters")
+        wrong("description", "must be a non-empty text saying what this worker is good at")
+    elif len(description) > MAX_DESCRIPTION:
+        wrong("description", f"must be at most {MAX_DESCRIPTION} characters")
     for key in ("model", "provider"):
         if fields.get(key) is not None and not isinstance(fields[key], str):
-            raise fail(key, f"must be a string, not {type(fields[key]).__name__}")
-    if fields.get("provider") not in (None, *PROVIDERS):
-        raise fail("provider", f"must be one of {', '.join(PROVIDERS)}")
+            wrong(key, f"must be a string, not {type(fields[key]).__name__}")
+    if isinstance(fields.get("provider"), str) and fields["provider"] not in PROVIDERS:
+        wrong("provider", f"must be one of {', '.join(PROVIDERS)}")
     toolsets = fields.get("toolsets")
     if toolsets is not None:
         if not isinstance(toolsets, list) or not all(isinstance(t, str) for t in toolsets):
-            raise fail("toolsets", "must be a list of toolset names")
-        try:
-            toolsets = expand_toolsets(toolsets)
-        except ProtocolError as err:
-            raise fail("toolsets", err.message) from None
+            wrong("toolsets", "must be a list of toolset names")
+        else:
+            try:
+                toolsets = expand_toolsets(toolsets)
+            except ProtocolError as err:
+                wrong("toolsets", err.message)
+    if problems:
+        problems.sort(key=lambda p: p["line"] or 0)
+        text = [":".join(str(w) for w in (p["file"], p["line"]) if w) for p in problems]
+        raise ProtocolError(bad, "\n".join(f"{where + ': ' if where else ''}{p['key']}: {p['reason']}"
+                                           for where, p in zip(text, problems)),
+                            {**problems[0], "problems": problems})
     return {"description": description.strip(), "model": fields.get("model") or None,
             "provider": fields.get("provider") or None, "toolsets": toolsets}
 
@@ -105,29 +115,25 @@ def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None 
 def load(name: str) -> Profile:
     """Read profile ``name``.  Raises ``not_found`` (listing the profiles there are)
     or ``invalid_config`` (a broken file, naming the file and the key)."""
-    import yaml  # here, as shutil below: what only profile commands need is not in the idle daemon
-
     path = file_of(name)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data, lines = config_mod.read_yaml(path.read_text(encoding="utf-8"), str(path))
+    except config_mod.ConfigError as exc:
+        raise ProtocolError("invalid_config", str(exc), exc.details()) from None
     except FileNotFoundError:
         known = ", ".join(p.name for p in list_all()) or "none yet"
         raise ProtocolError("not_found", f"no profile {name!r} (profiles: {known}); create it with "
                             f"`hermesctl profile create {name} --description TEXT`",
                             {"profile": name}) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ProtocolError("invalid_config", f"{where}: invalid YAML: {exc.problem or exc.context}",
-                            {"file": str(path), "line": mark.line + 1 if mark else None}) from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ProtocolError("invalid_config", f"{path}: cannot read profile: {one_line(exc)}",
                             {"file": str(path)}) from None
     if not isinstance(data, dict):
         raise ProtocolError("invalid_config", f"{path}: a profile must be a mapping of keys to values",
                             {"file": str(path)})
     fields = {k: v for k, v in data.items() if k != "name"}
-    return Profile(name=name, path=str(path), **check(fields, bad="invalid_config", file=str(path)))
+    return Profile(name=name, path=str(path),
+                   **check(fields, bad="invalid_config", file=str(path), line_of=lines.get))
 
 
 def list_all() -> list[Profile]:
