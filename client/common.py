@@ -29,7 +29,7 @@ from client import render
 from client.connection import ClientError, Connection
 from client.fast import DEFAULT_TIMEOUT
 from hermesd.contract import TERMINAL  # noqa: F401  (re-exported for the clients)
-from hermesd.protocol import EXIT_CODES, ProtocolError
+from hermesd.protocol import EXIT_CODES, TOOLSETS, ProtocolError
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT, as shells report it)."""
@@ -59,17 +59,37 @@ def _set_root(name: str) -> Callable:
     return store
 
 
+TIMEOUT_HELP = "Seconds to wait for a reply from hermesd."
+
+
+def _set_timeout(ctx: click.Context, _param: click.Parameter, value: float | None) -> None:
+    if value is not None:
+        ctx.ensure_object(dict)["timeout"] = value
+
+
 def global_options(fn: Callable) -> Callable:
     """The options every front end takes before its command: ``--json``,
-    ``--runtime-dir`` (``HERMES_RUNTIME_DIR``) and ``--timeout`` (seconds per reply,
-    :data:`DEFAULT_TIMEOUT`).  They are stored on the root context's ``obj``."""
+    ``--runtime-dir`` (``HERMES_RUNTIME_DIR``), ``--timeout`` (seconds per reply,
+    :data:`DEFAULT_TIMEOUT`; after the command too, see :class:`Ctl`) and ``--version``.
+    They are stored on the root context's ``obj``."""
+    fn = click.version_option(None, "--version", package_name="hermesd", message="%(prog)s, version %(version)s")(fn)
     fn = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT,
-                      show_default=True, expose_value=False, callback=_set_root("timeout"),
-                      help="Seconds to wait for a reply from hermesd.")(fn)
+                      show_default=True, expose_value=False, callback=_set_root("timeout"), help=TIMEOUT_HELP)(fn)
     fn = click.option("--runtime-dir", envvar="HERMES_RUNTIME_DIR", type=click.Path(file_okay=False), default=None,
                       expose_value=False, callback=_set_root("runtime_dir"),
                       help="Runtime directory of the daemon's sockets.")(fn)
     return json_option(fn)
+
+
+def with_timeout_option(command: click.Command) -> None:
+    """Give ``command`` (and every command of a group) ``--timeout`` as after the command
+    (``hermesctl status --timeout 2``), stored where the group's own goes; a command
+    with a ``--timeout`` of its own (``wait``: how long to wait for the job) keeps it."""
+    for sub in getattr(command, "commands", {}).values():
+        with_timeout_option(sub)
+    if not any("--timeout" in getattr(p, "opts", ()) for p in command.params):
+        command.params.append(click.Option(["--timeout"], type=click.FloatRange(min=0, min_open=True), default=None,
+                                           expose_value=False, callback=_set_timeout, help=TIMEOUT_HELP))
 
 
 def root_obj() -> dict[str, Any]:
@@ -138,7 +158,13 @@ def print_all(items: list[dict[str, Any]], text: Callable[[dict[str, Any]], str]
 
 class Ctl(click.Group):
     """A click group that turns protocol and connection errors into clean exits,
-    and usage errors into JSON too when ``--json`` is on the command line."""
+    and usage errors into JSON too when ``--json`` is on the command line; the
+    commands added to it take ``--timeout`` after their name too."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Add ``cmd`` (see :func:`with_timeout_option`)."""
+        with_timeout_option(cmd)
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -184,6 +210,16 @@ def working_dir() -> str:
 def split(value: str | None) -> list[str] | None:
     """``"a, b,c"`` → ``["a", "b", "c"]``; None or empty → None."""
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def toolset_names(value: str | None) -> list[str] | None:
+    """``--toolsets``: the names (:func:`split`), None when not given; raises :class:`click.UsageError`
+    for a value that names none (``--toolsets ""``), which would silently mean the default."""
+    names = split(value)
+    if value is not None and not names:
+        raise click.UsageError(f"--toolsets names no toolset; give some of {', '.join(TOOLSETS)} "
+                               "(comma-separated), or leave it out for the config's")
+    return names
 
 
 def text_input(name: str, what: str) -> Callable:

@@ -20,8 +20,8 @@ import click
 from click.shell_completion import CompletionItem
 
 from client import batch, kanban, render, sessions, top
-from client.common import (COMPLETION_HELP, Ctl, conn, exit_for, global_options, is_json, json_option, out, read_text,
-                           show, split, stopped_watching, text_input, wait_job, working_dir)
+from client.common import (COMPLETION_HELP, Ctl, conn, exit_for, fail, global_options, is_json, json_option, out,
+                           read_text, show, split, stopped_watching, text_input, toolset_names, wait_job, working_dir)
 from client.connection import GAP_EVENT, ClientError, Connection
 from hermesd.contract import PROVIDERS, ROLES
 from hermesd.protocol import ProtocolError
@@ -145,10 +145,12 @@ def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, co
     that it waits on a terminal, and print the result (Ctrl-C stops watching; the
     job goes on).  --background: print the job record (id, status) at once.
     While the queue is paused (hermesctl pause) the job is accepted and waits."""
+    if queue and not background:
+        raise click.UsageError("--queue needs --background (a foreground delegation waits for its result anyway)")
     goal = read_text(goal, goal_file, "goal")
     args: dict[str, Any] = {"goal": goal, "background": background, "queue": queue,
                             "cwd": os.path.abspath(cwd or working_dir())}
-    for key, value in (("context", context), ("toolsets", split(toolsets)), ("model", model),
+    for key, value in (("context", context), ("toolsets", toolset_names(toolsets)), ("model", model),
                        ("provider", provider), ("role", role), ("max_turns", max_turns), ("image", image),
                        ("timeout_seconds", timeout_seconds), ("after", split(after)),
                        ("env", env_pairs(env) or None), ("output_schema", json_file(output_schema, "--output-schema")),
@@ -344,10 +346,32 @@ def clean(older_than: float | None, dry_run: bool) -> None:
 
 @cli.command()
 @json_option
-def shutdown() -> None:
+@click.option("--wait", "wait_", is_flag=True,
+              help="Return once the daemon has exited (at most --timeout seconds, then exit 9).")
+def shutdown(wait_: bool) -> None:
     """Stop the daemon gracefully (children interrupted, states persisted)."""
-    answer = conn().call("shutdown")
+    connection = conn()
+    answer = connection.call("shutdown")
+    if wait_:
+        deadline = time.monotonic() + connection.timeout
+        while daemon_alive(answer["pid"]):
+            if time.monotonic() >= deadline:
+                fail("timeout", f"hermesd (pid {answer['pid']}) is still stopping after {connection.timeout:g}s")
+            time.sleep(0.05)
+        return show({**answer, "stopping": False, "stopped": True}, lambda a: f"hermesd (pid {a['pid']}) stopped")
     show(answer, lambda a: f"hermesd (pid {a['pid']}) is stopping")
+
+
+def daemon_alive(pid: int) -> bool:
+    """True while process ``pid`` exists and has not exited (an exited one its parent has not
+    reaped yet, a zombie, is state ``Z`` in ``/proc/PID/stat``, proc(5))."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        return True
 
 
 @cli.command()

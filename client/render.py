@@ -19,10 +19,16 @@ def clean(text: Any) -> str:
     """``text`` safe for a terminal: every control character but newline and tab
     (BEL, CR, ESC, DEL, C1 codes…) is shown escaped (``\\x07``), so a goal, a
     reply or a log cannot ring, rewrite or recolour the screen."""
+    return escaped(text, keep="\n\t")
+
+
+def escaped(text: Any, keep: str = "") -> str:
+    """``text`` with every control character but those in ``keep`` shown escaped (``\\x1b``,
+    ``\\x0a``…): a line of a table shows even its newlines as text."""
     text = str(text if text is not None else "")
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() or c in "\n\t" else
+    return "".join(c if c.isprintable() or c in keep else
                    (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in text)
 
 
@@ -115,7 +121,8 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
 
     print(line(head, "GOAL"))
     for cells, goal in rows:
-        print(line(cells, short(goal, goal_width)).rstrip())
+        goal = escaped(goal)  # as `events` and `job` show it: what is there, never what it would do
+        print(line(cells, goal if len(goal) <= goal_width else goal[:goal_width - 1] + "…").rstrip())
 
 
 def slash_text(answer: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ import click
 
 from client import render
 from client.common import (INTERRUPTED, conn, exit_for, is_json, json_option, new_connection, out, print_all,
-                           read_text, show, split, text_input, wait_job, working_dir)
+                           read_text, show, split, text_input, toolset_names, wait_job, working_dir)
 from client.connection import ClientError
 from hermesd import paths
 from hermesd.protocol import ProtocolError
@@ -55,7 +55,7 @@ def _send(session: str, text: str, toolsets: list[str] | None = None) -> dict[st
 def send(session: str, text: str | None, text_file: Any, wait_: bool, toolsets: str | None) -> None:
     """Send TEXT to SESSION (created if new; '-' or --text-file reads it).
     Slash commands: /background PROMPT, /stop, /tasks, /help."""
-    answer = _send(session, read_text(text, text_file, "text"), split(toolsets))
+    answer = _send(session, read_text(text, text_file, "text"), toolset_names(toolsets))
     if "turn" not in answer:
         return show(answer, render.slash_text)
     if not wait_:

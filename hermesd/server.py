@@ -385,8 +385,8 @@ class Daemon:
                 os.close(fd)
 
     def uptime(self) -> float:
-        """Seconds since start (monotonic)."""
-        return clock.monotonic() - self.started_mono
+        """Seconds since start (monotonic), to the millisecond."""
+        return round(clock.monotonic() - self.started_mono, 3)
 
 
 def _probe(path: Path, timeout_ms: int = 300) -> bool:

@@ -11,7 +11,7 @@ from child import agent
 from child import messages as m
 from child.__main__ import StopFlag
 from child.providers.base import ProviderError
-from child.providers.scripted import NOTE_PATH, ScriptedProvider, default_plan
+from child.providers.scripted import ScriptedProvider, default_plan
 from child.tools.registry import tools_for
 from hermesd.contract import JobSpec
 
@@ -55,22 +55,22 @@ def test_sleep_is_cut_short_by_the_stop_flag():
 
 def test_default_plan_uses_the_tools_offered():
     plan = default_plan("tidy up", TOOLS)
-    assert [s["tool_calls"][0]["name"] for s in plan] == ["terminal", "write_file"]
+    assert [s["tool_calls"][0]["name"] for s in plan] == ["terminal", "list_files"]
     assert plan[0]["tool_calls"][0]["input"] == {"command": "pwd"}
-    assert plan[1]["tool_calls"][0]["input"]["path"] == NOTE_PATH
     assert default_plan("x", []) == []
-    action_tool = {"name": "fs", "input_schema": {"properties": {"action": {"enum": ["read", "write"]},
-                                                                 "path": {}, "content": {}},
-                                                  "required": ["action", "path"]}}
+    action_tool = {"name": "sh", "input_schema": {"properties": {"action": {"enum": ["read", "write"]},
+                                                                 "command": {}},
+                                                  "required": ["action", "command"]}}
     assert default_plan("x", [action_tool])[0]["tool_calls"][0]["input"]["action"] == "write"
 
 
 def test_default_plan_end_to_end(tmp_path):
+    """The default plan runs its tools and writes nothing into the working directory."""
     result = agent.run(JobSpec(goal="write a note", provider="scripted", cwd=str(tmp_path)), None, StopFlag())
     assert result.status == "completed" and result.synthetic is True
-    assert [t["name"] for t in result.trace] == ["terminal", "write_file"]
+    assert [t["name"] for t in result.trace] == ["terminal", "list_files"]
     assert all(t["ok"] for t in result.trace)
-    assert "write a note" in (tmp_path / NOTE_PATH).read_text()
+    assert list(tmp_path.iterdir()) == []
     assert '"write a note"' in result.summary and str(tmp_path) in result.summary
 
 

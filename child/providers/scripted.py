@@ -18,8 +18,8 @@ runs out, the reply is a final answer that quotes the goal.
 
 Without a script the plan comes from the goal and the tools offered: think,
 run ``pwd`` with a tool that takes a ``command`` (the ``terminal`` toolset),
-write a short note with a tool that takes ``path`` and ``content`` (the ``file``
-toolset), then the final answer.
+list the working directory (``list_files``, the ``file`` toolset: nothing is
+written anywhere), then the final answer.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from typing import Any
 from child import messages as m
 from child.providers.base import Completion, ProviderError, touch
 
-NOTE_PATH = "hermes-note.md"
-"""File the default plan writes in the job's working directory."""
+LIST_TOOL = "list_files"
+"""The file tool the default plan calls: it only reads (a demo's job writes nothing into the
+directory it was started from)."""
 STREAM_EVENT_SECONDS = 0.2
 """Seconds between the streamed events of a ``stream`` step."""
 
@@ -125,9 +126,9 @@ def default_plan(goal: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]]
     if shell:
         steps.append({"thinking": f"The goal is: {goal}\nFirst I look at where I am.",
                       "tool_calls": [shell]})
-    note = _find_tool(tools, {"path": NOTE_PATH, "content": f"# Note\n\nGoal: {goal}\n"})
-    if note:
-        steps.append({"thinking": "I write down the goal in a short note.", "tool_calls": [note]})
+    if any(tool.get("name") == LIST_TOOL for tool in tools):
+        steps.append({"thinking": "I look at the files here (and change none: nobody asked me to).",
+                      "tool_calls": [{"name": LIST_TOOL, "input": {}}]})
     return steps
 
 

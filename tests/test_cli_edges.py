@@ -1,0 +1,67 @@
+"""What a systemctl or pueue user expects of ``hermesctl`` and ``hermes-batch`` (real daemon, real CLI).
+
+``--version``; ``--timeout`` after the command too; ``shutdown --wait``; ``--queue`` without
+``--background`` and ``--toolsets ""`` refused; ``ps`` escaping control characters as ``events``
+does; ``uptime_seconds`` rounded; a request over 16 MiB refused at once as ``too_large``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from hermesd import __version__
+from hermesd.protocol import EXIT_CODES
+from tests.test_batch_daemon import hermes_batch
+
+LONG = [{"text": "resting", "sleep": 60}]
+
+
+def test_version_and_timeout_after_the_command(daemon):
+    assert daemon.ctl("--version").stdout.strip() == f"hermesctl, version {__version__}"
+    assert hermes_batch(daemon, "--version").stdout.strip() == f"hermes-batch, version {__version__}"
+    for argv in (["status", "--timeout", "2"], ["--timeout", "2", "status"], ["ps", "--timeout", "2", "--all"],
+                 ["batch", "list", "--timeout", "2"]):
+        out = daemon.ctl(*argv)
+        assert out.returncode == 0, (argv, out.stderr)
+    assert daemon.ctl("status", "--timeout", "0").returncode == 2
+    assert daemon.ctl("wait", "nope_1", "--timeout", "1").returncode == EXIT_CODES["not_found"]  # its own --timeout
+    uptime = json.loads(daemon.ctl("status", "--json").stdout)["uptime_seconds"]
+    assert uptime == round(uptime, 3)
+
+
+def test_refused_flags_say_why(daemon):
+    queue = daemon.ctl("delegate", "--queue", "goal")
+    assert queue.returncode == 2 and "--queue needs --background" in queue.stderr
+    empty = daemon.ctl("delegate", "--background", "--toolsets", "", "goal")
+    assert empty.returncode == 2 and "--toolsets names no toolset" in empty.stderr
+    send = daemon.ctl("send", "s", "hi", "--toolsets", " , ")
+    assert send.returncode == 2 and "--toolsets names no toolset" in send.stderr
+    assert daemon.call("ps", all=True)["jobs"] == []
+
+
+def test_ps_escapes_control_characters(daemon):
+    """As ``events`` and ``result`` do: what is there is shown, never what it would do to the terminal."""
+    daemon.delegate("red \x1b[31malert\x1b[0m\nsecond line", background=True, script=LONG)
+    table = daemon.ctl("ps", env={"COLUMNS": "200"}).stdout
+    assert "red \\x1b[31malert\\x1b[0m\\x0asecond line" in table and "\x1b" not in table
+
+
+def test_a_request_over_16_mib_is_too_large_at_once(daemon, tmp_path):
+    goal = tmp_path / "goal.txt"
+    goal.write_text("g" * (17 * 1000 * 1000))
+    started = time.monotonic()
+    out = daemon.ctl("delegate", "--background", "--goal-file", str(goal))
+    assert out.returncode == EXIT_CODES["too_large"] and time.monotonic() - started < 10
+    assert out.stderr.strip() == ("hermesctl: the 'delegate' request is 17.0 MB (argument 'goal' is 17.0 MB); "
+                                  "hermesd accepts requests up to 16 MiB")
+
+
+def test_shutdown_wait_returns_once_the_daemon_exited(daemon):
+    out = subprocess.run([sys.executable, "-m", "client", "shutdown", "--wait"], env=daemon.env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"hermesd (pid {daemon.proc.pid}) stopped"
+    assert daemon.proc.poll() is not None  # exited: only the reaping was left to its parent, the test
