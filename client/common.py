@@ -28,8 +28,8 @@ import click
 from client import render
 from client.connection import ClientError, Connection
 from client.fast import DEFAULT_TIMEOUT
-from hermesd.contract import TERMINAL  # noqa: F401  (re-exported for the clients)
-from hermesd.protocol import EXIT_CODES, TOOLSETS, ProtocolError
+from hermesd.contract import TERMINAL, TOOLSETS  # noqa: F401  (TERMINAL re-exported for the clients)
+from hermesd.protocol import EXIT_CODES, ProtocolError
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT, as shells report it)."""
