@@ -209,7 +209,7 @@ class SupervisorExecutor:
         zygote forks a spare in milliseconds; a cold start costs a whole interpreter's
         imports, on a machine the other items share): batch items start warm, in the
         order their slots came free, as spares arrive; the batch service refills every
-        run when the spawner says so (:meth:`hermesd.procs.Spawner.at_hand`)."""
+        run when the spawner says so (:meth:`hermesd.system.procs.Spawner.at_hand`)."""
         return self.d.procs.spawner.at_hand()
 
     def submit(self, owner: ItemOwner, request: ItemRequest) -> None:

@@ -8,7 +8,7 @@ its :class:`batch.settings.Settings`; its files (``OUTPUT_DIR/RUN_NAME/``) hold
 everything else.
 
 The job goes through the job state machine like any other, as a kind without
-a process (``queued → running → terminal``, see ``hermesd.handlers.batch.BatchPlugin``):
+a process (``queued → running → terminal``, see ``batch.ops.BatchPlugin``):
 it ends once, with its statistics, when its run has written its files — also
 when it is cancelled (``batch.cancel`` or the generic ``cancel``, which asks
 :meth:`BatchService.stop`).
@@ -32,7 +32,8 @@ from batch.job import STATISTICS, BatchRun
 from batch.output import TRAJECTORIES, batch_files
 from batch.runner_iface import SupervisorExecutor
 from batch.settings import Settings, job_id_of
-from hermesd import containers, jobs as jobs_mod
+from hermesd import jobs as jobs_mod
+from hermesd.containers import plugin as containers
 from hermesd.contract import LIVE, STOP_REASONS, JobStatus
 from hermesd.protocol import ProtocolError
 

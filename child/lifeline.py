@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 
-from hermesd.prctl import set_death_signal
+from hermesd.system.prctl import set_death_signal
 
 DEATH_SIGNAL = signal.SIGUSR2
 SERVES_ENV = ("HERMES_LIFELINE_PID", "HERMES_DAEMON_PID")

@@ -54,8 +54,8 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from hermesd import rlimits
-from hermesd.prctl import set_death_signal
+from hermesd.system import rlimits
+from hermesd.system.prctl import set_death_signal
 from hermesd.warm.wire import MARK_ENV, read_request, send_msg
 
 _CLONE_PARENT = 0x00008000

@@ -177,7 +177,7 @@ def render() -> str:
             "type `bad_request` naming the field.", ""]
     out += ops_section(HANDLERS, "Family")
     try:
-        from hermesd.tasks import task_fields
+        from hermesd.delegation.tasks import task_fields
     except ImportError:
         task_fields = None
     if task_fields is not None:

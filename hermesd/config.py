@@ -96,7 +96,7 @@ class Delegation:
 
 @dataclass(frozen=True)
 class Hooks:
-    """``hooks:`` — operator callbacks (:mod:`hermesd.hooks`)."""
+    """``hooks:`` — operator callbacks (:mod:`hermesd.control.hooks`)."""
 
     on_job_end: str | None = None
     timeout_seconds: float = field(default=30.0, metadata=_min(0.1))
@@ -151,7 +151,7 @@ class Kanban:
 @dataclass(frozen=True)
 class Retention:
     """``retention:`` — which finished jobs go, with their folders and events (see
-    :mod:`hermesd.retention`); both rules off by default (nothing is removed)."""
+    :mod:`hermesd.upkeep.retention`); both rules off by default (nothing is removed)."""
 
     max_age_days: float | None = field(default=None, metadata=_min(0))
     max_jobs: int | None = field(default=None, metadata=_min(1))
@@ -161,7 +161,7 @@ class Retention:
 
 @dataclass(frozen=True)
 class Logs:
-    """``logs:`` — the cap of each job's log (see :mod:`hermesd.logcap`)."""
+    """``logs:`` — the cap of each job's log (see :mod:`hermesd.upkeep.logcap`)."""
 
     max_bytes: int = field(default=10 * 1024 * 1024, metadata=_min(4096))
     keep: int = field(default=2, metadata=_min(0, 100))
@@ -171,7 +171,7 @@ class Logs:
 @dataclass(frozen=True)
 class ChildLimits:
     """``child_limits:`` — resource limits of each child and everything it starts
-    (see :mod:`hermesd.limits`); unset: unlimited.  A job may ask for lower ones."""
+    (see :mod:`hermesd.system.limits`); unset: unlimited.  A job may ask for lower ones."""
 
     memory_mb: int | None = field(default=None, metadata=_min(16, 1 << 40))
     cpu_seconds: int | None = field(default=None, metadata=_min(1, 1 << 40))
@@ -182,7 +182,7 @@ class ChildLimits:
 
 @dataclass(frozen=True)
 class Terminal:
-    """``terminal:`` — where a job's terminal commands run (see ``hermesd.containers``).
+    """``terminal:`` — where a job's terminal commands run (see ``hermesd.containers.plugin``).
 
     ``backend``: ``local`` (on the host) or a container engine for every job
     (``docker``/``podman``, with ``image``); a job may still ask for an image

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from hermesd.config import Config
-from hermesd.delivery import Delivery
+from hermesd.delegation.delivery import Delivery
 from hermesd.events import EventLog
 from hermesd.jobs import JobTable
 from hermesd.scheduler import Scheduler
@@ -22,7 +22,7 @@ from hermesd.store import Store
 if TYPE_CHECKING:
     from hermesd.paths import Sockets
     from hermesd.plugin import Plugins
-    from hermesd.procs import ProcessManager
+    from hermesd.system.procs import ProcessManager
     from hermesd.router import Router
     from hermesd.runner import Runner
 

@@ -87,7 +87,7 @@ STOP_REASONS: dict[str, StopReason] = {r.name: r for r in (
     StopReason("agent_stop", JobStatus.INTERRUPTED, "interrupted", "stopped by the agent that started it"),
     StopReason("kanban_archive", None, None, "kanban_archive"),
     StopReason("kanban_reclaim", None, None, "kanban_reclaim"),
-    # not the daemon's stop but the kernel's, for a child_limits limit (hermesd.limits names which)
+    # not the daemon's stop but the kernel's, for a child_limits limit (hermesd.system.limits names which)
     StopReason("resource_limit", JobStatus.FAILED, "resource_limit", "a resource limit was exceeded"),
     # a budget (hermesd.ledger) refused the job's next model call; the error names it, the spend and the limit
     StopReason("budget_exceeded", JobStatus.FAILED, "budget_exceeded", "a budget was exceeded"),
@@ -235,7 +235,7 @@ class JobSpec(Wire):
     Batch items also set ``ephemeral_system_prompt``, ``prefill_messages``,
     ``workdir_placeholder`` and ``invalid_tool_call_retries`` (see ``child.agent``).
     ``container``: the container its terminal commands run in (engine, image,
-    name, labels, workdir…: :func:`hermesd.containers.prepare`), None: on the host.
+    name, labels, workdir…: :func:`hermesd.containers.plugin.prepare`), None: on the host.
     ``ray``: a ``batch_driver``'s cluster settings (``address, num_cpus, memory_mb,
     max_retries, grace``; ``child.ray_driver``), else None.
     """

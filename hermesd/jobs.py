@@ -20,14 +20,36 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping
 
 from hermesd import clock
 from hermesd.contract import ACTIVE, TERMINAL, JobStatus
 from hermesd.events import EventLog
-from hermesd.plugin import JobKind
 from hermesd.protocol import ProtocolError
 from hermesd.store import Store
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """One kind of job.
+
+    ``name``: the ``kind`` column; ``prefix``: job ids are ``<prefix>_<hex>``;
+    ``process``: whether a job of this kind runs a child process (one without
+    goes ``queued → running`` and is ended by its plugin, not by a process exit);
+    ``at_shutdown``: what happens to a *queued* job when the daemon stops
+    (``stop``: it ends ``interrupted``; ``keep``: it runs after the next start);
+    ``at_restart``: what happens to a job found ``starting``/``running`` when the
+    daemon starts again (``lost``: its process died with the daemon; ``resume``:
+    the plugin's :meth:`hermesd.plugin.Plugin.restore` continues it).
+    """
+
+    name: str
+    prefix: str
+    process: bool = True
+    at_shutdown: Literal["stop", "keep"] = "keep"
+    at_restart: Literal["lost", "resume"] = "lost"
+
 
 S = JobStatus
 STATES = tuple(JobStatus)
@@ -39,8 +61,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 """The checked edges of the job state machine (terminal states have none); ``ACTIVE`` and
 ``TERMINAL`` are re-exported from :mod:`hermesd.contract`.  ``starting`` means "its process
 was spawned": a job kind with a process goes ``queued → starting → running``, one without
-(:attr:`hermesd.plugin.JobKind.process` false) ``queued → running`` (:func:`check_transition`)."""
-__all__ = ["ACTIVE", "TERMINAL", "TRANSITIONS", "JobTable", "InvalidTransition", "check_transition", "record"]
+(:attr:`JobKind.process` false) ``queued → running`` (:func:`check_transition`)."""
+__all__ = ["ACTIVE", "TERMINAL", "TRANSITIONS", "JobKind", "JobTable", "InvalidTransition", "check_transition", "record"]
 PROCESS_EDGES = {(S.QUEUED, S.STARTING): True, (S.QUEUED, S.RUNNING): False}
 """Edges only a job kind with a process (True) or only one without (False) may take."""
 RECORD_FIELDS = ("id", "kind", "status", "exit_reason", "goal", "context", "toolsets", "role", "model",
@@ -108,7 +130,7 @@ class JobTable:
         self._waiters: dict[str, list[asyncio.Future]] = {}
 
     def kind(self, name: str) -> JobKind:
-        """The :class:`~hermesd.plugin.JobKind` called ``name`` (an unknown one: a kind with a process)."""
+        """The :class:`JobKind` called ``name`` (an unknown one: a kind with a process)."""
         return self.kinds.get(name) or JobKind(name, name)
 
     def new_id(self, kind: str) -> str:

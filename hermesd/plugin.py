@@ -2,7 +2,7 @@
 
 A job type (delegation, session turns, batch, Kanban workers) is one
 :class:`Plugin` subclass in one module, beside the ``@op`` handlers of its
-family (:mod:`hermesd.router`).  It declares its job kinds (:class:`JobKind`:
+family (:mod:`hermesd.router`).  It declares its job kinds (:class:`hermesd.jobs.JobKind`:
 id prefix, whether it runs a process, what happens to its jobs at shutdown and
 at restart) and implements the hooks it needs.  ``hermesd.server.PLUGINS`` lists
 the plugins; :class:`Plugins` gives the core (job table, runner, daemon) the
@@ -13,43 +13,23 @@ of its own kinds only — the core names no kind, and no plugin filters on
 Adding a job type is one module (kinds, ops, hooks) and one line in
 ``hermesd.server.PLUGINS``.
 A plugin may also declare no kind and use only the hooks that see every job
-(``admit``, ``after_exit``, ``restore``…): :class:`hermesd.containers.ContainersPlugin`
+(``admit``, ``after_exit``, ``restore``…): :class:`hermesd.containers.plugin.ContainersPlugin`
 gives any job's container its life that way, without a line per job kind.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+
+from hermesd.jobs import JobKind
 
 if TYPE_CHECKING:
     from hermesd.context import Context
     from hermesd.contract import JobSpec
 
 Row = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class JobKind:
-    """One kind of job.
-
-    ``name``: the ``kind`` column; ``prefix``: job ids are ``<prefix>_<hex>``;
-    ``process``: whether a job of this kind runs a child process (one without
-    goes ``queued → running`` and is ended by its plugin, not by a process exit);
-    ``at_shutdown``: what happens to a *queued* job when the daemon stops
-    (``stop``: it ends ``interrupted``; ``keep``: it runs after the next start);
-    ``at_restart``: what happens to a job found ``starting``/``running`` when the
-    daemon starts again (``lost``: its process died with the daemon; ``resume``:
-    the plugin's :meth:`Plugin.restore` continues it).
-    """
-
-    name: str
-    prefix: str
-    process: bool = True
-    at_shutdown: Literal["stop", "keep"] = "keep"
-    at_restart: Literal["lost", "resume"] = "lost"
 
 
 class Plugin:

@@ -12,11 +12,11 @@ the job table (state machine).  Its rules:
 * The slots of a job's own caps are released when it turns terminal, before
   that state is published; its ``global`` slot (a process) once it is reaped
   (see :mod:`hermesd.scheduler`).
-* Nothing starts while the queue is paused (:mod:`hermesd.pause`); a job with
-  ``after`` joins the queue once those jobs completed (:mod:`hermesd.dependencies`).
+* Nothing starts while the queue is paused (:mod:`hermesd.control.pause`); a job with
+  ``after`` joins the queue once those jobs completed (:mod:`hermesd.control.dependencies`).
 * No healthy work is killed by a clock: a child is interrupted as ``stale``
   after ``delegation.stale_after_seconds`` without activity
-  (:mod:`hermesd.staleness`); a wall-clock limit applies only when set
+  (:mod:`hermesd.control.staleness`); a wall-clock limit applies only when set
   (``timeout_seconds`` of the job, else ``delegation.child_timeout_seconds``).
 """
 
@@ -27,15 +27,17 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from hermesd import dependencies, exits, limits
+from hermesd import exits
 from hermesd.config import Config
+from hermesd.control import dependencies
+from hermesd.control.pause import QueuePause
+from hermesd.control.staleness import ActivityLog, stale_error
 from hermesd.contract import JOB_ENV_NAMES, LIVE, SECRETS_ENV, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import JobTable
-from hermesd.procs import Child, ProcessManager
 from hermesd.protocol import ProtocolError, one_line
-from hermesd.pause import QueuePause
 from hermesd.scheduler import PROCESS_POOLS, Scheduler
-from hermesd.staleness import ActivityLog, stale_error
+from hermesd.system import limits
+from hermesd.system.procs import Child, ProcessManager
 
 log = logging.getLogger("hermesd")
 
@@ -140,7 +142,7 @@ class Runner:
         Background jobs go through the ``async`` cap (``capacity_reached``
         unless ``queue``).  The plugins' ``admit`` hook may change its fields
         first (a spec ``image`` becomes the spec's ``container``:
-        :class:`hermesd.containers.ContainersPlugin`).  Raises ``ProtocolError``
+        :class:`hermesd.containers.plugin.ContainersPlugin`).  Raises ``ProtocolError``
         (``shutting_down``, ``bad_request`` for a missing cwd or a container
         that cannot be had, ``capacity_reached``).
         """
@@ -371,7 +373,7 @@ class Runner:
                   returncode: int | None = None, limit: str | None = None) -> None:
         """The terminal transition: the child's report, overridden by the daemon's
         ``stop_reason``; without either, ``limit`` (the limit that killed it, from
-        :func:`hermesd.limits.exceeded`) or the exit status and the log's tail."""
+        :func:`hermesd.system.limits.exceeded`) or the exit status and the log's tail."""
         row = self.jobs.require(job_id)
         result = result or JobResult()
         status = result.status if result.status in TERMINAL else None

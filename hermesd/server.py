@@ -26,25 +26,30 @@ from typing import Any
 
 import zmq
 
+from batch import ops as batch
 from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, private, protocol
-from hermesd.delivery import Delivery
-from hermesd.endpoint import NOBLOCK, Endpoint
-from hermesd.events import EventLog
-from hermesd.containers import ContainersPlugin
+from hermesd.containers.plugin import ContainersPlugin
 from hermesd.context import Context
 from hermesd.contract import ACTIVE, JobStatus
-from hermesd.handlers import admin, batch, children, control, delegation, jobs, sessions, upkeep
+from hermesd.control import ops as control
+from hermesd.delegation import ops as delegation
+from hermesd.delegation.delivery import Delivery
+from hermesd.endpoint import NOBLOCK, Endpoint
+from hermesd.events import EventLog
+from hermesd.handlers import admin, children, jobs
 from hermesd.jobs import JobTable
 from hermesd.kanban import ops as kanban
 from hermesd.plugin import Plugin, Plugins
-from hermesd.prctl import become_subreaper, release_free_heap
-from hermesd.procs import ProcessManager, sweep_leftovers
 from hermesd.protocol import ProtocolError
 from hermesd.router import Router
 from hermesd.runner import Runner
 from hermesd.scheduler import Scheduler
+from hermesd.sessions import ops as sessions
 from hermesd.store import Store, StoreError
-from hermesd.systemd import Notifier
+from hermesd.system.prctl import become_subreaper, release_free_heap
+from hermesd.system.procs import ProcessManager, sweep_leftovers
+from hermesd.system.systemd import Notifier
+from hermesd.upkeep import ops as upkeep
 from hermesd.warm.spawner import make_spawner
 
 log = logging.getLogger("hermesd")

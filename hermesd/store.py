@@ -143,7 +143,7 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX kanban_comments_task ON kanban_comments(task, id)
     """,
-    # 3: retention (hermesd.retention) finds a job's first event without reading them all
+    # 3: retention (hermesd.upkeep.retention) finds a job's first event without reading them all
     """
     CREATE INDEX events_job ON events(job, seq)
     """,

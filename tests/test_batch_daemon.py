@@ -187,7 +187,7 @@ def test_per_prompt_scheduling_within_num_workers_and_max_children(make_daemon, 
 
 def test_with_warm_start_every_item_starts_warm(make_daemon, tmp_path):
     """Items wait for the spare the zygote is forking (milliseconds) instead of starting a
-    whole interpreter each when the spares held run out (hermesd.procs.Spawner.at_hand)."""
+    whole interpreter each when the spares held run out (hermesd.system.procs.Spawner.at_hand)."""
     daemon = make_daemon()
     if daemon.call("status")["start"]["method"] != "forkserver":
         pytest.skip("warm start only (HERMES_TEST_START_METHOD=spawn)")

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from child.container import Container, ulimit_args
-from hermesd import config as config_mod, containers
+from hermesd import config as config_mod
+from hermesd.containers import plugin as containers
 from hermesd.contract import JobSpec
 from hermesd.protocol import ProtocolError
 from tests.chaos.helpers import delegate_warm, forkserver, wait_warm

@@ -130,7 +130,7 @@ def test_after_an_unknown_id_is_not_found(daemon):
 
 
 def test_a_cycle_in_after_is_bad_request():
-    from hermesd import dependencies
+    from hermesd.control import dependencies
 
     rows = {"a": {"spec": {"after": ["b"]}}, "b": {"spec": {"after": ["new"]}}}
     with pytest.raises(ProtocolError) as err:

@@ -13,7 +13,7 @@ from child.activity import Activity
 from child.tools import ToolContext, ToolError
 from child.tools import delegation as tools
 from hermesd.protocol import ProtocolError
-from hermesd.tasks import check_schema
+from hermesd.delegation.tasks import check_schema
 
 
 class FakeChannel:

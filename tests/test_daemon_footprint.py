@@ -45,7 +45,7 @@ def test_the_zygote_imports_only_the_sdks_in_use_and_learns_a_new_one(daemon):
              "the zygote importing the openai SDK (and ssl) for the spares to come")
 
 NOT_RESIDENT = re.compile(r"_psutil_linux|_bz2\.cpython|_lzma\.cpython|libbz2|liblzma")
-"""What the idle daemon does without (issue 22): psutil (``hermesd.procfs`` reads ``/proc``), and
+"""What the idle daemon does without (issue 22): psutil (``hermesd.system.procfs`` reads ``/proc``), and
 bz2/lzma, which ``shutil`` imports (it is imported where a folder is removed or a program looked
 up, not at start)."""
 

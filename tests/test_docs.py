@@ -91,7 +91,8 @@ def _imports(path: Path) -> set[str]:
 
 def test_architecture_import_rules_hold():
     allowed_daemon = {"hermesd", "hermesd.protocol", "hermesd.contract", "hermesd.paths", "hermesd.config",
-                      "hermesd.prctl", "hermesd.warm.wire", "hermesd.rlimits", "hermesd.private"}
+                      "hermesd.system", "hermesd.system.prctl", "hermesd.warm.wire", "hermesd.system.rlimits",
+                      "hermesd.private"}
     broken = []
     for module in sorted(modules()):
         top = module.split("/")[0]
@@ -102,14 +103,15 @@ def test_architecture_import_rules_hold():
             bad = {n for n in daemon if n not in allowed_daemon and not n.startswith("hermesd.protocol.")
                    and not n.startswith("hermesd.contract.")
                    and not n.startswith("hermesd.paths.") and not n.startswith("hermesd.config.")
-                   and not n.startswith("hermesd.prctl.") and not n.startswith("hermesd.warm.wire.")
+                   and not n.startswith("hermesd.system.prctl.") and not n.startswith("hermesd.warm.wire.")
                    and not n.startswith("hermesd.private.")}
             broken += [f"{module} imports {n}" for n in sorted(bad)]
         if top == "batch":  # daemon-side: the daemon never imports Ray (its driver, a child, does)
             broken += [f"{module} imports {r}" for r in sorted(roots & {"client", "child", "ray"})]
         if top == "hermesd":
             broken += [f"{module} imports {r}" for r in sorted(roots & {"client", "child", "anthropic", "openai", "ray"})]
-    for leaf in ("hermesd/warm/__init__.py", "hermesd/warm/wire.py", "hermesd/rlimits.py", "hermesd/private.py"):  # what children may import pulls in no daemon
+    for leaf in ("hermesd/warm/__init__.py", "hermesd/warm/wire.py", "hermesd/system/__init__.py", "hermesd/system/prctl.py",
+                 "hermesd/system/rlimits.py", "hermesd/private.py"):  # what children may import pulls in no daemon
         broken += [f"{leaf} imports {n}" for n in sorted(_imports(ROOT / leaf)) if n.split(".")[0] == "hermesd"]
     assert not broken, "architecture rules broken:\n" + "\n".join(broken)
 

@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from hermesd import limits
+from hermesd.system import limits
 from tests.chaos.helpers import delegate_warm, warm_on_start
 from tests.harness import DaemonProc
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from hermesd.logcap import rotate, rotated
+from hermesd.upkeep.logcap import rotate, rotated
 from tests.harness import wait_for
 
 

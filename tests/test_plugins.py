@@ -11,8 +11,8 @@ import pytest
 from hermesd import contract, jobs
 from hermesd.events import EventLog
 from hermesd.handlers import jobs as job_ops
-from hermesd.jobs import InvalidTransition, JobTable
-from hermesd.plugin import JobKind, Plugin, Plugins
+from hermesd.jobs import InvalidTransition, JobKind, JobTable
+from hermesd.plugin import Plugin, Plugins
 from hermesd.protocol import ProtocolError, Request
 from hermesd.router import Router
 from hermesd.server import PLUGINS, ROUTER
@@ -90,7 +90,7 @@ def test_hooks_reach_only_the_plugin_of_the_kind():
 
 
 def test_admit_reaches_every_plugin_and_may_refuse_the_job():
-    class Stamp(Plugin):  # no kind of its own, as hermesd.containers.ContainersPlugin
+    class Stamp(Plugin):  # no kind of its own, as hermesd.containers.plugin.ContainersPlugin
         def admit(self, job_id, kind, fields):
             if fields.get("goal") == "refuse":
                 raise ProtocolError("bad_request", f"job {job_id}: refused")

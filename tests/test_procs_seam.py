@@ -11,7 +11,7 @@ import pytest
 from hermesd.config import Config, Supervisor
 from hermesd.events import EventLog
 from hermesd.jobs import JobTable
-from hermesd.procs import ProcessManager
+from hermesd.system.procs import ProcessManager
 from hermesd.runner import Runner
 from hermesd.scheduler import Scheduler
 from hermesd.store import Store, StoreError

@@ -209,7 +209,7 @@ def test_slash_background_result_arrives(make_daemon, api):
 
 
 def test_child_toolsets_rules():
-    from hermesd.delegation import child_toolsets
+    from hermesd.delegation.service import child_toolsets
 
     assert child_toolsets(["terminal", "web", "kanban"], ["terminal", "file"], "leaf", 1, 1) == ["terminal"]
     assert child_toolsets(["delegation", "file"], ["delegation", "file"], "leaf", 1, 2) == ["file"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from hermesd.config import Supervisor
-from hermesd.systemd import Notifier
+from hermesd.system.systemd import Notifier
 from tests.harness import ROOT, wait_for
 
 UNITS = ROOT / "systemd"

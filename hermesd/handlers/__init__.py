@@ -1,7 +1,8 @@
-"""The op handlers, one module per message family (pueue-style), each marked with ``hermesd.router.op``.
+"""The core's op handlers, one module per message family (pueue-style), each marked with ``hermesd.router.op``.
 
 Core families: ``admin`` (the daemon), ``jobs`` (any job), ``children`` (child
-reports).  Job-type families hold their plugin too (``hermesd.plugin``):
-``delegation``, ``sessions``, ``batch``; Kanban's is ``hermesd.kanban.ops``.
+reports).  A job type's ops live in its own package beside its plugin
+(``hermesd.delegation.ops``, ``hermesd.sessions.ops``, ``hermesd.kanban.ops``,
+``batch.ops``; ``hermesd.control.ops`` and ``hermesd.upkeep.ops`` without a kind).
 Every handler takes the typed ``hermesd.context.Context`` first.
 """

@@ -20,7 +20,8 @@ from hermesd.kanban import actors, profiles
 from hermesd.kanban.actors import PERSON, Actor
 from hermesd.kanban.board import STATUSES, Board, board_arg
 from hermesd.kanban.dispatcher import WORKER_KIND, Dispatcher
-from hermesd.plugin import JobKind, Plugin
+from hermesd.jobs import JobKind
+from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import OpInfo, op
 

@@ -1,6 +1,6 @@
 """The process manager's start strategy for ``supervisor.start_method``.
 
-:func:`make_spawner` gives :class:`hermesd.procs.ColdSpawner` for ``spawn`` and
+:func:`make_spawner` gives :class:`hermesd.system.procs.ColdSpawner` for ``spawn`` and
 :class:`WarmSpawner` for ``forkserver`` (the default).  The warm one hands a
 job to a spare the zygote forked ahead of time (:mod:`hermesd.warm.client`);
 with none at hand it starts the child cold at once, through the same cold
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from hermesd.procs import OS, ColdSpawner, Spawner, child_env
+from hermesd.system.procs import OS, ColdSpawner, Spawner, child_env
 from hermesd.warm.client import ZygoteClient
 from hermesd.warm.wire import BASE_URL_ENV, OWNER_ENV, PROVIDERS_ENV
 
@@ -94,7 +94,7 @@ def make_spawner(start_method: str, loop: Any, supervisor_id: str = "", children
     """The spawner for ``supervisor.start_method``: ``forkserver`` (:class:`WarmSpawner`;
     its spares connect to ``children_socket`` ahead of time; its zygote imports the SDKs
     of ``providers``, the config's, else of the default provider for ``base_url``) or
-    ``spawn`` (:class:`~hermesd.procs.ColdSpawner`, a new interpreter per child)."""
+    ``spawn`` (:class:`~hermesd.system.procs.ColdSpawner`, a new interpreter per child)."""
     cold = ColdSpawner(os_seam or OS())
     if start_method != "forkserver":
         return cold

@@ -1,17 +1,17 @@
 """Upkeep of a daemon that runs for months: the ``clean`` op, and a plugin without job
-kinds whose hooks detect the cgroup delegation (:mod:`hermesd.limits`) and run the
-timers that apply the retention policy (:mod:`hermesd.retention`) and cap job logs
-(:mod:`hermesd.logcap`) in the background."""
+kinds whose hooks detect the cgroup delegation (:mod:`hermesd.system.limits`) and run the
+timers that apply the retention policy (:mod:`hermesd.upkeep.retention`) and cap job logs
+(:mod:`hermesd.upkeep.logcap`) in the background."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hermesd import limits, logcap
-from hermesd import retention as retention_mod
 from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op
+from hermesd.system import limits
+from hermesd.upkeep import logcap, retention as retention_mod
 
 if TYPE_CHECKING:
     from hermesd.context import Context

@@ -40,7 +40,7 @@ import subprocess
 import zlib
 from typing import Any
 
-from hermesd import limits
+from hermesd.system import limits
 from hermesd.config import Config, Terminal
 from hermesd.contract import ACTIVE
 from hermesd.jobs import JobTable
@@ -113,7 +113,7 @@ def prepare(config: Config, job_id: str, fields: dict[str, Any]) -> None:
     The entry: ``engine`` (argv prefix), ``kind`` (``docker``/``podman``),
     ``image``, ``name``, ``labels``, ``workdir``, ``network`` (bool), ``pull``
     (bool), ``runtime``, ``max_processes``, ``start_timeout_seconds``, ``memory_mb`` (the
-    job's memory limit, MiB or None: the container's ``--memory``, see :func:`hermesd.limits.for_child`).
+    job's memory limit, MiB or None: the container's ``--memory``, see :func:`hermesd.system.limits.for_child`).
     Raises ``ProtocolError(bad_request)`` naming the job for a bad image or no
     engine installed.
     """

@@ -1,6 +1,6 @@
 """A job's rlimits as one environment variable, and setting them: a leaf that children
 import (the warm spare sets them once it has its job), as the daemon does (``preexec_fn``
-of a cold start).  It imports nothing from hermesd; :mod:`hermesd.limits` says where the
+of a cold start).  It imports nothing from hermesd; :mod:`hermesd.system.limits` says where the
 limits come from and what they mean.
 
 :data:`ENV` holds ``NAME=SOFT[:HARD]`` items joined by commas, ``NAME`` one of

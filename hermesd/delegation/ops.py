@@ -10,20 +10,21 @@ from typing import Any
 
 from hermesd.context import Context
 from hermesd.contract import TERMINAL
-from hermesd.delegation import (Inbox, delegate_from_child, list_children, steer_child, stop_child,
+from hermesd.delegation.service import (Inbox, delegate_from_child, list_children, steer_child, stop_child,
                                 stop_foreground_children)
 from hermesd.handlers.jobs import submitted
-from hermesd.plugin import JobKind, Plugin
+from hermesd.jobs import JobKind
+from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op
-from hermesd.tasks import new_group, task_fields
+from hermesd.delegation.tasks import new_group, task_fields
 
 
 class DelegationPlugin(Plugin):
     """Subagents.  A queued foreground delegation ends ``interrupted`` at shutdown
     (whoever waits for it is gone); a queued background one runs after the next
     start (its notification is still owed).  A background job's terminal state
-    carries its completion notification (``hermesd.delivery``); when any job
+    carries its completion notification (``hermesd.delegation.delivery``); when any job
     ends, its foreground children end too."""
 
     kinds = (JobKind("delegation", "deleg", at_shutdown="stop"), JobKind("background", "bg"))
@@ -90,7 +91,7 @@ async def spawn_parallel(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 @op("child.delegate", child=True)
 async def child_delegate(ctx: Context, job: str, args: dict[str, Any]) -> Any:
     """A ``delegate_task`` call of the child's agent: ``tasks`` (list of task maps)
-    and ``background``; see :mod:`hermesd.delegation` for the rules and the answer."""
+    and ``background``; see :mod:`hermesd.delegation.service` for the rules and the answer."""
     return await delegate_from_child(ctx, job, args)
 
 

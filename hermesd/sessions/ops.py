@@ -8,11 +8,12 @@ from typing import Any
 from hermesd import jobs as jobs_mod
 from hermesd.context import Context
 from hermesd.contract import JobSpec
-from hermesd.delegation import child_toolsets
-from hermesd.plugin import JobKind, Plugin
+from hermesd.delegation.service import child_toolsets
+from hermesd.jobs import JobKind
+from hermesd.plugin import Plugin
 from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg, expand_toolsets
-from hermesd.sessions import Sessions, display_text
+from hermesd.sessions.service import Sessions, display_text
 
 MAX_TEXT_BYTES = 256 * 1024
 SLASH_COMMANDS = {"/background": "/background PROMPT — run PROMPT as a fresh background agent; its result "

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermesd import jobs as jobs_mod
 from hermesd.contract import LIVE
-from hermesd.tasks import new_group, task_fields
+from hermesd.delegation.tasks import new_group, task_fields
 from hermesd.protocol import ProtocolError
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from hermesd import config as config_mod
-from hermesd import limits
+from hermesd.system import limits
 from hermesd.contract import PROVIDERS, ROLES
 from hermesd.protocol import ProtocolError, arg, expand_toolsets, in_range
 
@@ -34,10 +34,10 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     ``system_prompt``, ``output_schema`` (a JSON Schema the final answer must
     validate against), ``env`` (``{NAME: value}`` added to the child's
     environment; ``HERMES_*`` names are the daemon's) and ``after`` (job ids,
-    checked by :mod:`hermesd.dependencies`), ``image`` (run the terminal in a
-    container of that image: :class:`hermesd.containers.ContainersPlugin`), and the resource limits
+    checked by :mod:`hermesd.control.dependencies`), ``image`` (run the terminal in a
+    container of that image: :class:`hermesd.containers.plugin.ContainersPlugin`), and the resource limits
     ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes``,
-    ``max_open_files`` (see :mod:`hermesd.limits`; at most the config's).  Raises ``ProtocolError``
+    ``max_open_files`` (see :mod:`hermesd.system.limits`; at most the config's).  Raises ``ProtocolError``
     (``bad_request``/``too_large``) naming the field.
     """
     goal = arg(args, "goal", str)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 
-from hermesd import limits, procfs, rlimits
+from hermesd.system import limits, procfs, rlimits
 from hermesd.contract import PYTHON
 
 SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
@@ -49,7 +49,7 @@ class OS:
     def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
         """Start ``argv`` in a new session; returns a handle with ``.pid``.
 
-        The rlimits named in ``env`` (:data:`hermesd.rlimits.ENV`) are set in the
+        The rlimits named in ``env`` (:data:`hermesd.system.rlimits.ENV`) are set in the
         child before it runs.  Raises ``OSError`` when the program or ``cwd``
         cannot be used.
         """

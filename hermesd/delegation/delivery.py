@@ -8,7 +8,7 @@ its history to understand it), and an ``async_delegation`` event is recorded.
 Delivery: a notification with no originating session is delivered by its
 event (clients read it with ``events``/``wait``) and acknowledged at once.  One
 with a session is handed to that session as a new turn when the session is
-idle (see ``hermesd.sessions``), and acknowledged (``state='delivered'``) in the
+idle (see ``hermesd.sessions.service``), and acknowledged (``state='delivered'``) in the
 same transaction that stores the turn — exactly once, across restarts too.
 """
 

@@ -13,10 +13,10 @@ child's first instruction and are inherited by every process it starts:
   user by the kernel, so it is a ceiling for the user's processes, not the
   job's — the job's own count is the cgroup's ``pids.max``) and
   ``RLIMIT_NOFILE``.  They travel in the child's environment
-  (:data:`hermesd.rlimits.ENV`, ``as=BYTES,cpu=SOFT:HARD,…``) and are set by
+  (:data:`hermesd.system.rlimits.ENV`, ``as=BYTES,cpu=SOFT:HARD,…``) and are set by
   whoever becomes the child: ``preexec_fn`` between fork and exec for a cold
   start, the spare once it has read its job for a warm start
-  (:mod:`hermesd.rlimits`, a leaf the child side may import) — one encoding,
+  (:mod:`hermesd.system.rlimits`, a leaf the child side may import) — one encoding,
   read in both places.
 * **cgroup v2, where the daemon has a delegated cgroup** (systemd
   ``Delegate=yes``): :class:`Cgroups` moves the daemon into a leaf
@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hermesd import rlimits
+from hermesd.system import rlimits
 from hermesd.protocol import arg
 
 log = logging.getLogger("hermesd")
@@ -73,7 +73,7 @@ class Limits:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     def env(self) -> dict[str, str]:
-        """The rlimits for the child's environment (:func:`hermesd.rlimits.encode`; empty without any)."""
+        """The rlimits for the child's environment (:func:`hermesd.system.rlimits.encode`; empty without any)."""
         items = {}
         if self.memory_mb is not None:
             items["as"] = (self.memory_mb * MIB, self.memory_mb * MIB)
@@ -116,7 +116,7 @@ def effective(ceiling_: Limits, job: dict[str, Any] | None) -> Limits:
 
 def for_child(spec: dict[str, Any], resources: Limits) -> Limits:
     """The limits of the child process of a job with ``spec``: in a container job (``spec["container"]``,
-    :mod:`hermesd.containers`) the memory limit is the container's ``--memory``, where its commands
+    :mod:`hermesd.containers.plugin`) the memory limit is the container's ``--memory``, where its commands
     run, not the child's ``RLIMIT_AS``, under which the engine's command line the child runs
     cannot start."""
     if spec.get("container") and resources.memory_mb is not None:

@@ -18,7 +18,8 @@ from hermesd import config as config_mod
 from hermesd.context import Context
 from hermesd.contract import LIVE
 from hermesd.handlers.jobs import ended
-from hermesd.plugin import JobKind, Plugin
+from hermesd.jobs import JobKind
+from hermesd.plugin import Plugin
 from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg
 

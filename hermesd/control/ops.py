@@ -2,9 +2,9 @@
 
 ``pause`` stops new starts (running jobs go on; new requests are accepted and
 wait ``queued``, their reply says ``queue_paused: true``); ``resume`` starts
-what fits.  Both are durable (:mod:`hermesd.pause`) and shown by ``status``.
-``hooks.on_job_end`` runs for every job that ends (:mod:`hermesd.hooks`).
-``retry`` is a delegation op (:mod:`hermesd.handlers.delegation`).
+what fits.  Both are durable (:mod:`hermesd.control.pause`) and shown by ``status``.
+``hooks.on_job_end`` runs for every job that ends (:mod:`hermesd.control.hooks`).
+``retry`` is a delegation op (:mod:`hermesd.delegation.ops`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import os
 from typing import Any
 
 from hermesd.context import Context
-from hermesd.hooks import JobEndHooks
+from hermesd.control.hooks import JobEndHooks
 from hermesd.plugin import Plugin
-from hermesd.procs import child_env
+from hermesd.system.procs import child_env
 from hermesd.router import op
 
 
