@@ -75,8 +75,8 @@ def global_options(fn: Callable) -> Callable:
     fn = click.version_option(None, "--version", package_name="hermesd", message="%(prog)s, version %(version)s")(fn)
     fn = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT,
                       show_default=True, expose_value=False, callback=_set_root("timeout"), help=TIMEOUT_HELP)(fn)
-    fn = click.option("--runtime-dir", envvar="HERMES_RUNTIME_DIR", type=click.Path(file_okay=False), default=None,
-                      expose_value=False, callback=_set_root("runtime_dir"),
+    fn = click.option("--runtime-dir", envvar="HERMES_RUNTIME_DIR", type=click.Path(file_okay=False, readable=False),
+                      default=None, expose_value=False, callback=_set_root("runtime_dir"),
                       help="Runtime directory of the daemon's sockets.")(fn)
     return json_option(fn)
 

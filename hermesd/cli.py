@@ -7,13 +7,21 @@ argparse, not click as ``hermesctl``: a few commands, and ``run`` starts sooner.
 
 from __future__ import annotations
 
-import argparse
 import os
+import signal
 import stat
 import sys
+
+if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "hermesd":
+    # The program (not a test importing it): SIGTERM and SIGINT are held from its first line, so
+    # that one that comes while `hermesd run` starts stops the daemon cleanly once it has started
+    # (hermesd.daemon.main); main() lets them through at once for the other commands.
+    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT))
+
+import argparse  # noqa: E402 - after the signals are held
 from typing import Any, Callable
 
-from hermesd import __version__, config as config_mod, daemon, paths
+from hermesd import __version__, config as config_mod, daemon, paths  # noqa: E402
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -63,6 +71,7 @@ def run(args: argparse.Namespace) -> None:
     try:
         daemon.exec_daemon(cfg, args.config, args.log_level)
     except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, daemon.STOP_SIGNALS)
         print(f"hermesd: cannot start the daemon process ({sys.executable}): {exc}", file=sys.stderr)
         sys.exit(1)
 
@@ -112,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point.  Exits 2 on a usage error (as argparse does), 7 on an
     invalid configuration, 130 on a Ctrl-C."""
     args, extra = parser().parse_known_args(argv)
+    if getattr(args, "func", None) is not run:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, daemon.STOP_SIGNALS)
     if extra:  # said by the command's own parser, with its own usage line
         args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:

@@ -32,6 +32,7 @@ import fcntl
 import json
 import logging
 import os
+import signal
 import sys
 from typing import NoReturn
 
@@ -92,12 +93,28 @@ def keep_tls_out() -> None:
 
 def main(argv: list[str]) -> int:
     """``python -m hermesd.daemon FD``: run the daemon on the config in file descriptor
-    ``FD`` (:func:`exec_daemon`); returns the exit status (130 for a Ctrl-C before the
-    daemon's own signal handlers are in place, without a traceback)."""
+    ``FD`` (:func:`exec_daemon`); returns the exit status.
+
+    SIGTERM and SIGINT arrive blocked (``hermesd run`` blocks them before the exec, and a
+    blocked signal stays pending across it): here they are caught into :data:`EARLY_SIGNALS`
+    and unblocked, so a signal while the daemon starts makes it finish starting and stop at
+    once, cleanly (``Daemon.run``: nothing it started is left; 130 after a SIGINT), instead
+    of dying by the signal half-way.
+    """
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: EARLY_SIGNALS.append(signal.Signals(signum).name))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
         return _run(int(argv[0]))
     except KeyboardInterrupt:
         return 130
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""The signals that stop the daemon; blocked by ``hermesd run`` from just before its exec."""
+
+EARLY_SIGNALS: list[str] = []
+"""The names of the stop signals that came while the daemon started (before its event loop's handlers)."""
 
 
 def _run(fd: int) -> int:
@@ -115,7 +132,7 @@ def _run(fd: int) -> int:
     keep_tls_out()
     from hermesd import server
 
-    return server.run(config, handoff["path"])
+    return server.run(config, handoff["path"], early_signals=EARLY_SIGNALS)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ class Daemon:
         self._lock_fd: int | None = None
         self._state_lock_fd: int | None = None
         self._tasks: set[asyncio.Task] = set()
+        self.early_signals: list[str] = []  # stop signals that came while it started (hermesd.daemon)
 
     # start-up ------------------------------------------------------------
 
@@ -229,9 +230,11 @@ class Daemon:
             loop.add_signal_handler(sig, lambda s=sig: self.request_shutdown(f"signal {signal.Signals(s).name}"))
         loop.add_signal_handler(signal.SIGHUP, self._reload_on_signal)
         loop.add_signal_handler(signal.SIGCHLD, self.procs.reap)
+        self._done = asyncio.Event()
+        for name in self.early_signals:  # came while it started: stop now, cleanly, before any job starts
+            self.request_shutdown(f"signal {name} while starting")
         self.procs.reap()
         self.runner.pump()
-        self._done = asyncio.Event()
         self.endpoints = [self._serve(self.control, lambda request: ROUTER.client(self.context, request)),
                           self._serve(self.children, lambda request: ROUTER.child(self.context, request))]
         if self.notifier.watchdog_seconds:
@@ -244,7 +247,7 @@ class Daemon:
         log.info("hermesd %s ready (pid %d, runtime %s)", __version__, os.getpid(), self.sockets.dir)
         await self._done.wait()
         await self._shutdown()
-        return 0
+        return 130 if "SIGINT" in self.early_signals else 0
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
@@ -408,14 +411,17 @@ def _probe(path: Path, timeout_ms: int = 300) -> bool:
         sock.close()
 
 
-def run(config: config_mod.Config, config_path: str | None = None) -> int:
+def run(config: config_mod.Config, config_path: str | None = None, early_signals: list[str] | None = None) -> int:
     """Run a daemon in the foreground until it is shut down; returns the exit status.
 
     A failure to start (another daemon, a socket path over the Unix limit, a directory
     that cannot be created or written, a full disk, a state database that cannot be
     opened) is one line on stderr naming the path, and status 1, never a traceback.
+    ``early_signals``: names of stop signals that came while it started, appended to as they
+    come (:data:`hermesd.daemon.EARLY_SIGNALS`): it stops as soon as it has started.
     """
     daemon = Daemon(config, config_path=config_path)
+    daemon.early_signals = early_signals if early_signals is not None else []
     try:
         return asyncio.run(daemon.run())
     except (AlreadyRunning, StoreError, paths.UnsafeDirectory, paths.SocketPathTooLong) as exc:
