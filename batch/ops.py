@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batch import distributions
-from batch.settings import Settings, flag_options, job_id_of
+from batch.settings import Settings, flag_options, job_id_of, resume_args
 from hermesd import config as config_mod
 from hermesd.context import Context
 from hermesd.contract import LIVE
@@ -102,7 +103,9 @@ def _positive(args: dict[str, Any], name: str, default: int | None = None) -> in
 
 
 def settings_from(ctx: Context, args: dict[str, Any]) -> Settings:
-    """Validate ``batch.run`` arguments into :class:`batch.settings.Settings`.
+    """Validate ``batch.run`` arguments into :class:`batch.settings.Settings`; with ``resume``,
+    the run's fixed settings the request leaves out are taken from its checkpoint
+    (:func:`batch.settings.resume_args`).
 
     Raises ``ProtocolError(bad_request)`` naming the field: a run name that is
     not a plain file name, relative paths, numbers below 1, an unknown
@@ -112,12 +115,14 @@ def settings_from(ctx: Context, args: dict[str, Any]) -> Settings:
     if not RUN_NAME.match(run_name):
         raise ProtocolError("bad_request", f"run_name {run_name!r} must be 1 to 100 letters, digits, '.', '_' or '-' "
                             "(it names the run's directory)", {"field": "run_name"})
+    output_dir = _absolute(args, "output_dir") or os.path.join(ctx.config.state_dir(), ctx.config.batch.output_dir)
+    if arg(args, "resume", bool, False):  # what the request leaves out of the run's fixed settings: the run's own
+        args = resume_args(args, run_name, Path(output_dir) / run_name)
     distribution = arg(args, "distribution", str, distributions.DEFAULT)
     try:
         distributions.get(distribution)
     except distributions.UnknownDistribution as exc:
         raise ProtocolError("bad_request", str(exc), {"field": "distribution"}) from None
-    output_dir = _absolute(args, "output_dir") or os.path.join(ctx.config.state_dir(), ctx.config.batch.output_dir)
     return Settings(run_name=run_name, dataset_file=_absolute(args, "dataset_file"), output_dir=output_dir,
                     batch_size=_positive(args, "batch_size"),
                     num_workers=_positive(args, "num_workers", ctx.config.batch.num_workers),
@@ -141,9 +146,10 @@ def _not_negative(args: dict[str, Any], name: str, default: float) -> float:
 @op("batch.run", work=True)
 async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Start batch run ``run_name`` over ``dataset_file`` (absolute JSONL path), or
-    continue it with ``resume=true``.
+    continue it with ``resume=true`` (then ``dataset_file``, ``batch_size`` and
+    ``distribution`` default to the run's own, from its ``checkpoint.json``).
 
-    Arguments: ``batch_size`` (required, prompts per ``batch_N.jsonl``),
+    Arguments: ``batch_size`` (required to start, prompts per ``batch_N.jsonl``),
     ``num_workers`` (default ``batch.num_workers``, 4), ``max_turns`` (default
     ``batch.max_turns``, 10), ``distribution`` (default ``default``; see
     ``batch.distributions``), ``reasoning_effort``, ``max_samples`` (use only

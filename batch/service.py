@@ -31,7 +31,7 @@ from batch.executor_ray import RayExecutor
 from batch.job import STATISTICS, BatchRun
 from batch.output import TRAJECTORIES, batch_files
 from batch.runner_iface import SupervisorExecutor
-from batch.settings import Settings, job_id_of
+from batch.settings import Settings, job_id_of, no_run
 from hermesd import jobs as jobs_mod
 from hermesd.containers import plugin as containers
 from hermesd.contract import LIVE, STOP_REASONS, JobStatus
@@ -131,9 +131,7 @@ class BatchService:
         except CheckpointError as exc:
             raise ProtocolError("bad_request", str(exc), {"field": "run_name"}) from None
         if resume and stored is None and not batch_files(s.run_dir):
-            raise ProtocolError("bad_request", f"cannot resume {s.run_name!r}: {s.run_dir} holds no run (no "
-                                "checkpoint.json, no batch files); check --run_name and --output_dir, or start it "
-                                "without --resume", {"field": "resume", "run_dir": str(s.run_dir)})
+            raise no_run(s.run_name, s.run_dir)
         if (stored is not None or batch_files(s.run_dir)) and not resume:
             raise ProtocolError("invalid_state", f"{s.run_dir} already holds run {s.run_name!r}; pass --resume to "
                                 "continue it (nothing finished runs again), or choose another --run_name or "

@@ -57,6 +57,37 @@ def load_prefill(path: str) -> list[dict[str, str]]:
     return out
 
 
+def no_run(run_name: str, run_dir: Path) -> Any:
+    """The ``bad_request`` error of a resume of run ``run_name`` whose ``run_dir`` holds no run."""
+    from hermesd.protocol import ProtocolError
+
+    return ProtocolError("bad_request", f"cannot resume {run_name!r}: {run_dir} holds no run (no checkpoint.json, "
+                         "no batch files); check --run_name and --output_dir, or start it without --resume",
+                         {"field": "resume", "run_dir": str(run_dir)})
+
+
+def resume_args(args: dict[str, Any], run_name: str, run_dir: Path) -> dict[str, Any]:
+    """The ``batch.run`` arguments of a resume of run ``run_name`` (in ``run_dir``): the
+    :data:`FIXED` settings the request leaves out are the run's own, from its checkpoint
+    (the ones it gives override them, and must agree with them: :meth:`Settings.conflicts`).
+
+    Raises ``ProtocolError(bad_request)`` (:func:`no_run`) when ``run_dir`` holds no run;
+    an unreadable checkpoint leaves ``args`` as they are (the run's start says what is wrong)."""
+    from batch.checkpoint import Checkpoint, CheckpointError
+    from batch.output import batch_files
+
+    try:
+        stored = Checkpoint.load(run_dir)
+    except CheckpointError:
+        return args
+    if stored is None:
+        if not batch_files(run_dir):
+            raise no_run(run_name, run_dir)
+        return args
+    own = {key: stored.settings[key] for key in FIXED if stored.settings.get(key) is not None}
+    return {**own, **{k: v for k, v in args.items() if v is not None}}
+
+
 def job_id_of(run_name: str) -> str:
     """The job id of a run: ``batch_<run_name>``."""
     return f"batch_{run_name}"

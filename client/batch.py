@@ -15,17 +15,15 @@ Flags are spelled as batch_runner's (``--dataset_file``); the dashed forms
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 from client import render
-from client.common import (COMPLETION_HELP, TERMINAL, Ctl, conn, exit_for, fail, global_options, is_json, json_option,
+from client.common import (COMPLETION_HELP, TERMINAL, Ctl, conn, exit_for, global_options, is_json, json_option,
                            out, show, stopped_watching)
 from hermesd.contract import EXECUTORS, PROVIDERS, REASONING_EFFORTS
 
@@ -223,37 +221,15 @@ def _distributions() -> None:
         out(f"{name}{mark}: {odds} — {dist['description']}")
 
 
-def _fill_from_checkpoint(flags: dict[str, Any]) -> None:
-    """With ``--resume``: the fixed settings not given (dataset file, batch size,
-    distribution) are the run's own, read from OUTPUT_DIR/RUN_NAME/checkpoint.json.
-    A run that does not exist is refused here (exit 2, naming its directory) when
-    the flags do not say what to start."""
-    run_dir = Path(os.path.abspath(os.path.expanduser(flags["output_dir"]))) / flags["run_name"]
-    path = run_dir / "checkpoint.json"
-    try:
-        stored = json.loads(path.read_text()).get("settings") or {}
-    except FileNotFoundError:
-        if not any(run_dir.glob("batch_*.jsonl")):
-            fail("bad_request", f"cannot resume {flags['run_name']!r}: {run_dir} holds no run (no checkpoint.json, "
-                     "no batch files); check --run_name and --output_dir, or start it without --resume")
-        return
-    except (OSError, ValueError, AttributeError):
-        return  # no readable checkpoint: the daemon says what is wrong, or the usage error below
-    for key in ("dataset_file", "batch_size", "distribution"):
-        if flags.get(key) is None and stored.get(key) is not None:
-            flags[key] = stored[key]
-
-
 def run_batch(flags: dict[str, Any]) -> None:
     """The body of ``hermes-batch`` / ``hermesctl batch run`` (``flags``: the options by name)."""
     if flags.pop("list_distributions"):
         return _distributions()
-    if flags.get("resume") and flags.get("run_name"):
-        _fill_from_checkpoint(flags)
-    missing = [f"--{k}" for k in ("dataset_file", "batch_size", "run_name") if flags.get(k) is None]
+    # with --resume the daemon takes what is not given of the run's own settings from its checkpoint
+    needed = ("run_name",) if flags.get("resume") else ("dataset_file", "batch_size", "run_name")
+    missing = [f"--{k}" for k in needed if flags.get(k) is None]
     if missing:
-        raise click.UsageError(f"missing required option(s): {', '.join(missing)}"
-                               + (" (no checkpoint to take them from)" if flags.get("resume") else ""))
+        raise click.UsageError(f"missing required option(s): {', '.join(missing)}")
     detach, verbose = flags.pop("detach"), flags.pop("verbose")
     args = {k: v for k, v in flags.items() if v is not None and v is not False}
     for key in ("dataset_file", "output_dir", "prefill_messages_file"):

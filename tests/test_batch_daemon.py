@@ -270,8 +270,10 @@ def test_cancel_then_resume_runs_only_what_is_left_and_an_existing_run_needs_res
     assert {j["goal"] for j in new_items if j["status"] == "completed"} == {f"p{i}" for i in range(12)} - {
         f"p{i}" for i in done_before}
     check_consistent(read_run(run_dir), 5)
-    again = finish(daemon, start(daemon, dataset, "cr", batch_size=5, resume=True))  # nothing left to run
+    # nothing left to run; the daemon takes the dataset and batch size from the run's checkpoint
+    again = finish(daemon, daemon.call("batch.run", run_name="cr", output_dir=str(daemon.base / "out"), resume=True))
     assert again["status"] == "completed" and again["progress"]["done"] == 12
+    assert (again["settings"]["dataset_file"], again["settings"]["batch_size"]) == (str(dataset), 5)
     assert len(daemon.call("ps", all=True, kind="batch_item")["jobs"]) == items_before + len(new_items)
 
 
