@@ -7,7 +7,9 @@ Each line is a JSON object with ``prompt`` (a non-empty string) and optionally:
 * ``docker_image``: a container image the prompt's terminal commands run in
   (docker or podman: see ``hermesd.containers.plugin``);
 * ``script``: a list of steps for the ``scripted`` provider (tests and demos;
-  other providers ignore it).
+  other providers ignore it);
+* ``verifier``: the command that judges this prompt's samples (instead of the
+  run's ``--verifier``; see ``batch.verify``).
 
 Other fields (e.g. HumanEval's ``task_id``) travel into each trajectory line's
 ``metadata.extra``.
@@ -40,7 +42,9 @@ class DatasetError(Exception):
 class Prompt:
     """One usable dataset line: ``index`` (0-based), ``line`` (1-based), the prompt
     text, its absolute ``cwd`` or None, ``docker_image`` or None, ``script`` or None,
-    and the line's ``extra`` fields (every other key)."""
+    ``verifier`` or None, and the line's ``extra`` fields (every other key).  As one
+    sample of a group (``batch.groups.expand``): ``index`` is the sample's, ``group``
+    the line's index and ``attempt`` its number in the group."""
 
     index: int
     line: int
@@ -48,10 +52,13 @@ class Prompt:
     cwd: str | None = None
     docker_image: str | None = None
     script: list[dict[str, Any]] | None = None
+    verifier: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    group: int = 0
+    attempt: int = 0
 
 
-CONSUMED = ("prompt", "cwd", "docker_image", "script")
+CONSUMED = ("prompt", "cwd", "docker_image", "script", "verifier")
 """Dataset-line fields hermesd uses; the others are a prompt's ``extra``."""
 
 
@@ -149,8 +156,11 @@ def _parse(raw: bytes, base_dir: str) -> dict[str, Any]:
     script = obj.get("script")
     if script is not None and not (isinstance(script, list) and all(isinstance(s, dict) for s in script)):
         raise _BadLine("field 'script' must be a list of objects")
+    verifier = _optional_str(obj, "verifier")
+    if verifier is not None and not verifier.strip():
+        raise _BadLine("field 'verifier' is empty")
     return {"prompt": prompt, "cwd": cwd, "docker_image": _optional_str(obj, "docker_image"), "script": script,
-            "extra": {k: v for k, v in obj.items() if k not in CONSUMED}}
+            "verifier": verifier, "extra": {k: v for k, v in obj.items() if k not in CONSUMED}}
 
 
 def read(path: str, max_samples: int | None = None) -> Dataset:
@@ -179,5 +189,5 @@ def read(path: str, max_samples: int | None = None) -> Dataset:
         except _BadLine as bad:
             dataset.errors.append(f"{path}:{index + 1}: {bad}")
             continue
-        dataset.prompts.append(Prompt(index=index, line=index + 1, **fields))
+        dataset.prompts.append(Prompt(index=index, line=index + 1, group=index, **fields))
     return dataset

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
-from batch import card, distributions, files, output, statistics
+from batch import card, distributions, files, groups, output, statistics, verify
 from batch.checkpoint import Checkpoint
 from batch.dataset import Dataset, Prompt
 from batch.runner_iface import ItemExecutor, ItemOutcome, ItemRequest, SubmitError
@@ -131,10 +131,14 @@ class BatchRun:
     # scheduling ------------------------------------------------------------
 
     def request(self, prompt: Prompt) -> ItemRequest:
-        """The executor request of ``prompt`` (toolsets drawn from the distribution)."""
+        """The executor request of ``prompt``: toolsets drawn from the distribution (the same
+        for every attempt of a group), the verifier of the line or else of the run."""
         s = self.settings
+        sample = {"prompt_index": prompt.index, "group_id": prompt.group, "attempt": prompt.attempt,
+                  "run_name": s.run_name, "fields": prompt.extra}
         return ItemRequest(index=prompt.index, batch=prompt.index // s.batch_size, prompt=prompt.prompt,
-                           cwd=prompt.cwd, toolsets=distributions.sample(s.distribution, prompt.index),
+                           cwd=prompt.cwd, toolsets=distributions.sample(s.distribution, prompt.group),
+                           verifier=verify.item_verifier(prompt.verifier or s.verifier, s.verifier_timeout, sample),
                            model=s.model, max_turns=s.max_turns, reasoning_effort=s.effort,
                            script=prompt.script, max_tokens=s.max_tokens,
                            ephemeral_system_prompt=s.ephemeral_system_prompt, prefill_messages=s.prefill_messages,
@@ -234,19 +238,22 @@ class BatchRun:
         ckpt = self.checkpoint
         ckpt.failed.pop(o.index, None)
         self.failed_now.discard(o.index)
+        scores = verify.scores(result)
+        prompt = self.prompts[o.index]
         if not output.has_reasoning(conversations):
             ckpt.discarded[o.index] = {"reason": "no_reasoning", "completed": completed, "partial": partial,
-                                       "job": o.handle, **spent}
+                                       "job": o.handle, "reward": scores["reward"], "group_id": prompt.group,
+                                       "passed": (scores["verifier"] or {}).get("passed"), **spent}
             return
         s = self.settings
         meta = {"run_name": s.run_name, "job": o.handle, "model": result.model or s.model,
                 "provider": result.provider, "distribution": s.distribution, "started_at": o.started_at,
                 "exit_reason": result.exit_reason or o.status, "synthetic": result.synthetic, **spent}
-        prompt = self.prompts[o.index]
         line = output.build_line(index=o.index, batch=o.index // s.batch_size, trajectory=trajectory,
                                  completed=completed, partial=partial, api_calls=spent["api_calls"],
                                  toolsets=self.request(prompt).toolsets, trace=list(result.trace or []),
-                                 metadata=meta, extra=prompt.extra)
+                                 metadata=meta, extra=prompt.extra, group_id=prompt.group,
+                                 attempt=prompt.attempt, **scores)
         number = o.index // s.batch_size
         start, end = files.append_line(output.batch_file(self.run_dir, number), line)
         if o.index not in self.written:  # as when the files are read: an index's first line counts
@@ -277,7 +284,8 @@ class BatchRun:
 
     def progress(self) -> dict[str, Any]:
         """Counts for progress displays: ``total, done, discarded, failed, running,
-        pending, processed, rate_per_minute, eta_seconds`` (None while unknown)."""
+        pending, processed, rate_per_minute, eta_seconds`` (None while unknown), and
+        ``rewards`` (``statistics.json``'s; None when nothing was verified yet)."""
         ckpt = self.checkpoint
         done, discarded = len(ckpt.done & self.scope), len(set(ckpt.discarded) & self.scope)
         # a prompt whose outcome is recorded frees its worker a moment later, and the next pending
@@ -290,7 +298,8 @@ class BatchRun:
         return {"total": len(self.scope), "done": done, "discarded": discarded, "failed": len(self.failed_now),
                 "running": running, "pending": len(self.pending) - handover,
                 "processed": done + discarded + len(self.failed_now), "rate_per_minute": round(rate, 2),
-                "eta_seconds": round(left / rate * 60.0, 1) if rate else None}
+                "eta_seconds": round(left / rate * 60.0, 1) if rate else None,
+                "rewards": judged.rewards() if (judged := statistics.verdicts(self.tally, ckpt)).verified else None}
 
     def finish(self, status: str, error: str | None = None) -> None:
         """End the run (``completed``, ``cancelled`` or ``failed``): stop live items,
@@ -313,13 +322,15 @@ class BatchRun:
     def finalize(self, *, finished: bool) -> dict[str, Any]:
         """Merge the batch files into ``trajectories.jsonl`` (filtered), write
         ``statistics.json`` and the checkpoint; returns the statistics.  Raises ``OSError``."""
-        merged = output.merge(self.run_dir, self.written, allow_synthetic=self.settings.allow_synthetic,
-                              exclude_partial=self.settings.exclude_partial)
+        merged = output.merge(self.run_dir, self.written, **self.settings.filters)
         card.write(self.run_dir, self.settings.run_name, finished=True)
         self.checkpoint.finished = finished
         self.save()
         stats = statistics.compute(settings=self.settings.to_dict(), job=self.job_id, scope=self.scope,
                                    bad_lines=len(self.dataset.errors), tally=self.tally, merged=merged,
                                    checkpoint=self.checkpoint)
+        if self.settings.samples_per_prompt > 1:
+            groups.write(self.run_dir, self.settings.filters)
         files.write_json(self.run_dir / STATISTICS, stats)
         return stats
+

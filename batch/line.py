@@ -59,7 +59,8 @@ class Sample:
     (drawn for the prompt), ``trace`` (the child's tool calls ``[{name, ok, bytes}]``),
     ``metadata`` (hermesd's metadata values: ``run_name``, ``job``, ``model``, ``provider``,
     ``distribution``, ``started_at``, ``completed_at``, ``duration_seconds``,
-    ``exit_reason``, ``synthetic``, ``tokens``) and ``extra`` (the dataset line's other fields)."""
+    ``exit_reason``, ``synthetic``, ``tokens``), ``extra`` (the dataset line's other fields),
+    ``group_id`` and ``attempt`` (``batch.groups``), ``reward`` and ``verifier`` (``batch.verify``)."""
 
     index: int
     batch: int
@@ -71,6 +72,10 @@ class Sample:
     trace: list[dict[str, Any]]
     metadata: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
+    group_id: int = 0
+    attempt: int = 0
+    reward: float | None = None
+    verifier: dict[str, Any] | None = None
 
     @functools.cached_property
     def stats(self) -> dict[str, dict[str, int]]:
@@ -146,12 +151,25 @@ LINE: tuple[Key, ...] = (
         "`tool_stats` as records `{name, count, success, failure}` for the tools offered or used: the same "
         "counts in a schema that does not depend on which tools exist.",
         lambda s: output.tool_usage(s.stats, output.offered_tools({"tools": s.trajectory.get("tools") or []}))),
+    Key("group_id", "int64", "The dataset line the sample answers (its index; ``batch.groups``): the attempts "
+        "of one prompt share it.", lambda s: s.group_id),
+    Key("attempt", "int64", "The attempt's number in its group, from 0 (`--samples_per_prompt`).",
+        lambda s: s.attempt),
+    Key("reward", "float64?", "The verifier's reward; null without a verifier or when it failed (``batch.verify``).",
+        lambda s: s.reward),
+    Key("verifier", (Key("command", "string"), Key("passed", "bool"), Key("reward", "float64"),
+                     Key("exit_status", "int64"), Key("details", "json"), Key("output", "string"),
+                     Key("error", "string"), Key("seconds", "float64")),
+        "The verifier's verdict, null without one: `{command, passed, reward, exit_status, details, output, "
+        "error, seconds}` (``child.verify``; `passed`/`reward` null when it failed, `error` then says why).",
+        lambda s: s.verifier),
 )
 """The trajectory line, key by key, in the order it is written (see the module doc)."""
 
 _SCALARS: dict[str, Callable[[Any], Any]] = {"string": lambda v: str(v or ""), "int64": lambda v: int(v or 0),
-                                             "float64": lambda v: float(v or 0.0), "bool": bool, "json": lambda v: v}
-"""How the writer makes a value of each scalar type."""
+                                             "float64": lambda v: float(v or 0.0), "bool": bool, "json": lambda v: v,
+                                             "float64?": lambda v: None if v is None else float(v)}
+"""How the writer makes a value of each scalar type (``T?``: the type ``T`` or null)."""
 
 
 def _write(key: Key, sample: Sample) -> Any:
@@ -169,7 +187,7 @@ def build(sample: Sample) -> dict[str, Any]:
 
 def _feature_type(type_: Union[str, tuple[Key, ...], ListOf]) -> Any:
     if isinstance(type_, str):
-        return type_
+        return type_.rstrip("?")
     if isinstance(type_, ListOf):
         return _feature_type(type_.item)
     return [feature(k) for k in type_]
@@ -181,7 +199,7 @@ def feature(key: Key) -> dict[str, Any]:
         return {"name": key.name, "list": _feature_type(key.type.item)}
     if isinstance(key.type, tuple):
         return {"name": key.name, "struct": _feature_type(key.type)}
-    return {"name": key.name, "dtype": key.type}
+    return {"name": key.name, "dtype": key.type.rstrip("?")}
 
 
 def features() -> list[dict[str, Any]]:

@@ -169,7 +169,7 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     container of that image.  Errors: ``bad_request`` (a bad argument, an
     unreadable dataset, a ``docker_image`` line that cannot run — a bad image
     name, no container engine installed —, a resume whose
-    batch_size/dataset/distribution differ, a resume over a dataset changed in
+    batch_size/dataset/distribution/samples_per_prompt differ, a resume over a dataset changed in
     place since the run began — naming its first changed line — unless
     ``allow_changed_dataset=true``, a bad prefill file, ``resume`` of a
     run that does not exist; field ``executor``: Ray not installed, the cluster
@@ -194,7 +194,8 @@ async def batch_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``ray``: ``address, nodes, cpus, cpus_free, driver, driver_starts,
     in_flight``), ``progress {total, done,
     discarded, failed, running, pending, processed, rate_per_minute,
-    eta_seconds}``, ``bad_lines`` and ``errors`` (``FILE:LINE: reason``)."""
+    eta_seconds, rewards}`` (``rewards``: ``{verified, rewarded, mean, passed,
+    pass_rate, verifier_errors}`` once a verifier judged a sample, else None), ``bad_lines`` and ``errors`` (``FILE:LINE: reason``)."""
     service = _service(ctx)
     return service.record(service.find(arg(args, "id", str))["id"])
 

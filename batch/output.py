@@ -8,7 +8,8 @@ Prompt ``i`` goes to ``batch_{i // batch_size}.jsonl``.  The merge keeps the
 first line of each prompt index and leaves out (counted by reason, see
 :data:`FILTER_REASONS`) lines that call a tool the sample was not offered or
 hold a ``<tool_call>`` that does not parse, synthetic samples unless the run
-allows them, and partial samples when the run excludes them.
+allows them, partial samples when the run excludes them, and samples whose
+reward is below the run's ``--min_reward`` (or that have none) when it has one.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ REASONING_MARKERS = ("<REASONING_SCRATCHPAD>",)
 """Text that shows reasoning in a ``gpt`` turn (Hermes' rule: a scratchpad or native
 thinking); a ``<think>`` block counts when it is not empty (every turn has one)."""
 
-FILTER_REASONS = ("tool_not_offered", "unparseable_tool_call", "synthetic", "partial")
+FILTER_REASONS = ("tool_not_offered", "unparseable_tool_call", "synthetic", "partial", "below_min_reward")
 """Why a written line is left out of ``trajectories.jsonl``, in the order they are checked."""
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -124,11 +125,11 @@ def offered_tools(line: dict[str, Any]) -> list[str]:
     return [str((t.get("function") or {}).get("name", "")) for t in tools if isinstance(t, dict)]
 
 
-def filter_reason(line: dict[str, Any], *, allow_synthetic: bool = False,
-                  exclude_partial: bool = False) -> tuple[str, list[str]] | None:
+def filter_reason(line: dict[str, Any], **filters: Any) -> tuple[str, list[str]] | None:
     """Why ``line`` stays out of ``trajectories.jsonl`` — ``(reason, detail)`` with a
-    reason of :data:`FILTER_REASONS` (detail: the tool names not offered) — or None."""
-    return written_at(line, 0, 0, 0).reason(allow_synthetic=allow_synthetic, exclude_partial=exclude_partial)
+    reason of :data:`FILTER_REASONS` (detail: the tool names not offered) — or None;
+    ``filters``: those of :meth:`Written.reason`."""
+    return written_at(line, 0, 0, 0).reason(**filters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +144,11 @@ class Written:
     unparseable: int
     synthetic: bool
     partial: bool
+    reward: float | None = None
 
-    def reason(self, *, allow_synthetic: bool = False, exclude_partial: bool = False) -> tuple[str, list[str]] | None:
-        """See :func:`filter_reason`."""
+    def reason(self, *, allow_synthetic: bool = False, exclude_partial: bool = False,
+               min_reward: float | None = None) -> tuple[str, list[str]] | None:
+        """See :func:`filter_reason` (``min_reward`` None: no reward filter)."""
         if self.not_offered:
             return "tool_not_offered", list(self.not_offered)
         if self.unparseable:
@@ -154,28 +157,36 @@ class Written:
             return "synthetic", []
         if self.partial and exclude_partial:
             return "partial", []
+        if min_reward is not None and (self.reward is None or self.reward < min_reward):
+            return "below_min_reward", []
         return None
 
 
 def written_at(line: dict[str, Any], number: int, start: int, end: int) -> Written:
     """The :class:`Written` of ``line``, found in batch file ``number`` at ``start``–``end``."""
     names, unparseable = tool_calls(line.get("conversations") or [])
+    reward = line.get("reward")
     return Written(number, start, end, tuple(sorted(set(names) - set(offered_tools(line)))), unparseable,
-                   bool((line.get("metadata") or {}).get("synthetic")), bool(line.get("partial")))
+                   bool((line.get("metadata") or {}).get("synthetic")), bool(line.get("partial")),
+                   float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None)
 
 
 def build_line(*, index: int, batch: int, trajectory: dict[str, Any], completed: bool, partial: bool,
                api_calls: int, toolsets: list[str], trace: list[dict[str, Any]], metadata: dict[str, Any],
-               extra: dict[str, Any] | None = None) -> dict[str, Any]:
+               extra: dict[str, Any] | None = None, group_id: int | None = None, attempt: int = 0,
+               reward: float | None = None, verifier: dict[str, Any] | None = None) -> dict[str, Any]:
     """One trajectory line (:data:`batch.line.LINE`).  ``trajectory``: the child's
     (``conversations``, ``messages``, ``tools``); ``metadata`` holds hermesd's
     metadata values (missing strings become ``""``, numbers ``0``); ``extra``: the
-    dataset line's other fields (see :class:`batch.line.Sample`)."""
+    dataset line's other fields; ``group_id`` (None: ``index``) and ``attempt``;
+    ``reward`` and ``verifier`` (``batch.verify.scores``) (see :class:`batch.line.Sample`)."""
     from batch import line
 
     return line.build(line.Sample(index=index, batch=batch, trajectory=trajectory, completed=completed,
                                   partial=partial, api_calls=api_calls, toolsets=toolsets, trace=trace,
-                                  metadata=metadata, extra=dict(extra or {})))
+                                  metadata=metadata, extra=dict(extra or {}),
+                                  group_id=index if group_id is None else group_id, attempt=attempt,
+                                  reward=reward, verifier=verifier))
 
 
 def read_lines(run_dir: Path, *, repair: bool = False) -> tuple[list[tuple[int, dict[str, Any], Written]], list[str]]:
@@ -213,15 +224,14 @@ class Merged:
         return sum(1 for f in self.filtered.values() if f["reason"] == reason)
 
 
-def merge(run_dir: Path, written: dict[int, Written], *, allow_synthetic: bool = False,
-          exclude_partial: bool = False) -> Merged:
+def merge(run_dir: Path, written: dict[int, Written], **filters: Any) -> Merged:
     """Write ``RUN_DIR/trajectories.jsonl`` from the lines ``written`` (prompt index →
-    where), ordered by index, without the lines :meth:`Written.reason` names.  The lines
-    are copied as the batch files hold them, not parsed again (a batch file is read once).
-    Atomic; raises ``OSError``."""
+    where), ordered by index, without the lines :meth:`Written.reason` names (with
+    ``filters``, its keywords).  The lines are copied as the batch files hold them, not
+    parsed again (a batch file is read once).  Atomic; raises ``OSError``."""
     merged = Merged()
     for index in sorted(written):
-        why = written[index].reason(allow_synthetic=allow_synthetic, exclude_partial=exclude_partial)
+        why = written[index].reason(**filters)
         if why:
             merged.filtered[index] = {"reason": why[0], "tools": why[1]}
         else:

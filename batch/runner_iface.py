@@ -35,7 +35,8 @@ class ItemRequest:
     scripted provider's ``script`` (None: none); batch_runner's ``max_tokens``,
     ``ephemeral_system_prompt``, ``prefill_messages``, ``provider`` and
     ``base_url`` (None: the daemon's / none); the container ``image``
-    its terminal commands run in (None: the config's default)."""
+    its terminal commands run in (None: the config's default); the ``verifier``
+    run after the agent (``batch.verify.item_verifier``; None: none)."""
 
     index: int
     batch: int
@@ -52,6 +53,7 @@ class ItemRequest:
     provider: str | None = None
     base_url: str | None = None
     image: str | None = None
+    verifier: dict[str, Any] | None = None
 
 
 WORKDIR_PLACEHOLDER = "."
@@ -63,7 +65,7 @@ INVALID_TOOL_CALL_RETRIES = 3
 (Hermes Agent's limit; see ``child.agent.Agent.loop``)."""
 
 OPTIONAL_SPEC_KEYS = ("reasoning_effort", "script", "max_tokens", "ephemeral_system_prompt", "prefill_messages",
-                      "provider", "base_url", "image")
+                      "provider", "base_url", "image", "verifier")
 """Request fields passed to the item's job spec when set."""
 
 

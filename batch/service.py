@@ -22,10 +22,11 @@ the earlier daemon left queued.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Callable
 
-from batch import dataset as dataset_mod, distributions
+from batch import dataset as dataset_mod, distributions, groups
 from batch.checkpoint import Checkpoint, CheckpointError
 from batch.executor_ray import RayExecutor
 from batch.job import STATISTICS, BatchRun
@@ -66,7 +67,7 @@ class BatchService:
         """Read the dataset; refuse it when a line asks for a container that cannot be had
         (a bad image name, no engine installed).  Raises ``ProtocolError`` naming the line."""
         try:
-            data = dataset_mod.read(s.dataset_file, s.max_samples)
+            data = groups.expand(dataset_mod.read(s.dataset_file, s.max_samples), s.samples_per_prompt)
         except dataset_mod.DatasetError as exc:
             raise ProtocolError("bad_request", str(exc), {"field": "dataset_file"}) from None
         if not data.prompts:
@@ -193,10 +194,20 @@ class BatchService:
                                   f"{p['filtered_invalid_tools']} filtered (unknown tools), "
                                   f"{p['filtered_synthetic']} filtered (synthetic: --allow_synthetic keeps them), "
                                   f"{p['filtered_partial']} filtered (partial), {p['failed']} failed, "
-                                  f"{p['pending']} pending; {p['in_trajectories']} in {run.run_dir / TRAJECTORIES}")
+                                  f"{p['pending']} pending; {p['in_trajectories']} in {run.run_dir / TRAJECTORIES}"
+                                  + _scores_text(stats))
         self.d.jobs.transition(run.job_id, status, **fields)
 
     # reports -----------------------------------------------------------------
+
+    @staticmethod
+    def _stored_rewards(s: Settings) -> dict[str, Any] | None:
+        """The ``rewards`` of a run that is not live, from its ``statistics.json`` (None: none yet)."""
+        try:
+            stats = json.loads((s.run_dir / STATISTICS).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return stats.get("rewards") if isinstance(stats, dict) else None
 
     def find(self, ident: str) -> dict[str, Any]:
         """The batch job row named by job id or run name.  Raises ``not_found``."""
@@ -230,6 +241,8 @@ class BatchService:
                 ckpt = None
             rec.update(progress=self._stored_progress(ckpt) if ckpt else None,
                        bad_lines=ckpt.bad_lines if ckpt else None, errors=[], problems=[])
+            if rec["progress"] is not None:
+                rec["progress"]["rewards"] = self._stored_rewards(s)
         return rec
 
     @staticmethod
@@ -283,3 +296,17 @@ class BatchService:
                 run.save()
             except OSError:
                 pass  # the batch files are the truth; the next start rebuilds the checkpoint
+
+
+def _scores_text(stats: dict[str, Any]) -> str:
+    """``; rewards: mean 0.42 over 10, pass rate 40% (…), pass@1 0.4, pass@4 0.7`` — '' when
+    nothing was verified."""
+    r, g = stats.get("rewards") or {}, stats.get("groups") or {}
+    if not r.get("verified"):
+        return ""
+    mean = "none" if r.get("mean") is None else f"{r['mean']:.3f}"
+    text = (f"; rewards: mean {mean} over {r['rewarded']}, pass rate {r['pass_rate']:.1%} ({r['passed']} passed, "
+            f"{r['verifier_errors']} verifier errors)")
+    if g.get("samples_per_prompt", 1) > 1 and g.get("pass@1") is not None:
+        text += f", pass@1 {g['pass@1']}, pass@{g['samples_per_prompt']} {g['pass@k']}"
+    return text

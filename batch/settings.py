@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FIXED = ("dataset_file", "batch_size", "distribution")
+FIXED = ("dataset_file", "batch_size", "distribution", "samples_per_prompt")
 """Settings a resume may not change: batch files are numbered by ``batch_size``,
-prompts are the dataset's lines, and toolsets are drawn by the distribution."""
+prompts are the dataset's lines, toolsets are drawn by the distribution, and
+samples are numbered by ``samples_per_prompt`` (``batch.groups``)."""
+
+MAX_SAMPLES_PER_PROMPT = 1000
+"""Most attempts of one prompt (``--samples_per_prompt``)."""
+MAX_VERIFIER_TIMEOUT = 3600.0
+"""Longest time limit of a verifier, in seconds (the terminal tool's longest)."""
 
 
 PREFILL_ROLES = ("system", "user", "assistant")
@@ -117,7 +124,23 @@ def flag_options(args: dict[str, Any]) -> dict[str, Any]:
     if max_tokens is not None and max_tokens < 1:
         raise ProtocolError("bad_request", f"argument 'max_tokens' must be >= 1, not {max_tokens}",
                             {"field": "max_tokens"})
+    from batch.verify import DEFAULT_TIMEOUT_SECONDS
+
+    timeout = float(arg(args, "verifier_timeout", (int, float), DEFAULT_TIMEOUT_SECONDS))
+    if not 0 < timeout <= MAX_VERIFIER_TIMEOUT:
+        raise ProtocolError("bad_request", f"argument 'verifier_timeout' must be in (0, {MAX_VERIFIER_TIMEOUT:g}] "
+                            f"seconds, not {timeout:g}", {"field": "verifier_timeout"})
+    min_reward = arg(args, "min_reward", (int, float), None)
+    if min_reward is not None and not math.isfinite(min_reward):
+        raise ProtocolError("bad_request", f"argument 'min_reward' must be a finite number, not {min_reward}",
+                            {"field": "min_reward"})
+    verifier = arg(args, "verifier", str, None)
+    if verifier is not None and not verifier.strip():
+        raise ProtocolError("bad_request", "argument 'verifier' is empty", {"field": "verifier"})
     return {"ephemeral_system_prompt": arg(args, "ephemeral_system_prompt", str, None) or None,
+            "verifier": verifier, "verifier_timeout": timeout,
+            "min_reward": None if min_reward is None else float(min_reward),
+            "samples_per_prompt": arg(args, "samples_per_prompt", int, 1, lo=1, hi=MAX_SAMPLES_PER_PROMPT),
             "prefill_messages_file": prefill_file, "prefill_messages": prefill, "max_tokens": max_tokens,
             "reasoning_disabled": arg(args, "reasoning_disabled", bool, False),
             "provider": arg(args, "provider", str, None, choices=PROVIDERS),
@@ -139,7 +162,11 @@ class Settings:
     (per model reply), ``reasoning_disabled`` (reasoning effort ``none``),
     ``provider`` and ``base_url`` (None: the daemon's).  hermesd's:
     ``allow_synthetic`` (samples of the ``scripted`` provider go into
-    ``trajectories.jsonl``) and ``exclude_partial`` (partial samples do not).
+    ``trajectories.jsonl``) and ``exclude_partial`` (partial samples do not);
+    ``verifier`` (a shell command judging each sample, None: none; a dataset line's
+    ``verifier`` wins) with ``verifier_timeout`` (seconds), ``min_reward`` (samples
+    with a lower reward, or none, stay out of ``trajectories.jsonl``; None: no such
+    filter) and ``samples_per_prompt`` (attempts of each prompt: ``batch.groups``).
 
     Where the items run: ``executor`` (``local`` or ``ray``) with, for ``ray``,
     ``ray_address`` (None: the daemon's ``RAY_ADDRESS``, else ``auto``),
@@ -164,6 +191,10 @@ class Settings:
     base_url: str | None = None
     allow_synthetic: bool = False
     exclude_partial: bool = False
+    verifier: str | None = None
+    verifier_timeout: float = 60.0
+    min_reward: float | None = None
+    samples_per_prompt: int = 1
     executor: str = "local"
     ray_address: str | None = None
     ray_num_cpus: float = 1.0
@@ -173,6 +204,13 @@ class Settings:
     def effort(self) -> str | None:
         """The reasoning effort the items run with: ``none`` when ``reasoning_disabled``."""
         return "none" if self.reasoning_disabled else self.reasoning_effort
+
+    @property
+    def filters(self) -> dict[str, Any]:
+        """The keywords of ``batch.output.Written.reason``: what keeps a written sample out
+        of ``trajectories.jsonl``."""
+        return {"allow_synthetic": self.allow_synthetic, "exclude_partial": self.exclude_partial,
+                "min_reward": self.min_reward}
 
     @property
     def run_dir(self) -> Path:

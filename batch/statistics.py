@@ -32,7 +32,15 @@ with a result; tools that were never called are left out), then hermesd's::
                    "assistant_turns", "assistant_turns_with_reasoning", "turn_coverage"},
      "tokens": {"input", "output", "total"}, "api_calls": int,
      "duration": {"wall_seconds", "prompt_seconds_total", "prompt_seconds_mean"},
-     "toolsets_used": {toolset: samples}}
+     "toolsets_used": {toolset: samples},
+     "rewards": {"verified", "rewarded", "mean", "passed", "pass_rate", "verifier_errors"},
+     "groups": {"samples_per_prompt", "groups", "pass@1", "pass@k"}}
+
+``rewards`` counts the samples a verifier judged (``batch.verify``), written or
+discarded: ``verified`` (it ran), ``rewarded`` (it gave a reward; ``mean`` is
+theirs, None when none), ``passed`` and ``pass_rate`` (of those with a verdict),
+``verifier_errors`` (it failed or timed out).  ``groups``: pass@1 and pass@k of
+the run's groups (``batch.groups.summary``, k = ``samples_per_prompt``).
 
 hermesd's rates are fractions in [0, 1] (0.0 when nothing was counted).
 ``partial`` counts Hermes' partial samples (stopped for invalid tool calls),
@@ -46,7 +54,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from batch import output
+from batch import groups, output
 from batch.checkpoint import Checkpoint
 from hermesd import clock
 
@@ -68,6 +76,7 @@ class Tally:
         self.seconds = 0.0
         self.models: Counter = Counter()
         self.toolsets: Counter = Counter()
+        self.verdicts = Verdicts()
 
     def add(self, line: dict[str, Any]) -> None:
         """Count one batch-file line."""
@@ -88,6 +97,60 @@ class Tally:
         self.seconds += float(meta.get("duration_seconds") or 0.0)
         self.models[meta.get("model")] += 1
         self.toolsets.update(line.get("toolsets_used") or [])
+        verifier = line.get("verifier")
+        if isinstance(verifier, dict):
+            self.verdicts.add(int(line.get("group_id", line.get("prompt_index")) or 0), line.get("reward"),
+                              verifier.get("passed"), bool(verifier.get("error")))
+
+
+class Verdicts:
+    """The verifiers' verdicts of a run's samples (:meth:`add` each judged sample once):
+    how many were judged, rewarded (and the rewards' sum), passed, failed to verify, and
+    each group's list of pass/fail."""
+
+    def __init__(self) -> None:
+        self.verified = self.rewarded = self.passed = self.judged = self.errors = 0
+        self.reward_sum = 0.0
+        self.groups: dict[int, list[bool]] = {}
+
+    def add(self, group: int, reward: Any, passed: Any, error: bool) -> None:
+        """Count one judged sample of ``group``: its ``reward`` (a number, or None) and
+        ``passed`` (a bool, or None when the verifier gave no verdict)."""
+        self.verified += 1
+        self.errors += error
+        if isinstance(reward, (int, float)) and not isinstance(reward, bool):
+            self.rewarded += 1
+            self.reward_sum += float(reward)
+        if isinstance(passed, bool):
+            self.judged += 1
+            self.passed += passed
+            self.groups.setdefault(group, []).append(passed)
+
+    def merged(self, other: "Verdicts") -> "Verdicts":
+        """The counts of both."""
+        out = Verdicts()
+        for name in ("verified", "rewarded", "passed", "judged", "errors", "reward_sum"):
+            setattr(out, name, getattr(self, name) + getattr(other, name))
+        for source in (self.groups, other.groups):
+            for group, passed in source.items():
+                out.groups.setdefault(group, []).extend(passed)
+        return out
+
+    def rewards(self) -> dict[str, Any]:
+        """``statistics.json``'s ``rewards`` (see the module doc)."""
+        return {"verified": self.verified, "rewarded": self.rewarded,
+                "mean": round(self.reward_sum / self.rewarded, 4) if self.rewarded else None,
+                "passed": self.passed, "pass_rate": _rate(self.passed, self.judged), "verifier_errors": self.errors}
+
+
+def verdicts(tally: Tally, checkpoint: Checkpoint) -> Verdicts:
+    """The verdicts of every judged sample: the batch files' (``tally``) and the discarded
+    ones' (their checkpoint records keep ``reward``, ``passed`` and ``group_id``)."""
+    out = Verdicts()
+    for index, record in checkpoint.discarded.items():
+        if record.get("reward") is not None or record.get("passed") is not None:
+            out.add(int(record.get("group_id", index)), record.get("reward"), record.get("passed"), False)
+    return tally.verdicts.merged(out)
 
 
 def _tools(tally: Tally) -> dict[str, dict[str, Any]]:
@@ -130,7 +193,8 @@ def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: i
             tally: Tally, merged: output.Merged, checkpoint: Checkpoint) -> dict[str, Any]:
     """The statistics document (see the module doc).
 
-    ``scope``: the prompt indices of the run (its usable dataset lines);
+    ``scope``: the sample indices of the run (its usable dataset lines, times
+    ``samples_per_prompt``);
     ``tally``: the counts of its batch-file lines; ``merged``: the result of
     :func:`batch.output.merge`; ``checkpoint``: the run's checkpoint.
     """
@@ -146,6 +210,7 @@ def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: i
     size = int(settings.get("batch_size") or 1)
     now = clock.now_iso()
     filtered = {f"filtered_{reason}": merged.count(reason) for reason in output.FILTER_REASONS}
+    judged = verdicts(tally, checkpoint)
     return {
         "run_name": settings.get("run_name"), "distribution": settings.get("distribution"),
         "total_prompts": len(scope), "total_batches": len({i // size for i in scope}),
@@ -177,4 +242,6 @@ def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: i
                      "prompt_seconds_total": round(seconds, 3),
                      "prompt_seconds_mean": round(seconds / prompts_timed, 3) if prompts_timed else 0.0},
         "toolsets_used": dict(sorted(tally.toolsets.items())),
+        "rewards": judged.rewards(),
+        "groups": groups.summary(judged.groups, int(settings.get("samples_per_prompt") or 1)),
     }

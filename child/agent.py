@@ -125,7 +125,10 @@ class Agent:
             with opened(box, self.cwd()) as self.container:  # removed in any case
                 if self.container is not None:
                     log(f"container {self.container.id[:12]} of {self.container.image} started")
-                return self.loop(registry)
+                result = self.loop(registry)
+                if self.spec.verifier and verifiable(result):
+                    result.verifier = self.verify(registry)
+                return result
         except (ProviderError, ContainerError) as exc:
             return self.finish("failed", "error", error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug still ends in a result with the partial output
@@ -255,6 +258,26 @@ class Agent:
                                     job=s.job, depth=int(s.depth), max_spawn_depth=int(s.max_spawn_depth),
                                     role=s.role, heartbeat=self.heartbeat, container=self.container)
 
+    def verify(self, registry: Any) -> dict[str, Any]:
+        """Run the spec's ``verifier`` where the agent worked (:mod:`child.verify`); its
+        output shows the working directory as the placeholder, as the trajectory does."""
+        verify = importlib.import_module("child.verify")
+        self.doing(self.turn, f"running the verifier: {one_line(self.spec.verifier.get('command'), 60)}")
+        outcome = verify.run(self.spec.verifier, self.tool_context(registry), self.masked)
+        log(f"verifier: reward {outcome['reward']}, passed {outcome['passed']}, exit status {outcome['exit_status']}"
+            + (f": {outcome['error']}" if outcome["error"] else "") + f" ({outcome['seconds']:.1f}s)")
+        return outcome
+
+    def masked(self, text: str) -> str:
+        """``text`` with the working directory shown as the spec's ``workdir_placeholder``
+        (unchanged without one)."""
+        placeholder = self.spec.workdir_placeholder
+        if not placeholder:
+            return text
+        for path in sorted({self.cwd(), os.path.realpath(self.cwd())}, key=len, reverse=True):
+            text = text.replace(path, placeholder)
+        return text
+
     def cwd(self) -> str:
         """The job's working directory (on the host)."""
         return self.spec.cwd or os.getcwd()
@@ -372,6 +395,12 @@ def system_prompt(spec: JobSpec, tools: list[dict[str, Any]]) -> str:
     else:
         lines += ["", "You have no tools: answer from what you know."]
     return "\n".join(lines)
+
+
+def verifiable(result: JobResult) -> bool:
+    """True when a run's result is a sample a verifier can judge: it ended with a final
+    answer, out of turns, or after invalid tool calls (not stopped, timed out or failed)."""
+    return result.status == "completed" or result.exit_reason in ("max_turns", "invalid_tool_calls")
 
 
 def container_of(spec: JobSpec, tools: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -132,9 +132,11 @@ class Container:
                                  f"{os.path.basename(self.engine[0])}: {done.stderr.strip()[-1500:]}")
         self.id = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else self.id
 
-    def exec_argv(self, command: str) -> list[str]:
-        """The command line running shell ``command`` inside, in the mounted directory."""
-        return [*self.engine, "exec", "--workdir", self.workdir, self.id, "/bin/sh", "-c", command]
+    def exec_argv(self, command: str, env: dict[str, str] | None = None) -> list[str]:
+        """The command line running shell ``command`` inside, in the mounted directory,
+        with the variables ``env`` added to the image's environment."""
+        pairs = [arg for key, value in (env or {}).items() for arg in ("--env", f"{key}={value}")]
+        return [*self.engine, "exec", *pairs, "--workdir", self.workdir, self.id, "/bin/sh", "-c", command]
 
     def kill_commands(self) -> None:
         """Kill every process inside but the container's own (``kill -KILL -1`` from inside):

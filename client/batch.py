@@ -70,6 +70,14 @@ RUN_OPTIONS = [
           help="Let samples of the scripted provider into trajectories.jsonl (left out and counted otherwise)."),
     _flag("exclude_partial", is_flag=True,
           help="Leave partial samples (stopped for invalid tool calls) out of trajectories.jsonl (counted)."),
+    _flag("verifier", default=None, help="Shell command judging each sample in its working directory after the "
+          "agent ends: exit status 0 passes, or it prints {\"reward\": float}; HERMES_SAMPLE tells it which sample."),
+    _flag("verifier_timeout", type=click.FloatRange(min=0, min_open=True, max=3600), default=None,
+          help="Seconds the verifier may run (default 60); past it, that sample has a verifier error."),
+    _flag("min_reward", type=float, default=None,
+          help="Leave samples with a lower reward (or none) out of trajectories.jsonl (counted)."),
+    _flag("samples_per_prompt", type=click.IntRange(min=1, max=1000), default=None,
+          help="Independent attempts of each prompt (a group; pass@1 and pass@k in statistics.json, groups.jsonl)."),
     _flag("verbose", is_flag=True, help="Print what became of each prompt."),
     _flag("executor", type=click.Choice(EXECUTORS), default=None,
           help="Where the prompts run: local child processes, or tasks on a Ray cluster (default: batch.executor, local)."),
@@ -196,6 +204,11 @@ def record_text(rec: dict[str, Any]) -> str:
         lines.append(f"  executor: {ex['name']}")
     if p:
         lines.append(f"  progress: {p['processed']}/{p['total']} · {progress_text(p, rec['status'] == 'running')}")
+    rewards = (p or {}).get("rewards")
+    if rewards and rewards.get("verified"):
+        mean = "-" if rewards.get("mean") is None else f"{rewards['mean']:.3f}"
+        lines.append(f"  rewards: mean {mean} · pass rate {rewards['pass_rate']:.1%} ({rewards['passed']} passed of "
+                     f"{rewards['verified']} verified) · verifier errors {rewards['verifier_errors']}")
     if rec.get("bad_lines"):
         lines.append(f"  bad dataset lines: {rec['bad_lines']}")
     if rec.get("summary"):

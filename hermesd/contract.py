@@ -233,7 +233,8 @@ class JobSpec(Wire):
     throttled activity reports (:mod:`child.activity`; the daemon makes it at most a
     quarter of ``delegation.stale_after_seconds``).
     Batch items also set ``ephemeral_system_prompt``, ``prefill_messages``,
-    ``workdir_placeholder`` and ``invalid_tool_call_retries`` (see ``child.agent``).
+    ``workdir_placeholder`` and ``invalid_tool_call_retries`` (see ``child.agent``), and
+    ``verifier`` (``{command, timeout_seconds, env}``, run after the agent: ``child.verify``).
     ``container``: the container its terminal commands run in (engine, image,
     name, labels, workdir…: :func:`hermesd.containers.plugin.prepare`), None: on the host.
     ``ray``: a ``batch_driver``'s cluster settings (``address, num_cpus, memory_mb,
@@ -266,6 +267,7 @@ class JobSpec(Wire):
     prefill_messages: list[dict[str, Any]] | None = None
     workdir_placeholder: str | None = None
     invalid_tool_call_retries: int | None = None
+    verifier: dict[str, Any] | None = None
     output_schema: dict[str, Any] | None = None
     activity_interval_seconds: float = 2.0
     container: dict[str, Any] | None = None
@@ -324,6 +326,9 @@ class JobResult(Wire):
                                              "(``conversations``, ``messages``, ``tools``, ``has_reasoning``, "
                                              "``tool_names``, ``tools_offered``, ``tool_stats``: "
                                              "``child.agent.Agent.trajectory``).")
+    verifier: dict[str, Any] | None = _doc("A batch item's verifier's verdict, when its spec has a ``verifier``: "
+                                           "``{command, passed, reward, exit_status, details, output, error, "
+                                           "seconds}`` (``child.verify``).")
     traceback: str | None = _doc("When the child's runtime itself failed: the Python traceback.")
 
 

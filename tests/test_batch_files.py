@@ -132,7 +132,9 @@ def test_a_line_has_one_schema_whatever_is_missing():
     line = _line(3, trace=[{"name": "terminal", "ok": True}, {"name": "terminal", "ok": False},
                            {"name": "fly", "ok": False}])
     assert set(line) == {"prompt_index", "conversations", "metadata", "completed", "partial", "api_calls",
-                         "toolsets_used", "tool_stats", "tool_error_counts", "messages", "tools", "tool_usage"}
+                         "toolsets_used", "tool_stats", "tool_error_counts", "messages", "tools", "tool_usage",
+                         "group_id", "attempt", "reward", "verifier"}
+    assert (line["group_id"], line["attempt"], line["reward"], line["verifier"]) == (3, 0, None, None)
     assert line["metadata"]["model"] == "" and line["metadata"]["batch"] == line["metadata"]["batch_num"] == 1
     assert line["metadata"]["extra"] == {"task_id": "T/3"}
     assert line["tool_error_counts"]["terminal"] == 1 and list(line["tool_error_counts"]) == list(output.KNOWN_TOOLS)
@@ -201,8 +203,9 @@ def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
     assert stats["prompts"] == {"total": 6, "bad_lines": 1, "written": 3, "completed": 2, "partial": 0,
                                 "incomplete": 1, "discarded_no_reasoning": 1, "filtered_invalid_tools": 1,
                                 "filtered_tool_not_offered": 1, "filtered_unparseable_tool_call": 0,
-                                "filtered_synthetic": 0, "filtered_partial": 0, "in_trajectories": 2,
-                                "failed": 1, "pending": 1}
+                                "filtered_synthetic": 0, "filtered_partial": 0, "filtered_below_min_reward": 0,
+                                "in_trajectories": 2, "failed": 1, "pending": 1}
+    assert stats["rewards"]["verified"] == 0 and stats["groups"]["pass@1"] is None
     # Hermes' keys, with Hermes' meanings (rates in percent)
     assert {k: stats[k] for k in ("run_name", "total_prompts", "total_batches", "batch_size")} == {
         "run_name": "r", "total_prompts": 6, "total_batches": 3, "batch_size": 2}

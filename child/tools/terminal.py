@@ -136,13 +136,8 @@ def run_command(args: dict, ctx: ToolContext) -> str:
     """Handler of ``terminal``: ``{"command": str, "timeout"?: seconds}`` → output
     then ``[exit status: N]``.
 
-    Raises :class:`ToolError` when the policy denies the command, or — with the
-    output so far — when it times out, when the job is asked to stop, or when its
-    output passes :data:`MAX_SPOOL_BYTES`.  The command's environment is the
-    child's, less its secrets (:func:`child.redact.tool_environment`), plus :data:`MARKER`.  In a job with a
-    container (``ctx.container``) the command runs inside it through the engine's
-    ``exec`` (the image's environment), and a killed command's processes inside
-    are killed too.
+    Raises :class:`ToolError` when the policy denies the command, or as
+    :func:`run_shell` does.
     """
     command = args["command"]
     rule = dangerous(command)
@@ -150,14 +145,32 @@ def run_command(args: dict, ctx: ToolContext) -> str:
         raise ToolError(f"command denied ({rule.reason}); dangerous commands run only when "
                         "delegation.subagent_auto_approve is true")
     timeout = float(args.get("timeout") or ctx.limits["terminal_timeout_seconds"])
+    output, returncode = run_shell(command, ctx, timeout)
+    if output and not output.endswith("\n"):
+        output += "\n"
+    return output + _status(returncode)
+
+
+def run_shell(command: str, ctx: ToolContext, timeout: float, env: dict[str, str] | None = None) -> tuple[str, int]:
+    """Run shell ``command`` in ``ctx.cwd`` (inside ``ctx.container`` when there is one)
+    for at most ``timeout`` seconds; returns ``(output, returncode)`` — stdout and
+    stderr together, capped at ``max_output_bytes``; a negative returncode is the signal.
+
+    Raises :class:`ToolError` — with the output so far — when it times out, when the
+    job is asked to stop, or when its output passes :data:`MAX_SPOOL_BYTES` (the
+    command and every process it started are killed first).  The command's
+    environment is the child's, less its secrets (:func:`child.redact.tool_environment`), plus :data:`MARKER` and
+    ``env``; in a container, the image's environment plus ``env``, through the
+    engine's ``exec``.
+    """
     limit = int(ctx.limits["max_output_bytes"])
     run_id = uuid.uuid4().hex
     box = ctx.container
-    argv = box.exec_argv(command) if box is not None else ["/bin/sh", "-c", command]
+    argv = box.exec_argv(command, env) if box is not None else ["/bin/sh", "-c", command]
     with tempfile.TemporaryFile(prefix="hermes-terminal-") as out:
         try:
             proc = subprocess.Popen(argv, cwd=ctx.cwd, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, env=_environment(run_id))
+                                    stdout=out, stderr=subprocess.STDOUT, env={**_environment(run_id), **(env or {})})
         except OSError as exc:
             raise ToolError(f"cannot start {argv[0]} in {ctx.cwd}: {exc}") from None
         deadline = time.monotonic() + timeout
@@ -165,13 +178,10 @@ def run_command(args: dict, ctx: ToolContext) -> str:
         while True:
             try:
                 proc.wait(timeout=POLL_SECONDS)
-                output = _read_capped(out, limit)
-                if output and not output.endswith("\n"):
-                    output += "\n"
-                return output + _status(proc.returncode)
+                return _read_capped(out, limit), proc.returncode
             except subprocess.TimeoutExpired:
                 pass
-            if ctx.stop.is_set():
+            if ctx.stop is not None and ctx.stop.is_set():
                 why = "interrupted: the job was asked to stop"
             elif time.monotonic() >= deadline:
                 why = f"timed out after {timeout:g}s"
