@@ -158,7 +158,11 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``ephemeral_system_prompt``, ``prefill_messages_file`` (absolute; a JSON list
     of ``{role, content}``, refused as ``FILE: reason``), ``max_tokens``,
     ``reasoning_disabled``, ``provider``, ``base_url``; and ``allow_synthetic``,
-    ``exclude_partial`` (see ``batch.settings``); ``executor`` (``local`` or
+    ``exclude_partial`` (see ``batch.settings``); ``verifier`` (a shell command run in
+    each item's working directory after its agent ends: exit status 0 passes, or it
+    prints ``{"reward": float}``; see ``batch.verify``), ``verifier_timeout`` (seconds,
+    default 60), ``min_reward`` (samples below it stay out of ``trajectories.jsonl``),
+    ``samples_per_prompt`` (K attempts of each prompt, default 1: ``batch.groups``); ``executor`` (``local`` or
     ``ray``; default ``batch.executor``) and, for ``ray``, ``ray_address``
     (default ``batch.ray_address``, else the daemon's ``RAY_ADDRESS``, else
     ``auto``), ``ray_num_cpus`` and ``ray_memory_mb`` (what each item reserves).
@@ -169,8 +173,8 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     container of that image.  Errors: ``bad_request`` (a bad argument, an
     unreadable dataset, a ``docker_image`` line that cannot run — a bad image
     name, no container engine installed —, a resume whose
-    batch_size/dataset/distribution/samples_per_prompt differ, a resume over a dataset changed in
-    place since the run began — naming its first changed line — unless
+    batch_size/dataset/distribution/samples_per_prompt differ, a resume over a
+    dataset changed in place since the run began — naming its first changed line — unless
     ``allow_changed_dataset=true``, a bad prefill file, ``resume`` of a
     run that does not exist; field ``executor``: Ray not installed, the cluster
     unreachable), ``invalid_state`` (already running; the directory holds a run
@@ -195,7 +199,8 @@ async def batch_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     in_flight``), ``progress {total, done,
     discarded, failed, running, pending, processed, rate_per_minute,
     eta_seconds, rewards}`` (``rewards``: ``{verified, rewarded, mean, passed,
-    pass_rate, verifier_errors}`` once a verifier judged a sample, else None), ``bad_lines`` and ``errors`` (``FILE:LINE: reason``)."""
+    pass_rate, verifier_errors}`` once a verifier judged a sample, else None),
+    ``bad_lines`` and ``errors`` (``FILE:LINE: reason``)."""
     service = _service(ctx)
     return service.record(service.find(arg(args, "id", str))["id"])
 
