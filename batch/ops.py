@@ -17,7 +17,7 @@ from batch import distributions
 from batch.settings import Settings, flag_options, job_id_of, resume_args
 from hermesd import config as config_mod
 from hermesd.context import Context
-from hermesd.contract import LIVE
+from hermesd.contract import LIVE, JobResult
 from hermesd.handlers.jobs import ended
 from hermesd.jobs import JobKind
 from hermesd.plugin import Plugin
@@ -58,7 +58,7 @@ class BatchPlugin(Plugin):
             self._service = BatchService(self.ctx)
         return self._service
 
-    def on_result(self, row: dict[str, Any], result: dict[str, Any]) -> None:
+    def on_result(self, row: dict[str, Any], result: JobResult) -> None:
         """An item reported: its run records the prompt."""
         self.service.executor.on_result(row, result)
 

@@ -27,9 +27,22 @@ from hermesd.jobs import JobKind
 
 if TYPE_CHECKING:
     from hermesd.context import Context
-    from hermesd.contract import JobSpec
+    from hermesd.contract import JobResult, JobSpec
 
 Row = dict[str, Any]
+
+
+def own(hook: Any) -> Any:
+    """Mark a :class:`Plugin` method as a hook called for the jobs of the plugin's own kinds
+    only (its first argument is the job's row)."""
+    hook.scope = "own"
+    return hook
+
+
+def every(hook: Any) -> Any:
+    """Mark a :class:`Plugin` method as a hook called on every plugin, in order."""
+    hook.scope = "every"
+    return hook
 
 
 class Plugin:
@@ -37,9 +50,10 @@ class Plugin:
 
     The daemon creates one instance once the state database is open
     (``__init__(ctx)``: create services, ``ctx.provide`` them for the handlers).
-    Hooks of the first group are called only for jobs of the plugin's kinds;
-    the others for everything.  Its ops are the ``@op`` functions of its module
-    (:meth:`op_modules`).
+    Hooks marked :func:`own` are called only for jobs of the plugin's kinds;
+    those marked :func:`every` for everything.  The hooks are declared here only:
+    :class:`Plugins` derives its calls from them (:data:`HOOKS`).  Its ops are the
+    ``@op`` functions of its module (:meth:`op_modules`).
     """
 
     kinds: ClassVar[tuple[JobKind, ...]] = ()
@@ -54,49 +68,67 @@ class Plugin:
 
     # jobs of this plugin's kinds ------------------------------------------------
 
+    @own
     def spec(self, row: Row, spec: "JobSpec") -> None:
         """Add to the spec a child of this kind receives (``child.hello``)."""
 
-    def on_result(self, row: Row, result: dict[str, Any]) -> None:
+    @own
+    def on_result(self, row: Row, result: "JobResult") -> None:
         """A child reported its result, before the terminal transition."""
 
+    @own
     def on_terminal(self, row: Row) -> list[dict[str, Any]]:
-        """Inside the terminal transition's transaction; returns extra events to publish after commit."""
+        """Inside the terminal transition's transaction (a ``JobTable`` terminal hook); returns
+        extra events to publish after commit."""
         return []
 
-    def on_exit(self, row: Row) -> None:
-        """The job is terminal and its process reaped (slots released)."""
+    @own
+    def on_exit(self, row: Row | None) -> None:
+        """The job is terminal and its process reaped (slots released); :meth:`after_exit` follows."""
 
+    @own
     def stop(self, row: Row, reason: str) -> None:
         """Stop a live job of a kind without a process (``cancel``); it ends through its own transition."""
 
     # everything -----------------------------------------------------------------
 
+    @every
     def admit(self, job_id: str, kind: str, fields: dict[str, Any]) -> None:
         """Any job is about to be admitted (``Runner.submit``): may change its row's ``fields``
-        (e.g. its ``spec``) or refuse it by raising ``ProtocolError``."""
+        (e.g. its ``spec``) or refuse it by raising ``ProtocolError`` (the first refusal stops it)."""
 
+    @every
     def after_exit(self, row: Row | None) -> None:
         """Any job is terminal and reaped (e.g. its foreground children end too)."""
 
+    @every
     def on_event(self, event: dict[str, Any]) -> None:
-        """Any event, after it is published (in process)."""
+        """Any event, after it is published (in process; an ``EventLog`` listener)."""
 
+    @every
     def restore(self) -> None:
         """Start-up, after the jobs are reconciled: resume work."""
 
+    @every
     def shutdown(self) -> None:
         """Shutdown, after the children are stopped and before the sockets close."""
+
+
+HOOKS: dict[str, str] = {name: fn.scope for name, fn in vars(Plugin).items() if hasattr(fn, "scope")}
+"""Every hook of :class:`Plugin` by name, with its scope (``own`` or ``every``)."""
 
 
 class Plugins:
     """The plugins of one daemon: the kinds they declare and their hooks, by kind.
 
-    Raises ``ValueError`` at construction when two plugins declare the same kind
-    or id prefix.
+    Has one method per hook of :data:`HOOKS`, with the hook's signature: an ``own``
+    hook calls the plugin of the job's kind (a job of no plugin's kind gets
+    :class:`Plugin`'s default: nothing, ``[]``); an ``every`` hook calls every
+    plugin, in order.  Raises ``ValueError`` at construction when two plugins
+    declare the same kind or id prefix.
     """
 
-    def __init__(self, classes: Iterable[type[Plugin]]):
+    def __init__(self, classes: Iterable[type[Plugin]] = ()):
         self.classes = tuple(classes)
         self.kinds: dict[str, JobKind] = {}
         for cls in self.classes:
@@ -107,6 +139,7 @@ class Plugins:
                 self.kinds[kind.name] = kind
         self.instances: list[Plugin] = []
         self._owner: dict[str, Plugin] = {}
+        self._nobody = Plugin.__new__(Plugin)  # the owner of a kind no plugin declares: the default hooks
 
     def op_modules(self) -> list[ModuleType]:
         """Every plugin's op modules, in plugin order."""
@@ -125,58 +158,24 @@ class Plugins:
         """Kind names whose :class:`JobKind` fields equal ``where`` (all without)."""
         return tuple(k.name for k in self.kinds.values() if all(getattr(k, f) == v for f, v in where.items()))
 
-    def _of(self, row: Row | None) -> Plugin | None:
-        return self._owner.get(row["kind"]) if row else None
+    def owner(self, row: Row | None) -> Plugin:
+        """The plugin of the job ``row``'s kind (a default one for a kind none declares, or no row)."""
+        return self._owner.get(row["kind"], self._nobody) if row else self._nobody
 
-    # the hooks the core calls --------------------------------------------------
 
-    def spec(self, row: Row, spec: "JobSpec") -> None:
-        """:meth:`Plugin.spec` of the job's plugin."""
-        plugin = self._of(row)
-        if plugin is not None:
-            plugin.spec(row, spec)
+def _call(name: str, scope: str) -> Any:
+    """The :class:`Plugins` method of hook ``name`` (see :class:`Plugins`)."""
+    if scope == "own":
+        def call(self: Plugins, row: Row | None, *args: Any) -> Any:
+            return getattr(self.owner(row), name)(row, *args)
+    else:
+        def call(self: Plugins, *args: Any) -> None:
+            for plugin in self.instances:
+                getattr(plugin, name)(*args)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f":meth:`Plugin.{name}` of " + ("the job's plugin." if scope == "own" else "every plugin, in order.")
+    return call
 
-    def admit(self, job_id: str, kind: str, fields: dict[str, Any]) -> None:
-        """:meth:`Plugin.admit` of every plugin, in order (the first refusal stops it)."""
-        for p in self.instances:
-            p.admit(job_id, kind, fields)
 
-    def on_result(self, row: Row, result: dict[str, Any]) -> None:
-        """:meth:`Plugin.on_result` of the job's plugin."""
-        plugin = self._of(row)
-        if plugin is not None:
-            plugin.on_result(row, result)
-
-    def on_terminal(self, row: Row) -> list[dict[str, Any]]:
-        """:meth:`Plugin.on_terminal` of the job's plugin (a ``JobTable`` terminal hook)."""
-        plugin = self._of(row)
-        return plugin.on_terminal(row) if plugin is not None else []
-
-    def on_exit(self, row: Row | None) -> None:
-        """:meth:`Plugin.on_exit` of the job's plugin, then :meth:`Plugin.after_exit` of every plugin."""
-        plugin = self._of(row)
-        if plugin is not None:
-            plugin.on_exit(row)
-        for p in self.instances:
-            p.after_exit(row)
-
-    def stop(self, row: Row, reason: str) -> None:
-        """:meth:`Plugin.stop` of the job's plugin."""
-        plugin = self._of(row)
-        if plugin is not None:
-            plugin.stop(row, reason)
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        """:meth:`Plugin.on_event` of every plugin (an ``EventLog`` listener)."""
-        for p in self.instances:
-            p.on_event(event)
-
-    def restore(self) -> None:
-        """:meth:`Plugin.restore` of every plugin, in order."""
-        for p in self.instances:
-            p.restore()
-
-    def shutdown(self) -> None:
-        """:meth:`Plugin.shutdown` of every plugin, in order."""
-        for p in self.instances:
-            p.shutdown()
+for _name, _scope in HOOKS.items():
+    setattr(Plugins, _name, _call(_name, _scope))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from hermesd import exits
 from hermesd.config import Config
@@ -34,6 +34,7 @@ from hermesd.control.pause import QueuePause
 from hermesd.control.staleness import ActivityLog, stale_error
 from hermesd.contract import JOB_ENV_NAMES, LIVE, SECRETS_ENV, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import JobTable
+from hermesd.plugin import Plugins
 from hermesd.protocol import ProtocolError, one_line
 from hermesd.scheduler import PROCESS_POOLS, Scheduler
 from hermesd.system import limits
@@ -43,44 +44,6 @@ log = logging.getLogger("hermesd")
 
 LOG_TAIL_BYTES = 2000
 
-
-
-class JobHooks(Protocol):
-    """What job types add to a job's life (``hermesd.plugin.Plugins``, by the job's kind)."""
-
-    def admit(self, job_id: str, kind: str, fields: dict[str, Any]) -> None:
-        """A job is about to be admitted: may change its fields or refuse it (``ProtocolError``)."""
-
-    def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
-        """Add to the spec a child receives."""
-
-    def on_result(self, row: dict[str, Any], result: JobResult) -> None:
-        """A child reported, before the terminal transition."""
-
-    def on_exit(self, row: dict[str, Any] | None) -> None:
-        """The job is terminal and its process reaped."""
-
-    def stop(self, row: dict[str, Any], reason: str) -> None:
-        """Stop a live job of a kind without a process."""
-
-
-class NoHooks:
-    """:class:`JobHooks` that add nothing."""
-
-    def admit(self, job_id: str, kind: str, fields: dict[str, Any]) -> None:
-        """Nothing to change."""
-
-    def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
-        """Nothing to add."""
-
-    def on_result(self, row: dict[str, Any], result: JobResult) -> None:
-        """Nothing to do."""
-
-    def on_exit(self, row: dict[str, Any] | None) -> None:
-        """Nothing to do."""
-
-    def stop(self, row: dict[str, Any], reason: str) -> None:
-        """Nothing to stop."""
 
 
 def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
@@ -98,13 +61,14 @@ def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
 class Runner:
     """Job lifecycle.
 
-    Job types plug in through ``hooks`` (:class:`JobHooks`): the spec a child
-    receives, its result before the terminal transition, its exit, and the stop
-    of a job kind without a process.
+    Job types plug in through ``hooks`` (:class:`hermesd.plugin.Plugins`, whose hooks
+    :class:`hermesd.plugin.Plugin` declares): admission, the spec a child receives,
+    its result before the terminal transition, its exit, and the stop of a job kind
+    without a process.
     """
 
     def __init__(self, config: Config, jobs: JobTable, scheduler: Scheduler, procs: ProcessManager,
-                 children_socket: Path, loop: Any, hooks: JobHooks | None = None):
+                 children_socket: Path, loop: Any, hooks: Plugins | None = None):
         self.config = config
         self.jobs = jobs
         self.scheduler = scheduler
@@ -113,7 +77,7 @@ class Runner:
         self.loop = loop
         self.tokens: dict[str, str] = {}
         self.results: dict[str, JobResult] = {}
-        self.hooks: JobHooks = hooks or NoHooks()
+        self.hooks = hooks if hooks is not None else Plugins()
         self.accepting = True
         self._timeouts: dict[str, Any] = {}
         self._counters: dict[str, dict[str, Any]] = {}  # progress counters, written with the next group commit
@@ -491,5 +455,7 @@ class Runner:
         self.stop_errors.pop(job_id, None)
         self.scheduler.release(job_id)
         self._release_dependents()
-        self.hooks.on_exit(self.jobs.get(job_id))
+        row = self.jobs.get(job_id)
+        self.hooks.on_exit(row)
+        self.hooks.after_exit(row)
         self.pump()

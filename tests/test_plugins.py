@@ -86,7 +86,19 @@ def test_hooks_reach_only_the_plugin_of_the_kind():
     plugins.on_terminal({"id": "b_1", "kind": "b"})
     plugins.on_terminal({"id": "a_1", "kind": "a"})
     plugins.on_exit({"id": "b_2", "kind": "b"})
+    plugins.after_exit({"id": "b_2", "kind": "b"})
+    assert plugins.on_terminal({"id": "x_1", "kind": "x"}) == [] and plugins.on_exit(None) is None
     assert seen == [("A", "a_1"), ("after", "b_2")]
+
+
+def test_the_hooks_are_declared_once_and_plugins_derives_its_calls():
+    """Plugins has one call per hook of Plugin, with its scope; the runner calls through it."""
+    from hermesd.plugin import HOOKS
+
+    assert HOOKS == {"spec": "own", "on_result": "own", "on_terminal": "own", "on_exit": "own", "stop": "own",
+                     "admit": "every", "after_exit": "every", "on_event": "every", "restore": "every",
+                     "shutdown": "every"}
+    assert all(getattr(Plugins, name).__name__ == name for name in HOOKS)
 
 
 def test_admit_reaches_every_plugin_and_may_refuse_the_job():
