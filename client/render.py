@@ -129,7 +129,9 @@ def slash_text(answer: dict[str, Any]) -> str:
     """The answer of a slash command (``session.send`` with ``/…``) as readable lines."""
     command = answer.get("command")
     if command == "background":
-        return f"background task {answer.get('delegation_id')} {answer.get('status')}; its result comes back as a new turn"
+        paused = "; the queue is paused: it starts after hermesctl resume" if answer.get("queue_paused") else ""
+        return (f"background task {answer.get('delegation_id')} {answer.get('status')}{paused}; its result comes "
+                "back as a new turn")
     if command == "stop":
         stopped = answer.get("stopped") or []
         return f"stopped {', '.join(stopped)}" if stopped else "nothing to stop"

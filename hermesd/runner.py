@@ -122,8 +122,8 @@ class Runner:
             fields["spec"]["after"] = dependencies.check(job_id, after, self.jobs.get)
         self.hooks.admit(job_id, kind, fields)
         needs = ("global", *pools)
-        if background:
-            if after or not self.scheduler.admit_background(job_id, queue=queue):
+        if background:  # while paused nothing is refused: it waits for its async slot in the queue
+            if after or self.pause.paused or not self.scheduler.admit_background(job_id, queue=queue):
                 needs = ("async", *needs)
         before = set(self.procs.children)
         try:

@@ -32,6 +32,7 @@ from hermesd.containers.plugin import ContainersPlugin
 from hermesd.context import Context
 from hermesd.contract import ACTIVE, JobStatus
 from hermesd.control import ops as control
+from hermesd.control.hooks import JobEndHooks
 from hermesd.delegation import ops as delegation
 from hermesd.delegation.delivery import Delivery
 from hermesd.endpoint import NOBLOCK, Endpoint
@@ -350,6 +351,16 @@ class Daemon:
         self.runner.pump()
         return {"reloaded": True, "source": new.source, "restart_needed": restart}
 
+    async def _settle_hooks(self) -> None:
+        """Let the ``hooks.on_job_end`` commands still running — those of the jobs this shutdown
+        ended, too — finish: each is bounded by ``hooks.timeout_seconds`` (then killed), so
+        this waits at most that long, and one second for the kill."""
+        hooks = self.context.service(JobEndHooks)
+        deadline = clock.monotonic() + self.config.hooks.timeout_seconds + 1.0
+        while hooks.running and clock.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            self.procs.reap()
+
     async def _shutdown(self) -> None:
         stopped = self.plugins.names(at_shutdown="stop")
         for job in list(self.scheduler.queued_jobs()):
@@ -370,6 +381,7 @@ class Daemon:
                 await asyncio.sleep(0.02)
                 self.procs.reap()
         self.procs.spawner.close()  # the zygote and its spares
+        await self._settle_hooks()
         sweep_leftovers(self.supervisor_id)
         self.procs.reap()
         self.plugins.shutdown()

@@ -105,6 +105,20 @@ def test_pause_holds_new_starts_across_a_restart_and_resume_runs_them(make_daemo
     assert d.call("status")["queue"]["paused"] is False
 
 
+def test_while_paused_nothing_is_refused_and_the_caps_wait_in_the_queue(make_daemon):
+    d = make_daemon({"delegation": {"max_async_children": 2}})
+    d.ctl("pause")
+    held = [d.ctl("delegate", "--background", "--json", f"held {i}") for i in range(4)]
+    assert [r.returncode for r in held] == [0] * 4, [r.stderr for r in held]
+    status = d.ctl("status").stdout
+    assert "cap async: 0/2" in status and "0 running, 4 queued" in status
+    slash = d.ctl("send", "main", "/background look around")
+    assert slash.returncode == 0 and "the queue is paused: it starts after hermesctl resume" in slash.stdout
+    d.ctl("resume")
+    for rec in held:
+        assert d.wait_job(json.loads(rec.stdout)["id"])["status"] == "completed"
+
+
 def test_after_starts_when_all_completed_and_fails_naming_the_one_that_did_not(daemon):
     first = daemon.delegate("first", script=[{"text": "one", "stream": 1.5}])
     second = daemon.delegate("second")
@@ -188,6 +202,18 @@ def test_on_job_end_gets_the_record_and_a_slow_or_failing_hook_never_hurts(make_
     assert d.call("status")["hooks"]["on_job_end"] is True  # the daemon answers throughout
     assert not [p for p in psutil.process_iter(["cmdline"]) if "sleep 60" in " ".join(p.info["cmdline"] or [])
                 and str(out) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_on_job_end_runs_to_the_end_for_the_jobs_a_shutdown_interrupts(make_daemon, tmp_path):
+    out = tmp_path / "hooks"
+    out.mkdir()
+    d = make_daemon({"hooks": {"on_job_end": f'sleep 0.5; cat > {out}/"$HERMES_JOB_ID.json"', "timeout_seconds": 10}})
+    held = [d.delegate(f"long {i}", background=True, script=QUIET)["id"] for i in range(3)]
+    wait_for(lambda: all(d.call("job", id=j)["status"] == "running" for j in held), what="the jobs to run")
+    assert d.ctl("shutdown", "--wait").returncode == 0
+    records = {j: json.loads((out / f"{j}.json").read_text()) for j in held}
+    assert {r["status"] for r in records.values()} == {"interrupted"}
+    assert "killed" not in d.log()
 
 
 # -- structured output --------------------------------------------------------------------------

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import yaml
+
 from tests.harness import wait_for
 from tests.test_lists_scale import insert_jobs
 
@@ -38,6 +40,15 @@ def test_policy_keeps_the_newest_jobs_and_says_where_events_were_removed(make_da
     out = d.ctl("events", "--since", "0")
     assert f"events 1..{oldest - 1} were removed by retention" in out.stdout.splitlines()[0]
     assert "Traceback" not in d.log()
+
+
+def test_a_reload_that_adds_a_policy_applies_it_at_once(daemon):
+    done = [daemon.wait_job(daemon.delegate(f"goal {i}")["id"])["id"] for i in range(3)]
+    config = yaml.safe_load((daemon.home / "config.yaml").read_text())
+    config["retention"] = {"max_jobs": 1}  # the default interval: five minutes
+    (daemon.home / "config.yaml").write_text(yaml.safe_dump(config))
+    assert daemon.ctl("reload").returncode == 0
+    wait_for(lambda: _ids(daemon) == {done[-1]}, timeout=15, what="the policy applied after the reload")
 
 
 def test_clean_never_removes_what_is_still_needed(daemon):

@@ -8,7 +8,9 @@ callback).  It runs in a process group of its own, awaited on the event loop, in
 ``hooks.timeout_seconds``: past it the whole group is killed.  A hook that
 fails, cannot start or is too slow is logged (``daemon.log``: the job, the
 exit status, the end of its output); it never blocks the event loop, never
-delays a job or another hook, and is killed when the daemon stops.
+delays a job or another hook; a stopping daemon waits for it (within its time
+limit, :meth:`hermesd.server.Daemon._settle_hooks`), the hooks of the jobs the
+shutdown ended included, then kills what is left.
 """
 
 from __future__ import annotations

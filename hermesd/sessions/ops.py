@@ -63,7 +63,8 @@ def _slash(ctx: Context, service: Sessions, session: str, text: str) -> dict[str
                                   1, deleg.max_spawn_depth)
         job = ctx.runner.submit("background", background=True, queue=True, session=session, goal=rest.strip(),
                               toolsets=toolsets, depth=1, cwd=row["spec"].get("cwd"))
-        return {"command": "background", "status": "dispatched", "delegation_id": job["id"]}
+        answer = {"command": "background", "status": "dispatched", "delegation_id": job["id"]}
+        return {**answer, "queue_paused": True} if ctx.runner.pause.paused else answer
     if command == "/stop":
         stopped = []
         turn = service.busy_turn(session)

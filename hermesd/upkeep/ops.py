@@ -37,6 +37,12 @@ class UpkeepPlugin(Plugin):
         self.sweeper.start()
         self.logcap.start()
 
+    def on_event(self, event: dict[str, Any]) -> None:
+        """A reload applies its retention policy at once, not an interval later."""
+        if event.get("type") == "daemon.reloaded":
+            self.retention.batch_size = self.ctx.config.retention.batch_size
+            self.sweeper.now()
+
     def shutdown(self) -> None:
         """Stop them."""
         self.sweeper.stop()

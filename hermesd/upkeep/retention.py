@@ -248,6 +248,13 @@ class Sweeper:
         """Arm the timer (the first pass one interval after start)."""
         self._handle = self.loop.call_later(self.interval(), self._tick)
 
+    def now(self) -> None:
+        """A pass at once (the config was reloaded: a policy it adds or tightens applies now),
+        then one every interval again."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._tick()
+
     def _tick(self) -> None:
         policy = self.policy()
         if policy.active and not self.retention.running:
