@@ -76,9 +76,9 @@ class Context:
         """True once the graceful stop began."""
         return self.control.stopping
 
-    def provide(self, service: T) -> T:
-        """Make ``service`` reachable as ``ctx.service(type(service))``; returns it."""
-        self.services[type(service)] = service
+    def provide(self, service: T, cls: type | None = None) -> T:
+        """Make ``service`` reachable as ``ctx.service(cls)`` (default ``type(service)``); returns it."""
+        self.services[cls or type(service)] = service
         return service
 
     def service(self, cls: type[T]) -> T:

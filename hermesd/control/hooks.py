@@ -22,33 +22,42 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from hermesd import jobs as jobs_mod
+from hermesd.plugin import Plugin
+from hermesd.system.procs import child_env
+
+if TYPE_CHECKING:
+    from hermesd.context import Context
 
 log = logging.getLogger("hermesd")
 
 LOG_TAIL_BYTES = 500
 
 
-class JobEndHooks:
-    """Run ``hooks.on_job_end`` once per job that turns terminal.
+class JobEndHooks(Plugin):
+    """Run ``hooks.on_job_end`` once per job that turns terminal: a plugin without a
+    job kind whose hooks are :meth:`on_event` (a job ended) and :meth:`shutdown`.
 
-    ``config()``: the config in force (a reload changes the command);
-    ``job_dir(id)``: the job's directory; ``env``: the environment hooks start
-    from (the daemon's, scrubbed like a child's).  :meth:`on_event` is an
-    ``EventLog`` listener.
+    From ``ctx``: the config in force (a reload changes the command), the job
+    table, each job's directory, the environment hooks start from (the daemon's,
+    scrubbed like a child's) and the reaper's ``watch``.
     """
 
-    def __init__(self, config: Callable[[], Any], get_row: Callable[[str], dict[str, Any] | None],
-                 job_dir: Callable[[str], Path], env: dict[str, str],
-                 watch: Callable[[int, Callable[[int], None]], None]):
-        self.config, self.get_row, self.job_dir, self.env, self.watch = config, get_row, job_dir, env, watch
+    def __init__(self, ctx: "Context"):
+        super().__init__(ctx)
+        self.config: Callable[[], Any] = lambda: ctx.config
+        self.get_row: Callable[[str], dict[str, Any] | None] = ctx.jobs.get
+        self.job_dir: Callable[[str], Path] = ctx.runner.job_dir
+        self.env = child_env(dict(os.environ), {})
+        self.watch: Callable[[int, Callable[[int], None]], None] = ctx.procs.watch
+        ctx.provide(self, JobEndHooks)  # as ctx.service(JobEndHooks), whatever plugin class it is
         self.running: dict[asyncio.Task, str] = {}
         self.pids: set[int] = set()
 
     def on_event(self, event: dict[str, Any]) -> None:
-        """Listener: a ``job.state`` event into a terminal state starts the hook for that job."""
+        """A ``job.state`` event into a terminal state starts the hook for that job."""
         if event.get("type") != "job.state" or (event.get("data") or {}).get("status") not in jobs_mod.TERMINAL:
             return
         command = self.config().hooks.on_job_end

@@ -9,31 +9,16 @@ what fits.  Both are durable (:mod:`hermesd.control.pause`) and shown by ``statu
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from hermesd.context import Context
 from hermesd.control.hooks import JobEndHooks
-from hermesd.plugin import Plugin
-from hermesd.system.procs import child_env
 from hermesd.router import op
 
 
-class ControlPlugin(Plugin):
-    """Operator controls that own no job kind: the job-end hook of every job."""
-
-    def __init__(self, ctx: Context):
-        super().__init__(ctx)
-        self.hooks = ctx.provide(JobEndHooks(lambda: ctx.config, ctx.jobs.get, ctx.runner.job_dir,
-                                             child_env(dict(os.environ), {}), ctx.procs.watch))
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        """A job that ended runs ``hooks.on_job_end``."""
-        self.hooks.on_event(event)
-
-    def shutdown(self) -> None:
-        """Hooks still running are killed."""
-        self.hooks.shutdown()
+class ControlPlugin(JobEndHooks):
+    """Operator controls that own no job kind: this module's ops, and the job-end hook of
+    every job (its hooks are :class:`hermesd.control.hooks.JobEndHooks`')."""
 
 
 @op("pause")
