@@ -81,3 +81,21 @@ def test_nothing_configured_is_a_clear_error():
 def test_unknown_provider():
     with pytest.raises(ProviderError, match="unknown provider 'gpt9'.*anthropic, openai-compat, local, scripted"):
         make_provider({"provider": "gpt9"})
+
+
+def test_every_provider_of_the_table_is_reachable_and_its_env_goes_to_ray_items():
+    """The one provider table: each row names a class that exists, its aliases select it, and the
+    variables it reads are forwarded to batch items on Ray (forgetting that broke a provider there)."""
+    import importlib
+
+    from child.item import FORWARDED_ENV
+    from child.zygote import preload_for
+    from hermesd.contract import PROVIDER_TABLE, PROVIDERS, provider_entry
+
+    assert PROVIDERS == tuple(p.name for p in PROVIDER_TABLE)
+    for entry in PROVIDER_TABLE:
+        assert hasattr(importlib.import_module(entry.module), entry.cls), entry
+        assert all(provider_entry(name.upper()) is entry for name in (entry.name, *entry.aliases))
+        assert set(entry.env) <= set(FORWARDED_ENV)
+        assert set(entry.preload) <= set(preload_for(entry.name, None))
+    assert provider_entry("gpt9") is None
