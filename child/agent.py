@@ -21,6 +21,7 @@ adds them to the conversation.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -268,15 +269,19 @@ class Agent:
             + (f": {outcome['error']}" if outcome["error"] else "") + f" ({outcome['seconds']:.1f}s)")
         return outcome
 
+    @functools.cached_property
+    def host_mask(self) -> Any:
+        """With a ``workdir_placeholder`` (batch items): the :class:`child.hostmask.HostMask`
+        of what is recorded; else None (nothing is masked)."""
+        if not self.spec.workdir_placeholder:
+            return None
+        from child.hostmask import HostMask
+
+        return HostMask(self.cwd(), self.spec.workdir_placeholder, self.spec.base_url)
+
     def masked(self, text: str) -> str:
-        """``text`` with the working directory shown as the spec's ``workdir_placeholder``
-        (unchanged without one)."""
-        placeholder = self.spec.workdir_placeholder
-        if not placeholder:
-            return text
-        for path in sorted({self.cwd(), os.path.realpath(self.cwd())}, key=len, reverse=True):
-            text = text.replace(path, placeholder)
-        return text
+        """``text`` as recorded: the host's paths and names masked (:attr:`host_mask`)."""
+        return self.host_mask.text(text) if self.host_mask is not None else text
 
     def cwd(self) -> str:
         """The job's working directory (on the host)."""
@@ -359,16 +364,18 @@ class Agent:
         ``conversations`` (Hermes' ShareGPT), ``messages`` and ``tools`` (the
         model-neutral view), ``has_reasoning``, ``tool_names`` (every tool the model
         called, in order, unknown names included), ``tools_offered`` and
-        ``tool_stats``.  The ephemeral system prompt and the prefill messages are not in it."""
+        ``tool_stats``.  The ephemeral system prompt and the prefill messages are not in it; with
+        a ``workdir_placeholder``, neither are the host's paths and names (:attr:`host_mask`)."""
         trajectory = importlib.import_module("child.trajectory")
         conversation = self.history + self.new
-        return {"conversations": trajectory.to_sharegpt(self.system, conversation, self.tools),
-                "messages": trajectory.to_messages(self.system, conversation),
-                "tools": trajectory.tool_schemas(self.tools),
-                "has_reasoning": bool(trajectory.has_reasoning(conversation)),
-                "tool_names": trajectory.tool_calls_in(conversation),
-                "tools_offered": [t["name"] for t in self.tools],
-                "tool_stats": trajectory.tool_stats(conversation)}
+        recorded = {"conversations": trajectory.to_sharegpt(self.system, conversation, self.tools),
+                    "messages": trajectory.to_messages(self.system, conversation),
+                    "tools": trajectory.tool_schemas(self.tools),
+                    "has_reasoning": bool(trajectory.has_reasoning(conversation)),
+                    "tool_names": trajectory.tool_calls_in(conversation),
+                    "tools_offered": [t["name"] for t in self.tools],
+                    "tool_stats": trajectory.tool_stats(conversation)}
+        return self.host_mask.data(recorded) if self.host_mask is not None else recorded
 
 
 def system_prompt(spec: JobSpec, tools: list[dict[str, Any]]) -> str:

@@ -92,8 +92,17 @@ class Runner:
     # admission -----------------------------------------------------------
 
     def job_dir(self, job: str) -> Path:
-        """``jobs/ID/``: the job's log and scratch space."""
+        """``jobs/ID/``: the job's bookkeeping (its log, its trajectory) and its work directory."""
         return self.config.log_dir() / job
+
+    def work_dir(self, job: str) -> Path:
+        """``jobs/ID/work/``: the working directory of a job given none, which then holds only
+        the job's own work (its log and trajectory are beside it, in :meth:`job_dir`)."""
+        return self.job_dir(job) / "work"
+
+    def cwd_of(self, row: dict[str, Any]) -> str:
+        """The working directory of job ``row``: its ``cwd``, else :meth:`work_dir`."""
+        return row.get("cwd") or str(self.work_dir(row["id"]))
 
     def log_path(self, job: str) -> Path:
         """``jobs/ID/log``: the child's stdout and stderr."""
@@ -199,7 +208,9 @@ class Runner:
         self.tokens[job_id] = token
         try:
             self.job_dir(job_id).mkdir(mode=0o700, parents=True, exist_ok=True)
-            child = self.procs.start(job_id, cwd=row.get("cwd") or str(self.job_dir(job_id)),
+            if not row.get("cwd"):
+                self.work_dir(job_id).mkdir(mode=0o700, exist_ok=True)
+            child = self.procs.start(job_id, cwd=self.cwd_of(row),
                                      log_path=self.log_path(job_id),
                                      env={**(job_env := (row.get("spec") or {}).get("env") or {}),
                                           SECRETS_ENV: ",".join(self.config.secrets), JOB_ENV_NAMES: ",".join(job_env),
@@ -299,7 +310,7 @@ class Runner:
             base_url=cfg.base_url, reasoning_effort=cfg.reasoning_effort,
             max_turns=deleg.max_turns, timeout_seconds=deleg.child_timeout_seconds,
             activity_interval_seconds=min(2.0, deleg.stale_after_seconds / 4),
-            cwd=row.get("cwd") or str(self.job_dir(row["id"])), depth=row.get("depth") or 0,
+            cwd=self.cwd_of(row), depth=row.get("depth") or 0,
             max_spawn_depth=deleg.max_spawn_depth, auto_approve=deleg.subagent_auto_approve,
             limits={"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
                     "terminal_timeout_seconds": cfg.limits.terminal_timeout_seconds},

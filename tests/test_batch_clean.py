@@ -1,0 +1,41 @@
+"""Batch output clean of the host, and filters that say what they did (real hermesd, scripted provider)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from tests.test_batch_daemon import finish, read_run, start, write_dataset
+
+LOOK = {"thinking": "I look around.", "tool_calls": [
+    {"name": "terminal", "input": {"command": "echo pwd=$(pwd); echo ls=$(ls -A); echo home=$HOME; "
+                                              "echo host=$(hostname); echo hermes=$HERMES_HOME; "
+                                              "echo run=$HERMES_RUNTIME_DIR; echo up=$(ls -d \"$PWD\"/..); "
+                                              "echo made > made.txt"}}]}
+
+
+def test_a_job_works_in_a_folder_of_its_own_and_its_line_shows_no_host(make_daemon, tmp_path):
+    daemon = make_daemon()
+    record = start(daemon, write_dataset(tmp_path / "d.jsonl", [{"prompt": "p", "script": [LOOK, {"text": "ok"}]}]),
+                   "clean", allow_synthetic=True)
+    final = finish(daemon, record)
+    assert final["status"] == "completed", final
+    line = read_run(Path(final["run_dir"]))["trajectories"][0]
+    result = next(m["content"] for m in line["messages"] if m["role"] == "tool")
+    shown = dict(x.split("=", 1) for x in result.splitlines() if "=" in x)
+    assert shown["pwd"] == "."  # the placeholder the system prompt shows
+    assert shown["ls"] == ""  # nothing of the job's bookkeeping beside its work
+    assert (shown["home"], shown["hermes"], shown["run"], shown["up"]) == ("~", "$HERMES_HOME", "$HERMES_RUNTIME_DIR",
+                                                                         "./..")
+    assert shown["host"] == ("localhost" if len(socket.gethostname()) >= 2 else socket.gethostname())
+    text = json.dumps(line)
+    for leak in (str(daemon.base), str(daemon.home), os.environ.get("HOME") or "/nowhere", str(tmp_path)):
+        assert leak not in text, leak
+    item = next(j for j in daemon.call("ps", all=True, kind="batch_item")["jobs"])
+    folder = daemon.home / "jobs" / item["id"]
+    assert sorted(p.name for p in (folder / "work").iterdir()) == ["made.txt"]
+    assert (folder / "log").is_file() and not (folder / "work" / "log").exists()
+    logs = daemon.ctl("logs", item["id"])
+    assert logs.returncode == 0 and "terminal" in logs.stdout
