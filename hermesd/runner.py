@@ -452,7 +452,7 @@ class Runner:
         row = self.jobs.get(job_id)
         if row is not None and row["status"] not in TERMINAL:
             self._terminal(job_id, self.results.get(job_id), child.stop_reason, child.returncode,
-                           limits.exceeded(child.limits, child.returncode, child.oom_killed))
+                           limits.exceeded(child.limits, child.returncode, child.oom_killed, child.memory_used))
         self._finished(job_id)
 
     def _finished(self, job_id: str) -> None:

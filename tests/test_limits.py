@@ -39,7 +39,7 @@ def test_rlimits_reach_the_child_and_its_commands(make_daemon, warm):
     for name in ("parent_limits.txt", "own_limits.txt"):
         text = (d.work / name).read_text()
         assert _limit(text, "Max cpu time") == ("1", str(1 + limits.CPU_GRACE)), text
-        assert _limit(text, "Max address space") == (str(4096 << 20),) * 2
+        assert _limit(text, "Max address space") == ("unlimited",) * 2  # memory is watched instead
         assert _limit(text, "Max open files") == ("512", "512")
     assert (d.work / "spin_rc.txt").read_text().strip() == str(128 + signal.SIGXCPU), "a spinning command got SIGXCPU"
     assert (d.work / "warm.txt").read_text().strip() == ("1" if warm else "0"), "started the way the test meant"
@@ -49,6 +49,25 @@ def test_a_limit_above_the_config_is_refused(make_daemon):
     d = make_daemon(config={"child_limits": {"memory_mb": 512}})
     out = d.ctl("delegate", "--background", "--memory-limit", "1024", "g")
     assert out.returncode == 2 and "memory_limit_mb" in out.stderr and "Traceback" not in out.stderr
+
+
+def _allocate(mib: int) -> list[dict]:
+    command = f"python3 -c 'import time; x = bytearray({mib} << 20); time.sleep(1.5)' && echo held"
+    return [{"tool_calls": [{"name": "terminal", "input": {"command": command, "timeout": 60}}]}, {"text": "done"}]
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_memory_limit_without_cgroups_holds_what_the_job_really_uses(make_daemon, warm):
+    d = make_daemon(config={"child_limits": {"cgroup": False},
+                            "supervisor": {"start_method": "forkserver" if warm else "spawn"}}, start=False)
+    (warm_on_start(d) if warm else d).start(timeout=120)
+    start = delegate_warm if warm else DaemonProc.delegate
+    under = d.wait_job(start(d, "under", toolsets=["terminal"], memory_limit_mb=256, script=_allocate(32))["id"])
+    assert under["status"] == "completed", under
+    over = d.wait_job(start(d, "over", toolsets=["terminal"], memory_limit_mb=256, script=_allocate(600))["id"])
+    assert over["status"] == "failed" and over["exit_reason"] == "resource_limit", over
+    assert re.match(r"memory limit 256 MiB exceeded: its processes used \d+ MiB \(killed by hermesd\)", over["error"])
+    assert not d.children()
 
 
 def test_a_child_killed_by_sigxcpu_fails_with_the_limit_named(daemon):

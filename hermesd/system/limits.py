@@ -6,8 +6,15 @@ job, ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes`` and
 which may only lower them.  The limits of a job are in force from its
 child's first instruction and are inherited by every process it starts:
 
-* **rlimits, everywhere** (setrlimit(2)): ``RLIMIT_AS`` (memory: address
-  space, so a Python child needs some hundreds of MiB of it), ``RLIMIT_CPU``
+* **memory, everywhere**: what the job's processes really use — the memory of
+  every process of its session or process group (proportional set size:
+  :func:`hermesd.system.procfs.memory_of_sessions`), watched by the daemon
+  (:class:`MemoryWatch`, every :data:`MEMORY_CHECK_SECONDS`); over the limit the
+  whole group is killed (``SIGKILL``) and the job fails naming the limit and what
+  it used.  (Not ``RLIMIT_AS``: it counts address space, which a forked Python
+  maps far beyond what it uses, so every job failed at start under a small limit.)
+  With a delegated cgroup, the cgroup's ``memory.max`` instead (below).
+* **rlimits, everywhere** (setrlimit(2)): ``RLIMIT_CPU``
   (soft at the limit, which sends ``SIGXCPU``; hard :data:`CPU_GRACE` seconds
   later, ``SIGKILL``; per process), ``RLIMIT_NPROC`` (processes: counted per
   user by the kernel, so it is a ceiling for the user's processes, not the
@@ -29,8 +36,8 @@ child's first instruction and are inherited by every process it starts:
 
 A child killed for exceeding a limit ends ``failed`` with the limit named
 (:func:`exceeded`): ``SIGXCPU`` is "CPU time limit 10 s exceeded", a
-``SIGKILL`` counted in the cgroup's ``memory.events`` ``oom_kill`` is
-"memory limit 256 MiB exceeded".
+``SIGKILL`` counted in the cgroup's ``memory.events`` ``oom_kill`` or sent by
+the :class:`MemoryWatch` is "memory limit 256 MiB exceeded".
 """
 
 from __future__ import annotations
@@ -40,13 +47,15 @@ import os
 import signal
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from hermesd.system import rlimits
+from hermesd.system import procfs, rlimits
 from hermesd.protocol import arg
 
 log = logging.getLogger("hermesd")
 
+MEMORY_CHECK_SECONDS = 0.2
+"""How often the :class:`MemoryWatch` measures the jobs with a memory limit and no cgroup."""
 CPU_GRACE = 5
 """Seconds of CPU between ``SIGXCPU`` (the soft limit) and ``SIGKILL`` (the hard one)."""
 MIB = 1024 * 1024
@@ -75,8 +84,6 @@ class Limits:
     def env(self) -> dict[str, str]:
         """The rlimits for the child's environment (:func:`hermesd.system.rlimits.encode`; empty without any)."""
         items = {}
-        if self.memory_mb is not None:
-            items["as"] = (self.memory_mb * MIB, self.memory_mb * MIB)
         if self.cpu_seconds is not None:
             items["cpu"] = (self.cpu_seconds, self.cpu_seconds + CPU_GRACE)
         if self.processes is not None:
@@ -124,13 +131,17 @@ def for_child(spec: dict[str, Any], resources: Limits) -> Limits:
     return resources
 
 
-def exceeded(limits: Limits, returncode: int | None, oom_killed: bool) -> str | None:
+def exceeded(limits: Limits, returncode: int | None, oom_killed: bool, memory_used: int | None = None) -> str | None:
     """Which limit killed a child that exited with ``returncode`` (negative: a signal),
-    as a sentence for the job's ``error``; None when none did."""
+    as a sentence for the job's ``error``; None when none did.  ``memory_used``: the bytes
+    its processes used when the :class:`MemoryWatch` killed them."""
     if returncode == -signal.SIGXCPU and limits.cpu_seconds is not None:
         return f"CPU time limit {limits.cpu_seconds} s exceeded (SIGXCPU)"
     if returncode == -signal.SIGXCPU:
         return "CPU time limit exceeded (SIGXCPU)"
+    if memory_used is not None:
+        return (f"memory limit {limits.memory_mb} MiB exceeded: its processes used {memory_used / MIB:.0f} MiB "
+                "(killed by hermesd)")
     if oom_killed:
         size = f" {limits.memory_mb} MiB" if limits.memory_mb is not None else ""
         return f"memory limit{size} exceeded (killed by the kernel's OOM killer in its cgroup)"
@@ -228,3 +239,53 @@ class Cgroups:
             pass
         except OSError as exc:
             log.warning("cgroup of %s not removed: %s", job, exc)
+
+
+class MemoryWatch:
+    """A job's memory limit where no cgroup holds it: every ``interval`` seconds (on the
+    event loop, only while such a job runs), the memory of each such child's processes —
+    its session and process group, :func:`hermesd.system.procfs.memory_of_sessions` — and
+    ``kill(child, used_bytes)`` for each one over its ``limits.memory_mb``.
+
+    ``children()``: the live children (``job → Child``; a child has ``pid``, ``limits``,
+    ``cgroup``, ``returncode``).  A job over its limit between two measures is seen at the next
+    (a limit is not a reservation: plan ``interval`` seconds of allocation above it)."""
+
+    def __init__(self, children: Callable[[], dict[str, Any]], kill: Callable[[Any, int], None], loop: Any,
+                 interval: float = MEMORY_CHECK_SECONDS):
+        self.children, self.kill, self.loop, self.interval = children, kill, loop, interval
+        self._handle: Any = None
+
+    def watched(self) -> list[Any]:
+        """The live children whose memory limit only this watch enforces."""
+        return [c for c in self.children().values()
+                if c.limits.memory_mb is not None and not c.cgroup and c.returncode is None]
+
+    def start(self) -> None:
+        """Arm the timer: ``interval`` while a job is watched, else a second (an idle daemon
+        wakes once a second for it, and a new job is measured within a second of its start)."""
+        self._handle = self.loop.call_later(self.interval if self.watched() else 1.0, self._tick)
+
+    def check(self) -> None:
+        """Measure once and kill what is over its limit."""
+        watched = self.watched()
+        if not watched:
+            return
+        used = procfs.memory_of_sessions({c.pid for c in watched})
+        for child in watched:
+            if used[child.pid] > child.limits.memory_mb * MIB:
+                log.warning("%s: memory limit %d MiB exceeded (%d MiB used): killing its processes", child.job,
+                            child.limits.memory_mb, used[child.pid] // MIB)
+                self.kill(child, used[child.pid])
+
+    def _tick(self) -> None:
+        try:
+            self.check()
+        except Exception:  # noqa: BLE001 - a watch that fails once must go on watching
+            log.exception("measuring the memory of jobs failed")
+        self.start()
+
+    def stop(self) -> None:
+        """Disarm the timer."""
+        if self._handle is not None:
+            self._handle.cancel()

@@ -1,10 +1,11 @@
 """What the daemon reads about processes from ``/proc`` (Linux, proc(5)).
 
-The daemon needs four facts about processes that are not its jobs' own
+The daemon needs five facts about processes that are not its jobs' own
 bookkeeping: a process's children, whether its environment holds a given
-``KEY=value``, its start time, and the list of every process (the sweep of
-leftovers at start).  psutil would answer all four, but importing it costs the
-idle daemon about a megabyte of resident memory (issue 22), for four reads of
+``KEY=value``, its start time, the list of every process (the sweep of
+leftovers at start) and the memory a job's processes use (a memory limit
+without a cgroup).  psutil would answer all five, but importing it costs the
+idle daemon about a megabyte of resident memory (issue 22), for five reads of
 documented files.  Clients, children and tests keep using psutil.
 
 Every function raises nothing for a process that is gone or unreadable (it
@@ -17,7 +18,7 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["children_of", "has_env", "start_time", "all_pids"]
+__all__ = ["children_of", "has_env", "start_time", "all_pids", "memory_of_sessions"]
 
 
 def children_of(pid: int | str) -> list[int]:
@@ -66,6 +67,40 @@ def start_time(pid: int) -> float | None:
     if fields is None:
         return None
     return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_of_sessions(sessions: set[int]) -> dict[int, int]:
+    """Bytes of memory the processes of each session (or process group) id in ``sessions``
+    use, over one scan of ``/proc/*/stat`` (fields 5 and 6: pgrp, session): each process's
+    proportional set size (``Pss`` of ``/proc/PID/smaps_rollup``, Linux ≥ 4.14: a page shared
+    by n processes counts 1/n, so what a fork shares with its parent is not counted twice),
+    else its resident set (field 24, ``rss``, in pages)."""
+    used = dict.fromkeys(sessions, 0)
+    if not used:
+        return used
+    for pid in all_pids():
+        fields = _stat(pid)
+        if fields is None:
+            continue
+        owner = next((int(f) for f in (fields[3], fields[2]) if int(f) in used), None)
+        if owner is not None:
+            used[owner] += _pss(pid) or int(fields[21]) * _PAGE
+    return used
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _pss(pid: int) -> int | None:
+    """``Pss`` of ``/proc/PID/smaps_rollup`` in bytes; None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def all_pids() -> list[int]:

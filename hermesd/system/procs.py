@@ -210,6 +210,8 @@ class Child:
     returncode: int | None = None
     limits: limits.Limits = field(default_factory=limits.Limits)
     oom_killed: bool = False
+    cgroup: bool = False  # its limits are held by a cgroup of its own
+    memory_used: int | None = None  # bytes its processes used when killed for its memory limit
 
 
 ExitCallback = Callable[[Child], None]
@@ -256,7 +258,7 @@ class ProcessManager:
         handle = self.spawner.spawn(argv, cwd=cwd, env=child_env(os.environ, {**env, **extra}), log_path=log_path)
         child = Child(job, handle.pid, handle, limits=resources)
         if self.cgroups is not None and (resources.memory_mb or resources.processes):
-            self.cgroups.attach(job, child.pid, resources)
+            child.cgroup = self.cgroups.attach(job, child.pid, resources)
         self.children[job] = child
         self._by_pid[child.pid] = child
         return child
@@ -283,6 +285,12 @@ class ProcessManager:
         child = self.children.get(job)
         if child is not None:
             child.stop_reason = child.stop_reason or reason
+            self._escalate(child, signal.SIGKILL)
+
+    def kill_for_memory(self, child: Child, used: int) -> None:
+        """SIGKILL the child's process group: its processes use ``used`` bytes, over its memory limit."""
+        if child.memory_used is None:
+            child.memory_used = used
             self._escalate(child, signal.SIGKILL)
 
     def _escalate(self, child: Child, sig: int) -> None:

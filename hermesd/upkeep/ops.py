@@ -1,7 +1,8 @@
 """Upkeep of a daemon that runs for months: the ``clean`` op, and a plugin without job
 kinds whose hooks detect the cgroup delegation (:mod:`hermesd.system.limits`) and run the
-timers that apply the retention policy (:mod:`hermesd.upkeep.retention`) and cap job logs
-(:mod:`hermesd.upkeep.logcap`) in the background."""
+timers that apply the retention policy (:mod:`hermesd.upkeep.retention`), cap job logs
+(:mod:`hermesd.upkeep.logcap`) and hold memory limits without a cgroup
+(:class:`hermesd.system.limits.MemoryWatch`) in the background."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ if TYPE_CHECKING:
 
 
 class UpkeepPlugin(Plugin):
-    """No job kinds: the cgroup delegation (at start, before any child), retention and
-    the log cap (timers from restore to shutdown)."""
+    """No job kinds: the cgroup delegation (at start, before any child), retention, the log
+    cap and the memory watch (timers from restore to shutdown)."""
 
     def __init__(self, ctx: "Context"):
         super().__init__(ctx)
@@ -31,11 +32,13 @@ class UpkeepPlugin(Plugin):
         self.logcap = logcap.LogCap(lambda: ctx.procs.children, ctx.runner.log_path,
                                     lambda: (ctx.config.logs.max_bytes, ctx.config.logs.keep),
                                     lambda: ctx.config.logs.check_interval_seconds, ctx.loop)
+        self.memory = limits.MemoryWatch(lambda: ctx.procs.children, ctx.procs.kill_for_memory, ctx.loop)
 
     def restore(self) -> None:
-        """Start the retention and log-cap timers."""
+        """Start the retention, log-cap and memory-watch timers."""
         self.sweeper.start()
         self.logcap.start()
+        self.memory.start()
 
     def on_event(self, event: dict[str, Any]) -> None:
         """A reload applies its retention policy at once, not an interval later."""
@@ -47,6 +50,7 @@ class UpkeepPlugin(Plugin):
         """Stop them."""
         self.sweeper.stop()
         self.logcap.stop()
+        self.memory.stop()
 
 
 @op("clean")
