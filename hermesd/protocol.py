@@ -82,8 +82,8 @@ CHILD_OPS = ("child.hello", "child.progress", "child.result", "child.delegate", 
 
 * ``child.hello {job, pid, token}`` → the job spec (``hermesd.contract.JobSpec``).
 * ``child.progress {job, token, turn, tool?, tokens?, text?, activity?, provider?, model?}`` → ``{}``.
-* ``child.result {job, token, status, exit_reason, summary, error, api_calls,
-  tokens: {input, output}, trace: [...], duration_seconds, trajectory?}`` → ``{}``.
+* ``child.result {job, token, ...}`` with the fields of ``hermesd.contract.JobResult``
+  (below) → ``{}``.
 * ``child.delegate {job, token, tasks: [...], background, ...}`` → delegation results.
 * ``child.call {job, token, op, args}`` → the child op ``op`` with ``args`` (how the
   ``kanban`` tools send ``kanban.<verb>``; the daemon routes it like any child op).
