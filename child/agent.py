@@ -35,6 +35,7 @@ from child import messages as m
 from child import output
 from child.activity import Activity
 from child.container import ContainerError, opened
+from child.governor import PACED, BudgetExceeded, Grants, estimate_tokens
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
 from hermesd.contract import TOKEN_KEYS, JobResult, JobSpec
@@ -95,6 +96,7 @@ class Agent:
         self.new: list[dict] = []
         self.api_calls, self.tokens, self.trace = 0, dict.fromkeys(TOKEN_KEYS, 0), []
         self.provider: Any = None
+        self.grants: Any = None
         self.container: Any = None
         self.system, self.model_system, self.tools = "", "", []
         prefill = [p for p in self.spec.prefill_messages or [] if isinstance(p, dict)]
@@ -120,6 +122,7 @@ class Agent:
             self.add(m.user(first_message(self.spec)))
             self.provider = make_provider(self.spec, stop=self.stop)
             self.provider.activity = self.liveness
+            self.grants = Grants(self.channel, self.provider, self.stop, self.liveness, log)
             box = container_of(self.spec, self.tools)
             if box is not None:  # a timeout or crash meanwhile says so (hermesd.exits)
                 self.doing(0, f"starting a container of image {box['image']}")
@@ -130,6 +133,8 @@ class Agent:
                 if self.spec.verifier and verifiable(result):
                     result.verifier = self.verify(registry)
                 return result
+        except BudgetExceeded as exc:
+            return self.finish("failed", "budget_exceeded", error=str(exc))
         except (ProviderError, ContainerError) as exc:
             return self.finish("failed", "error", error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug still ends in a result with the partial output
@@ -203,23 +208,39 @@ class Agent:
         return bad
 
     def query(self, turn: int) -> Completion | None:
-        """One model call, retried on retryable errors; ``None`` once the stop flag is set."""
+        """One model call, retried on retryable errors; ``None`` once the stop flag is set.
+
+        A metered provider's call is granted first (:mod:`child.governor`): a 429, 529 or an
+        overload mid-stream is reported and the call asked for again — never a failure while
+        the run's deadline allows; the money running out (``quota``) is not retried."""
         delays = list(RETRY_DELAYS)
+        max_tokens = int(self.spec.max_tokens)
         while not self.stop.is_set():
+            messages = self.prefill + self.history + self.new
+            estimate = estimate_tokens(self.model_system, messages, self.tools) if self.grants.asking else 0
+            grant = self.grants.acquire(max_tokens, estimate)
+            if grant is None:
+                return None
             self.doing(turn, "waiting for the model's first reply" if self.api_calls == 0
                        else f"waiting for the model's reply in turn {turn}")
             try:
                 reply = call_until_stopped(lambda: self.provider.complete(
-                    self.model_system, self.prefill + self.history + self.new, self.tools,
-                    max_tokens=int(self.spec.max_tokens),
+                    self.model_system, messages, self.tools, max_tokens=max_tokens,
                     reasoning_effort=self.spec.reasoning_effort), self.stop, tick=self.liveness.tick)
             except ProviderError as exc:
+                self.grants.done(grant, exc.kind, headers=exc.headers, retry_after=exc.retry_after)
+                if exc.kind in PACED:
+                    log(f"turn {turn}: model call refused ({exc}); asking the governor again")
+                    continue
                 if not exc.retryable or not delays:
                     raise
                 delay = delays.pop(0)
                 log(f"turn {turn}: model call failed ({exc}); retrying in {delay}s")
                 self.stop.event.wait(delay)
                 continue
+            self.grants.done(grant, "ok" if reply is not None else "error",
+                             headers=getattr(self.provider, "last_headers", None),
+                             usage=reply.usage if reply is not None else None)
             if reply is not None:
                 self.api_calls += 1
                 for key in self.tokens:

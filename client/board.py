@@ -19,6 +19,7 @@ from typing import Any, Iterable
 from client import render
 from client.common import TERMINAL
 from client.connection import Connection
+from hermesd.contract import PROVIDER_WAIT
 from hermesd.protocol import ProtocolError
 
 BACKLOG_EVENTS = 500
@@ -105,7 +106,8 @@ class Board:
             rec = self.jobs[event["job"]]
             if isinstance(data.get("api_calls"), int):
                 rec["api_calls"] = data["api_calls"]
-            what = data.get("tool") or "model"
+            activity = str(data.get("activity") or "")
+            what = data.get("tool") or (render.short(activity, 70) if activity.startswith(PROVIDER_WAIT) else "model")
             when = render.epoch(event.get("time")) or time.time()
             rec["last_activity"] = (when, f"turn {data['turn']} {what}" if data.get("turn") else what)
         if event.get("job") and (event["type"] == "job.progress" or any(k in data for k in PROGRESS_KEYS)):
@@ -171,10 +173,12 @@ class Board:
     # caps and batches -----------------------------------------------------
 
     def caps(self, bar_width: int = 14) -> list[str]:
-        """One line per cap: pool name, bar of ``bar_width`` cells, used/limit."""
+        """One line per cap: pool name, bar of ``bar_width`` cells, used/limit; then one per
+        provider endpoint the governor knows (in flight, and while paused why and who waits)."""
         caps = (self.status or {}).get("caps") or {}
         return [f"{render.short(pool, 16):<16} {bar(use.get('used') or 0, use.get('limit'), bar_width)}"
-                for pool, use in caps.items()]
+                for pool, use in caps.items()] + [line.strip() for line in
+                                                  render.governor_lines((self.status or {}).get("governor") or [])]
 
     def headline(self) -> str:
         """Daemon version, pid, uptime, running/queued counts."""

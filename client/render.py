@@ -97,6 +97,14 @@ def short(text: Any, width: int = 60) -> str:
     return one_line(text, width)
 
 
+def waiting_text(rec: dict[str, Any]) -> str:
+    """``[waiting 4.0s for the provider: REASON] `` for a job the governor told to wait, else ``""``."""
+    waiting = rec.get("waiting")
+    if not isinstance(waiting, dict):
+        return ""
+    return f"[waiting {waiting.get('seconds', 0):.1f}s for {waiting.get('endpoint')}: {waiting.get('reason')}] "
+
+
 def jobs_table(records: Iterable[dict[str, Any]]) -> None:
     """Print job records as a table: id, kind, status, age/duration, calls, goal.
 
@@ -112,7 +120,7 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
         dur = running_for(rec)
         rows.append(((rec["id"], rec.get("kind") or "", rec.get("status") or "",
                       f"{dur:.1f}s" if dur is not None else "-", str(rec.get("api_calls") or 0)),
-                     rec.get("goal")))
+                     waiting_text(rec) + (rec.get("goal") or "")))
     widths = [max([len(col), *(len(cells[i]) for cells, _ in rows)]) for i, col in enumerate(head)]
     goal_width = max(20, shutil.get_terminal_size().columns - sum(widths) - 2 * len(widths) - 1)
 
@@ -158,10 +166,25 @@ def status_text(st: dict[str, Any]) -> str:
         lines.append(f"  waiting for other jobs (--after): {queue['waiting_for_jobs']}")
     if (st.get("hooks") or {}).get("on_job_end"):
         lines.append("  hooks: on_job_end set")
+    lines += governor_lines(st.get("governor") or [])
     lines += ["  jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"),
               f"  start: {start_method(st.get('start') or {})}",
               f"  state: {st['state_db']}  runtime: {st['runtime_dir']}"]
     return clean("\n".join(lines))
+
+
+def governor_lines(limiters: list[dict[str, Any]]) -> list[str]:
+    """``status``'s ``governor`` as lines: each endpoint's calls in flight and window, and while
+    paused how long, why and who waits."""
+    lines = []
+    for g in limiters:
+        line = f"  provider {g.get('endpoint')}: {g.get('in_flight', 0)} in flight (window {g.get('concurrency')})"
+        if g.get("paused_seconds"):
+            line += f", PAUSED {g['paused_seconds']:.1f}s: {g.get('reason')}"
+        if g.get("waiting"):
+            line += f"; waiting: {', '.join(g['waiting'])}"
+        lines.append(line)
+    return lines
 
 
 def hello_text(h: dict[str, Any]) -> str:

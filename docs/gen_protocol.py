@@ -79,6 +79,9 @@ EVENT_MEANINGS = {
     "profile.deleted": "A worker profile was deleted. `data`: what it was.",
     "batch.restarting": "A batch that was running when the daemon stopped is queued to resume. "
     "`data.previous`: its state then.",
+    "governor.paused": "A provider endpoint is paused for every child: a 429/529 (or an overload mid-stream) or "
+    "its rate-limit headers said to wait. `data`: `endpoint` (provider, URL, key hash), `seconds`, `reason` "
+    "(group-committed).",
 }
 
 

@@ -207,6 +207,23 @@ class Terminal:
 
 
 @dataclass(frozen=True)
+class RateLimit:
+    """One entry of ``rate_limits:`` — what the governor (:mod:`hermesd.governor`) lets every
+    child together send to one provider endpoint with one key: requests, input tokens and
+    output tokens per minute, and calls in flight (unset: not limited by the config; what the
+    provider's 429s and headers say still holds)."""
+
+    requests_per_minute: float | None = field(default=None, metadata=_min(0.001))
+    input_tokens_per_minute: float | None = field(default=None, metadata=_min(1))
+    output_tokens_per_minute: float | None = field(default=None, metadata=_min(1))
+    max_concurrent: int | None = field(default=None, metadata=_min(1, 100_000))
+
+
+RATE_LIMIT_KEYS = {"rate_limit_key": True}
+"""``rate_limits:`` is keyed by a provider name (all its endpoints) or an endpoint's ``http(s)://`` URL."""
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole ``config.yaml``.  ``source`` is the file it came from (or None for defaults)."""
 
@@ -226,6 +243,7 @@ class Config:
     hooks: Hooks = field(default_factory=Hooks)
     terminal: Terminal = field(default_factory=Terminal)
     secrets: list[str] = field(default_factory=list, metadata=ENV_NAMES)
+    rate_limits: dict[str, RateLimit] = field(default_factory=dict, metadata=RATE_LIMIT_KEYS)
     source: str | None = field(default=None, metadata={"internal": True})
 
     def state_dir(self) -> Path:
@@ -365,6 +383,9 @@ def _build(cls: type, data: Any, prefix: str, file: str | None, lines: _Lines, e
         if name not in data:
             continue
         hint = hints[name]
+        if typing.get_origin(hint) is dict:
+            values[name] = _build_entries(typing.get_args(hint)[1], data[name], f"{prefix}{name}", file, lines, errors)
+            continue
         if dataclasses.is_dataclass(hint):
             values[name] = _build(hint, data[name], f"{prefix}{name}.", file, lines, errors)
             continue
@@ -373,6 +394,29 @@ def _build(cls: type, data: Any, prefix: str, file: str | None, lines: _Lines, e
         except ValueError as exc:
             errors.append(ConfigError(str(exc), file, lines.get(f"{prefix}{name}"), f"{prefix}{name}"))
     return cls(**values)
+
+
+def _build_entries(cls: type, data: Any, key: str, file: str | None, lines: _Lines,
+                   errors: list[ConfigError]) -> dict[str, Any]:
+    """A mapping of names to ``cls`` (``rate_limits:``); a name is a provider or an ``http(s)://`` URL."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        errors.append(ConfigError("must be a mapping of names to settings", file, lines.get(key), key))
+        return {}
+    out = {}
+    for name, entry in data.items():
+        where = f"{key}.{name}"
+        try:
+            if name not in PROVIDERS:
+                _convert(name, str, URL)
+        except ValueError:
+            errors.append(ConfigError(f"must be a provider ({', '.join(PROVIDERS)}) or an http:// or https:// "
+                                      f"URL such as https://api.anthropic.com, not {name!r}", file,
+                                      lines.get(where), where))
+            continue
+        out[str(name).rstrip("/")] = _build(cls, entry, where + ".", file, lines, errors)
+    return out
 
 
 def parse(text: str, file: str | None = None) -> Config:

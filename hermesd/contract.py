@@ -160,6 +160,10 @@ def provider_entry(name: str) -> ProviderEntry | None:
     wanted = name.strip().lower()
     return next((p for p in PROVIDER_TABLE if wanted == p.name or wanted in p.aliases), None)
 
+PROVIDER_WAIT = "waiting for the provider's rate limit"
+"""How a child told to wait by the governor (``hermesd.governor``) says so in its activity
+(``child.progress``; ``ps``, ``top`` and a timeout's error show it)."""
+
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 """The ``reasoning_effort`` values a task or a batch may ask for."""
 

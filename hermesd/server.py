@@ -29,6 +29,7 @@ import zmq
 from batch import ops as batch
 from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, private, protocol
 from hermesd.containers.plugin import ContainersPlugin
+from hermesd.governor.ops import GovernorPlugin
 from hermesd.context import Context
 from hermesd.contract import ACTIVE, JobStatus
 from hermesd.control import ops as control
@@ -66,6 +67,7 @@ PLUGINS: tuple[type[Plugin], ...] = (
     upkeep.UpkeepPlugin,          # no kinds: retention, the log cap, per-job cgroups
     control.ControlPlugin,        # no kind: pause/resume, the job-end hook
     ContainersPlugin,             # no kind: any job's container (made at admission, removed at exit and restart)
+    GovernorPlugin,               # no kind: every model call's grant (rate limits per provider endpoint and key)
 )
 """The job types, in the order their hooks run.  Adding one: its module, and a line here."""
 

@@ -5,12 +5,16 @@ llama.cpp's server) through ``base_url`` (or ``ANTHROPIC_BASE_URL``).  Requests
 stream (``client.messages.stream``), so long generations do not hit read
 timeouts and streamed tool input is assembled by the SDK.
 
-Errors: the SDK itself retries 408/409/429/5xx/529 and connection errors
-(``max_retries`` times, honouring ``retry-after-ms`` / ``retry-after``) and never
-retries 400/401/403/404; what still fails becomes a :class:`ProviderError` with
-``retryable=False``.  The SDK does not retry a stream that breaks or reports an
-``error`` event (e.g. ``overloaded_error``) after it started: that becomes a
-``ProviderError(retryable=True)`` for the agent loop to retry.
+Errors: the SDK retries 408/409/429/5xx/529 and connection errors ``max_retries``
+times (honouring ``retry-after-ms`` / ``retry-after``) and never 400/401/403/404.  A
+child's provider is made with ``max_retries=0`` (:mod:`child.providers.select`): the
+governor (:mod:`child.governor`) decides when a 429/529 is tried again, for the whole
+fleet, and the agent loop retries the other transient failures.  What fails becomes a
+:class:`ProviderError` whose ``kind`` says what it was (``base.kind_of``) and which
+carries the response's limit headers and ``retry-after``.  The SDK does not retry a
+stream that breaks or reports an ``error`` event (e.g. ``overloaded_error``) after it
+started: that becomes a ``ProviderError(retryable=True)`` (``kind`` ``overloaded`` for
+an overload).  ``last_headers``: the limit headers of the latest response.
 
 The prompt cache (https://platform.claude.com/docs/en/build-with-claude/prompt-caching,
 read 2026-12-01): every request marks its stable prefix with ``cache_control``
@@ -27,7 +31,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from child.providers.base import Completion, ProviderError, touch
+from child.governor import limit_headers
+from child.providers.base import Completion, ProviderError, key_id, kind_of, status_error, touch
+
+DEFAULT_URL = "https://api.anthropic.com"
+"""Where the SDK sends requests without a ``base_url`` (the governor's endpoint name for it)."""
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 
@@ -66,15 +74,19 @@ class AnthropicProvider:
                  max_retries: int = 4, timeout: float = 600.0, temperature: float | None = None):
         self.model = (model or DEFAULT_MODEL).removeprefix("anthropic/")
         self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+        env_key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
         if api_key:
             self._auth = {"api_key": api_key}
-        elif os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN"):
+        elif env_key:
             self._auth = {}  # the SDK reads the environment itself
         elif self.base_url:
             self._auth = {"api_key": NO_KEY}
         else:
             raise ProviderError("no Anthropic credentials: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN), "
                                 "or set base_url to an Anthropic-compatible server")
+        self.endpoint = (self.base_url or DEFAULT_URL).rstrip("/")
+        self.key_id = key_id(api_key or env_key)
+        self.last_headers: dict[str, str] = {}
         self.max_retries, self.timeout, self.temperature = max_retries, timeout, temperature
         self._client: Any = None
 
@@ -120,16 +132,20 @@ class AnthropicProvider:
         import httpx2
 
         kwargs = self.request(system, messages, tools, max_tokens, reasoning_effort)
+        self.last_headers = {}
         try:
             with self._sdk().messages.stream(**kwargs) as stream:
+                self.last_headers = limit_headers(stream.response.headers)
                 try:
                     finished = False
                     for event in stream:  # each streamed event is activity (child.activity)
                         touch(self, "streaming the model's reply")
                         finished = finished or event.type == "message_stop"
                 except anthropic.APIStatusError as exc:
+                    kind = kind_of(None, exc.type, str(exc.message))
                     raise ProviderError(f"stream error from the model server: {_describe(exc)}",
-                                        retryable=exc.type in RETRYABLE_STREAM_ERRORS) from None
+                                        retryable=exc.type in RETRYABLE_STREAM_ERRORS,
+                                        kind=kind, headers=self.last_headers) from None
                 except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
                     raise ProviderError(f"stream broke off: {exc.__class__.__name__}: {exc}",
                                         retryable=True) from None
@@ -137,10 +153,11 @@ class AnthropicProvider:
                     raise ProviderError("stream ended before message_stop", retryable=True)
                 return to_completion(stream.current_message_snapshot)
         except anthropic.APIStatusError as exc:
-            raise ProviderError(f"Anthropic API error {exc.status_code}: {_describe(exc)}"
-                                f"{_HINTS.get(exc.status_code, '')}", status=exc.status_code) from None
+            raise status_error(f"Anthropic API error {exc.status_code}: {_describe(exc)}"
+                               f"{_HINTS.get(exc.status_code, '')}", exc, sdk_retried=self.max_retries > 0) from None
         except anthropic.APIConnectionError as exc:
-            raise ProviderError(f"cannot reach {self.base_url or 'the Anthropic API'}: {exc}") from None
+            raise ProviderError(f"cannot reach {self.base_url or 'the Anthropic API'}: {exc}",
+                                retryable=self.max_retries == 0) from None
 
 
 def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

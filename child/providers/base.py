@@ -34,13 +34,47 @@ class ProviderError(Exception):
     """A model call failed for good (after the provider's own retries).
 
     ``retryable`` tells the loop whether a fresh attempt may succeed
-    (e.g. a stream that ended early); ``status`` is the HTTP status if any.
+    (e.g. a stream that ended early); ``status`` is the HTTP status if any;
+    ``kind`` what the governor is told (:func:`kind_of`: ``rate_limited``,
+    ``overloaded``, ``quota``, or ``error``); ``headers`` the response's limit
+    headers (``hermesd.governor.headers.kept``); ``retry_after`` seconds when known.
     """
 
-    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None):
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None,
+                 kind: str = "error", headers: dict[str, str] | None = None, retry_after: float | None = None):
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+        self.kind = kind
+        self.headers = headers or {}
+        self.retry_after = retry_after
+
+
+QUOTA_WORDS = ("insufficient_quota", "quota", "credit balance", "spend limit", "spend_limit", "billing",
+               "usage limit")
+"""Words of an error that says the money ran out (Anthropic's spend limit and credit balance;
+OpenAI's ``insufficient_quota``, https://platform.openai.com/docs/guides/error-codes#api-errors):
+such a 429 must not be retried."""
+
+
+def kind_of(status: int | None, error_type: str | None, message: str) -> str:
+    """What a failed call was, for the governor: ``quota`` (402, or a 429/400 that says the money
+    ran out: :data:`QUOTA_WORDS`), ``rate_limited`` (429), ``overloaded`` (529, 503, or an
+    ``overloaded_error``: https://docs.anthropic.com/en/api/errors), else ``error``."""
+    words = f"{error_type or ''} {message}".lower()
+    if status == 402 or (status in (400, 403, 429) and any(w in words for w in QUOTA_WORDS)):
+        return "quota"
+    if status == 429 or error_type == "rate_limit_error":
+        return "rate_limited"
+    if status in (503, 529) or error_type == "overloaded_error":
+        return "overloaded"
+    return "error"
+
+
+def transient(status: int | None) -> bool:
+    """A status after which the same call may succeed later without the governor's say (408, 409,
+    5xx but 503 and 529, which the governor paces): the loop retries these itself."""
+    return status is not None and (status in (408, 409) or (status >= 500 and status not in (503, 529)))
 
 
 class Provider(Protocol):
@@ -49,6 +83,9 @@ class Provider(Protocol):
     ``name``: provider name (``anthropic``, ``openai-compat``, ``local``, ``scripted``);
     ``model``: the model name sent to the server; ``synthetic``: ``True`` when
     the output is not from a real model (the ``scripted`` provider), so nobody trains on it.
+    A metered provider (the governor grants its calls: :mod:`child.governor`) also has
+    ``endpoint`` (its base URL), ``key_id`` (:func:`key_id` of its key) and
+    ``last_headers`` (the limit headers of its latest response); others have ``endpoint`` None.
     """
 
     name: str
@@ -63,6 +100,27 @@ class Provider(Protocol):
         Raises :class:`ProviderError` when the call fails for good.
         """
         ...
+
+
+def status_error(text: str, exc: Any, *, sdk_retried: bool) -> ProviderError:
+    """The :class:`ProviderError` ``text`` of an SDK status error ``exc`` (Anthropic's or OpenAI's:
+    ``status_code``, ``type``/``code``, ``message``, ``response``): its ``kind``, the response's
+    limit headers and ``retry-after``; retryable by the loop when transient and the SDK did not
+    retry it already (``sdk_retried``)."""
+    from child.governor import limit_headers, retry_after_of
+
+    headers = limit_headers(exc.response.headers)
+    code = getattr(exc, "code", None)
+    kind = kind_of(exc.status_code, getattr(exc, "type", None) or code, f"{code or ''} {exc.message}")
+    return ProviderError(text, status=exc.status_code, kind=kind, headers=headers, retry_after=retry_after_of(headers),
+                         retryable=kind == "error" and transient(exc.status_code) and not sdk_retried)
+
+
+def key_id(key: str | None) -> str:
+    """How a key is named to the daemon: the first 16 hex digits of its SHA-256 (``""`` without one)."""
+    import hashlib
+
+    return hashlib.sha256(key.encode()).hexdigest()[:16] if key else ""
 
 
 def touch(provider: Any, what: str) -> None:

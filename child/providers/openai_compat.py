@@ -15,8 +15,12 @@ For OpenRouter and every other OpenAI-style server (vLLM, LM Studio, Ollama's
 Keys: ``api_key``, else ``OPENROUTER_API_KEY`` for an openrouter.ai URL, else
 ``OPENAI_API_KEY``, else ``OPENROUTER_API_KEY`` (and then OpenRouter's URL when
 no ``base_url`` is given).  A ``base_url`` server that needs no key gets a
-placeholder.  The SDK retries 408/409/429/5xx itself; what still fails is a
-:class:`ProviderError` with ``retryable=False``.  Requests do not stream.
+placeholder.  The SDK retries 408/409/429/5xx ``max_retries`` times; a child's
+provider has none (the governor paces 429/503 for the fleet, the loop retries
+the rest: see :mod:`child.providers.anthropic`).  What fails is a
+:class:`ProviderError` with its ``kind``, limit headers and ``retry-after``; a 429
+of ``insufficient_quota`` is ``quota`` and not retried.  Requests do not stream;
+``last_headers`` holds the limit headers (``x-ratelimit-*``) of the latest response.
 
 The prompt cache is automatic on OpenAI's side for prompts of 1,024 tokens or
 more, on the longest prefix seen before
@@ -33,9 +37,12 @@ import os
 from typing import Any
 
 from child import messages as m
-from child.providers.base import Completion, ProviderError
+from child.governor import limit_headers
+from child.providers.base import Completion, ProviderError, key_id, status_error
 
 OPENROUTER_URL = "https://openrouter.ai/api/v1"
+OPENAI_URL = "https://api.openai.com/v1"
+"""Where the SDK sends requests without a ``base_url`` (the governor's endpoint name for it)."""
 NO_KEY = "hermesd-no-key"
 
 STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
@@ -72,6 +79,9 @@ class OpenAICompatProvider:
             raise ProviderError("no key for the openai-compat provider: set OPENAI_API_KEY or "
                                 "OPENROUTER_API_KEY, or set base_url to a server that needs none")
         self.base_url, self._api_key = base_url, api_key or NO_KEY
+        self.endpoint = (base_url or OPENAI_URL).rstrip("/")
+        self.key_id = key_id(api_key)
+        self.last_headers: dict[str, str] = {}
         self.max_retries, self.timeout, self.temperature = max_retries, timeout, temperature
         self._client: Any = None
 
@@ -104,13 +114,17 @@ class OpenAICompatProvider:
         import openai
 
         kwargs = self.request(system, messages, tools, max_tokens, reasoning_effort)
+        self.last_headers = {}
         try:
-            response = self._sdk().chat.completions.create(**kwargs)
+            raw = self._sdk().chat.completions.with_raw_response.create(**kwargs)
+            self.last_headers = limit_headers(raw.headers)
+            response = raw.parse()
         except openai.APIStatusError as exc:
-            raise ProviderError(f"chat completions error {exc.status_code}: {exc.message}",
-                                status=exc.status_code) from None
+            raise status_error(f"chat completions error {exc.status_code}: {exc.message}", exc,
+                               sdk_retried=self.max_retries > 0) from None
         except openai.APIConnectionError as exc:
-            raise ProviderError(f"cannot reach {self.base_url or 'the OpenAI API'}: {exc}") from None
+            raise ProviderError(f"cannot reach {self.base_url or 'the OpenAI API'}: {exc}",
+                                retryable=self.max_retries == 0) from None
         if not response.choices:
             raise ProviderError("the server answered without any choice", retryable=True)
         return from_chat(response)

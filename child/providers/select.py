@@ -41,6 +41,8 @@ def make_provider(spec: JobSpec | dict[str, Any], config: dict[str, Any] | None 
     spec's ``script`` and ``goal`` feed the ``scripted`` provider, whose sleeps
     ``stop`` (the child's stop flag) cuts short.  Raises :class:`ProviderError`
     for an unknown provider name, missing credentials or nothing configured.
+    The SDKs of remote providers retry nothing themselves (``max_retries=0``): the
+    governor paces 429/529 for the fleet and the agent loop retries the rest.
     """
     config = config or {}
     if isinstance(spec, JobSpec):
@@ -64,7 +66,7 @@ def make_provider(spec: JobSpec | dict[str, Any], config: dict[str, Any] | None 
     for_job = getattr(cls, "for_job", None)
     if for_job is not None:
         return for_job(spec, model=model, stop=stop)
-    return cls(model, base_url=base_url, temperature=setting("temperature"))
+    return cls(model, base_url=base_url, temperature=setting("temperature"), max_retries=0)
 
 
 def default_provider(base_url: str | None) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from hermesd import __version__, protocol
 from hermesd.context import Context
+from hermesd.governor.service import Governor
 from hermesd.router import op
 from hermesd.protocol import arg
 
@@ -31,7 +32,10 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     until it is warm; ``cold_reason`` says why children start cold when the zygote could not
     start); ``loop_lag`` when the daemon runs with
     ``HERMES_LOOP_LAG_MS`` (:mod:`hermesd.looplag`); the queue (``queue``: ``paused``, ``paused_at``,
-    ``waiting_for_jobs`` that wait for others) and whether ``hooks.on_job_end`` is set.  Only reads."""
+    ``waiting_for_jobs`` that wait for others), whether ``hooks.on_job_end`` is set, and the
+    governor (``governor``: per provider endpoint and key, ``in_flight``, ``concurrency``,
+    ``paused_seconds`` and ``reason`` while paused, ``calls`` by outcome, ``configured``
+    limits, ``waiting`` jobs).  Only reads."""
     ctx.events.flush()  # buffered progress events count in last_seq
     counts, last_seq, pending = ctx.store.memo("status", lambda: (
         {row["status"]: row["n"] for row in ctx.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")},
@@ -42,7 +46,8 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
            "queued": len(ctx.scheduler.queue), "caps": ctx.scheduler.usage(), "jobs": dict(counts),
            "last_seq": last_seq, "pending_notifications": pending,
            "start": ctx.procs.spawner.describe(), "queue": ctx.runner.queue_state(),
-           "hooks": {"on_job_end": bool(ctx.config.hooks.on_job_end)}}
+           "hooks": {"on_job_end": bool(ctx.config.hooks.on_job_end)},
+           "governor": ctx.service(Governor).describe()}
     if ctx.control.loop_lag is not None:
         out["loop_lag"] = ctx.control.loop_lag.describe()
     return out

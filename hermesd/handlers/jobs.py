@@ -9,6 +9,7 @@ from typing import Any
 from hermesd import jobs as jobs_mod
 from hermesd.context import Context
 from hermesd.contract import LIVE
+from hermesd.governor.service import Governor
 from hermesd.router import op
 from hermesd.protocol import arg, fit
 
@@ -63,7 +64,8 @@ async def ps(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     and most 1000) and ``cursor`` (the ``next`` of the page before).  Returns
     ``{jobs: [record…], more, next}``: ``more`` is true when jobs beyond this
     page exist (also when the page was cut to fit a frame); ask again with
-    ``cursor=next`` for them.
+    ``cursor=next`` for them.  A job told to wait by the governor has ``waiting``:
+    ``{endpoint, reason, seconds, since}`` (the provider's rate limit).
     """
     show_all = arg(args, "all", bool, False)
     kind = arg(args, "kind", str, None, choices=tuple(ctx.jobs.kinds))
@@ -72,7 +74,8 @@ async def ps(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                                session=arg(args, "session", str, None), prefix=arg(args, "prefix", str, None),
                                newest_first=newest, after=arg(args, "cursor", int, None),
                                limit=min(arg(args, "limit", int, MAX_PAGE, lo=1), MAX_PAGE))
-    jobs, complete = fit([public(row) for _, row in rows])
+    governor = ctx.service(Governor)
+    jobs, complete = fit([governor.annotate(public(row)) for _, row in rows])
     return {"jobs": jobs, "more": more or not complete, "next": rows[len(jobs) - 1][0] if jobs else None}
 
 

@@ -11,8 +11,8 @@ own form:
 
 * Anthropic (https://docs.anthropic.com/en/api/rate-limits#response-headers):
   ``anthropic-ratelimit-requests-limit|remaining|reset``, ``anthropic-ratelimit-input-tokens-*``,
-  ``anthropic-ratelimit-output-tokens-*``; ``…-reset`` is the RFC 3339 time at which the bucket
-  is full again;
+  ``anthropic-ratelimit-output-tokens-*``; ``…-reset`` is the RFC 3339 time (whole seconds,
+  rounded up) at which the bucket is full again;
 * OpenAI (https://platform.openai.com/docs/guides/rate-limits#rate-limits-in-headers):
   ``x-ratelimit-limit|remaining|reset-requests`` and ``-tokens``; ``…-reset`` a duration
   such as ``6m0s`` or ``250ms``.
@@ -184,7 +184,7 @@ def anthropic_headers(snapshot: Snapshot) -> dict[str, str]:
     headers = {}
     for dim, (limit, remaining, reset_in) in snapshot.dims.items():
         prefix = f"anthropic-ratelimit-{ANTHROPIC_DIMS[dim]}"
-        reset = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=reset_in)
+        reset = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=math.ceil(reset_in))
         headers.update({f"{prefix}-limit": str(limit), f"{prefix}-remaining": str(remaining),
                         f"{prefix}-reset": reset.isoformat(timespec="seconds").replace("+00:00", "Z")})
     return headers

@@ -1,0 +1,138 @@
+"""The child's side of the governor: ask before each model call, wait here when told, report after.
+
+A metered provider (one with an ``endpoint``: ``anthropic``, ``openai-compat``) calls no model
+without a grant: :meth:`Grants.acquire` sends ``child.grant`` (one short request; the daemon
+answers at once) and, when told "wait N seconds, because R", waits in this process — the stop
+flag honoured, the wait reported as the activity "waiting for the provider's rate limit: R"
+so the child is never taken for stale.  :meth:`Grants.done` reports the outcome with the
+response's limit headers and usage (``child.grant_done``, no reply awaited), so that one
+child's 429 pauses the endpoint for all.  The local and scripted providers ask nothing.
+
+Where there is no daemon to ask (an item on a Ray cluster: its channel refuses every other op),
+the child paces itself: after a 429/529 it waits what ``retry-after`` said, else backs off
+(1, 2, 4 … 60 s), and tries again while its deadline allows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from typing import Any, Callable
+
+from hermesd.contract import PROVIDER_WAIT as WAITING
+from hermesd.protocol import ProtocolError
+
+LIMIT_HEADERS = ("retry-after", "retry-after-ms", "anthropic-ratelimit-", "x-ratelimit-")
+"""Response headers (names or prefixes) a child reports to the daemon: nothing else of a response leaves it."""
+
+SLICE_SECONDS = 1.0
+"""A wait is slept in slices this long, each one activity (the stop flag is seen at once anyway)."""
+
+REASK_SECONDS = 30.0
+"""The longest wait before asking again (the daemon may know more by then)."""
+
+PACED = ("rate_limited", "overloaded")
+"""Outcomes after which the call is made again when the governor (or the pacing) allows."""
+
+
+class BudgetExceeded(Exception):
+    """The bill refused the call: ``refusal`` is the daemon's answer (``error``, ``budget``, ``spent``, ``limit``)."""
+
+    def __init__(self, refusal: dict[str, Any]):
+        super().__init__(str(refusal.get("error") or "a budget is exhausted"))
+        self.refusal = refusal
+
+
+def limit_headers(headers: Any) -> dict[str, str]:
+    """The headers of a response (any mapping) that speak of limits (:data:`LIMIT_HEADERS`), names in lower case."""
+    try:
+        items = list(headers.items())
+    except AttributeError:
+        return {}
+    return {str(k).lower(): str(v) for k, v in items if str(k).lower().startswith(LIMIT_HEADERS)}
+
+
+def retry_after_of(headers: dict[str, str]) -> float | None:
+    """Seconds of ``retry-after-ms``, else of a numeric ``retry-after`` (None without either): the
+    child's own pacing when no governor answers (the daemon reads the headers itself)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return max(0.0, float(headers[name]) * scale)
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def estimate_tokens(system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """A call's input tokens, estimated before it is made: its text as JSON, four characters a token."""
+    return max(1, math.ceil(len(json.dumps([system, messages, tools], ensure_ascii=False, default=str)) / 4))
+
+
+class Grants:
+    """The grants of one run.  ``channel``: the job's channel (None: no daemon); ``provider``:
+    the run's provider; ``stop``: the stop flag; ``activity``: :class:`child.activity.Activity`;
+    ``log``: writes a line of the job's log."""
+
+    def __init__(self, channel: Any, provider: Any, stop: Any, activity: Any, log: Callable[[str], None]):
+        self.channel, self.provider, self.stop, self.activity, self.log = channel, provider, stop, activity, log
+        self.metered = getattr(provider, "endpoint", None) is not None
+        self.asking = self.metered and callable(getattr(channel, "call", None))
+        self.strikes = 0
+
+    def acquire(self, max_tokens: int, input_tokens: int) -> str | None:
+        """A grant id (``""`` when nothing is asked), or None once the stop flag is set while waiting.
+        Raises :class:`BudgetExceeded` when a budget says no."""
+        if not self.asking:
+            return "" if not self.stop.is_set() else None
+        provider = self.provider
+        while not self.stop.is_set():
+            try:
+                answer = self.channel.call("child.grant", timeout=30.0, provider=provider.name,
+                                           endpoint=provider.endpoint, key=provider.key_id, model=provider.model,
+                                           max_tokens=int(max_tokens), input_tokens=int(input_tokens))
+            except ProtocolError as exc:  # no governor to ask (a Ray item's channel): pace ourselves
+                self.log(f"no grants from hermesd ({exc}); pacing this child's calls itself")
+                self.asking = False
+                return ""
+            if answer.get("grant"):
+                return str(answer["grant"])
+            if answer.get("refused"):
+                raise BudgetExceeded(answer)
+            self.wait(float(answer.get("wait") or SLICE_SECONDS), str(answer.get("reason") or "told to wait"))
+        return None
+
+    def wait(self, seconds: float, reason: str) -> None:
+        """Wait ``seconds`` (at most :data:`REASK_SECONDS`) as the activity :data:`WAITING`, in slices, until stopped."""
+        self.activity.begin(f"{WAITING}: {reason}")
+        end = time.monotonic() + min(max(0.0, seconds), REASK_SECONDS)
+        while not self.stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self.stop.event.wait(min(left, SLICE_SECONDS))
+            self.activity.touch()
+            self.activity.tick()
+
+    def done(self, grant: str | None, outcome: str, *, headers: dict[str, str] | None = None,
+             usage: dict[str, Any] | None = None, retry_after: float | None = None) -> None:
+        """Report the call of ``grant``; without a governor, a refused call is paced here
+        (:meth:`pace`).  Never raises."""
+        if grant and self.asking:
+            try:
+                self.channel.notify("child.grant_done", grant=grant, outcome=outcome, model=self.provider.model,
+                                    headers=dict(headers or {}), retry_after=retry_after,
+                                    usage={k: int(v) for k, v in (usage or {}).items() if isinstance(v, (int, float))})
+            except Exception as exc:  # noqa: BLE001 - the report is the daemon's loss, not the run's
+                print(f"hermes-child: could not report a model call to hermesd: {exc}", file=sys.stderr, flush=True)
+        if outcome == "ok":
+            self.strikes = 0
+        elif outcome in PACED and not self.asking:
+            self.pace(retry_after)
+
+    def pace(self, retry_after: float | None) -> None:
+        """Wait after a refusal without a governor: ``retry_after``, else 1, 2, 4 … 60 s."""
+        seconds = retry_after if retry_after is not None else min(60.0, 2.0 ** self.strikes)
+        self.strikes += 1
+        self.wait(seconds, f"the provider refused the call; trying again in {seconds:g}s")

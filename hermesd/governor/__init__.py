@@ -1,0 +1,16 @@
+"""The governor: one limiter per provider endpoint and key for every model call of the fleet.
+
+A child asks before each model call (``child.grant``: one short request) and is told "go"
+(a grant id) or "wait N seconds, because R"; the waiting happens in the child, never on the
+daemon's loop.  After the call it reports the outcome (``child.grant_done``), and what a
+429/529 or the rate-limit headers said is learned for every child of that endpoint.
+
+* :mod:`hermesd.governor.headers` — reading ``retry-after``, ``anthropic-ratelimit-*`` and
+  ``x-ratelimit-*``;
+* :mod:`hermesd.governor.limiter` — token buckets, the learned pause and the adaptive concurrency
+  of one endpoint and key;
+* :mod:`hermesd.governor.service` — the limiters of the daemon, grants in flight, who waits;
+* :mod:`hermesd.governor.ops` — the child ops and the plugin that releases a dead job's grants.
+
+This module imports nothing (children import :mod:`hermesd.contract` only).
+"""

@@ -1,0 +1,90 @@
+"""The governor's child ops and its plugin (no job kind: it sees every job end).
+
+``child.grant`` and ``child.grant_done`` are answered at once from :class:`hermesd.governor.service.Governor`;
+the plugin makes the governor (``ctx.service(Governor)``), gives it the config's ``rate_limits``,
+releases the grants of a job that ended, and publishes ``governor.paused`` when an endpoint is
+paused for the fleet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermesd.context import Context
+from hermesd.governor.limiter import OUTCOMES, Limiter
+from hermesd.governor.service import Governor
+from hermesd.plugin import Plugin
+from hermesd.protocol import ProtocolError, arg
+from hermesd.router import op
+
+MAX_TOKENS = 1 << 31
+"""The most tokens a call may say it takes (input estimate or ``max_tokens``)."""
+
+
+class GovernorPlugin(Plugin):
+    """The fleet's governor (see the module doc); no job kind."""
+
+    def __init__(self, ctx: Any):
+        super().__init__(ctx)
+        self.governor = ctx.provide(Governor(self.limits, on_pause=self.paused))
+
+    def limits(self, provider: str, endpoint: str) -> tuple[Any, Any, Any, Any]:
+        """The configured limits of ``endpoint`` (``rate_limits.<url>``, else ``rate_limits.<provider>``)."""
+        table = self.ctx.config.rate_limits
+        entry = table.get(endpoint.rstrip("/")) or table.get(provider)
+        if entry is None:
+            return None, None, None, None
+        return (entry.requests_per_minute, entry.input_tokens_per_minute, entry.output_tokens_per_minute,
+                entry.max_concurrent)
+
+    def paused(self, limiter: Limiter, seconds: float) -> None:
+        """Publish ``governor.paused`` (not durable: it is news, not state)."""
+        self.ctx.events.emit("governor.paused", data={"endpoint": limiter.label, "seconds": round(seconds, 3),
+                                                      "reason": limiter.pause_reason}, durable=False)
+
+    def after_exit(self, row: dict[str, Any] | None) -> None:
+        """A job ended: its grants are released (:meth:`Governor.forget`)."""
+        if row is not None:
+            self.governor.forget(row["id"])
+
+
+def _text(args: dict[str, Any], name: str, most: int = 2048) -> str:
+    value = arg(args, name, str)
+    if not value or len(value) > most:
+        raise ProtocolError("bad_request", f"argument '{name}' must be a non-empty string of at most {most} "
+                            "characters", {"field": name})
+    return value
+
+
+@op("child.grant", child=True)
+async def child_grant(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """May the child make one model call now?  Asked before each call of a provider with limits.
+
+    Args: ``provider`` (``anthropic``, ``openai-compat``), ``endpoint`` (its base URL),
+    ``key`` (the first hex digits of the SHA-256 of the API key; ``""`` without one — the key
+    itself never crosses), ``model``, ``max_tokens``, ``input_tokens`` (the child's estimate).
+    Answers at once: ``{grant: id}`` (go; report with ``child.grant_done``), ``{wait: seconds,
+    reason}`` (ask again after that long: the waiting is the child's), or ``{refused:
+    "budget_exceeded", error, …}`` (a budget of the bill said no: the job ends ``failed``).
+    Asking counts as the child's activity (a waiting child is not stale)."""
+    ctx.runner.activity.seen(job)
+    return ctx.service(Governor).grant(
+        job, _text(args, "provider", 64), _text(args, "endpoint"), arg(args, "key", str, ""), _text(args, "model", 256),
+        arg(args, "max_tokens", int, lo=0, hi=MAX_TOKENS), arg(args, "input_tokens", int, 0, lo=0, hi=MAX_TOKENS))
+
+
+@op("child.grant_done", child=True)
+async def child_grant_done(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The call of a grant ended.  Args: ``grant`` (its id), ``outcome`` (``ok``, ``rate_limited``
+    (429), ``overloaded`` (529/503 or an overload mid-stream), ``quota`` (the money ran out), ``error``),
+    ``model``, optional ``retry_after`` (seconds the child read), ``headers`` (the response's
+    ``retry-after*``, ``anthropic-ratelimit-*`` and ``x-ratelimit-*`` headers) and ``usage``
+    (``input``, ``output``, ``cache_write``, ``cache_read`` tokens).  What a 429/529 or the
+    headers say pauses the endpoint for every child.  Returns ``{}``; an unknown grant is ignored."""
+    seen = arg(args, "headers", dict, {})
+    usage = arg(args, "usage", dict, {})
+    ctx.service(Governor).done(
+        job, _text(args, "grant", 64), arg(args, "outcome", str, choices=OUTCOMES),
+        {str(k): str(v) for k, v in seen.items()}, {str(k): v for k, v in usage.items() if isinstance(v, int)},
+        arg(args, "model", str, ""), arg(args, "retry_after", (int, float), None, lo=0, hi=86400))
+    return {}

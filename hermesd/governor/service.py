@@ -1,0 +1,151 @@
+"""The daemon's governor: the limiters of every provider endpoint and key, the grants in flight,
+and who waits for what.
+
+Everything here is a few dictionary operations on the event loop (a grant is answered at once,
+never awaited); the waiting is the child's.  Keys are never seen: a child names its key by a
+hash (``key``: the first hex digits of its SHA-256), which is all that is kept or shown.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, Callable, Protocol
+
+from hermesd.governor import headers
+from hermesd.governor.limiter import OUTCOMES, Grant, Limiter
+
+GRANT_TTL_SECONDS = 1800.0
+"""A grant whose call never reported (its child hung) is released after this long."""
+
+
+class Ledger(Protocol):
+    """What the governor asks of the bill before and after each call (``hermesd`` sets
+    :attr:`Governor.ledger` when a ledger is kept)."""
+
+    def reserve(self, job_id: str, model: str, provider: str, max_tokens: int, input_estimate: int) -> Any:
+        """A refusal (``budget_exceeded``: which budget, spent, limit) or None to go."""
+
+    def settle(self, job_id: str, grant_id: str, model: str, usage: dict[str, Any]) -> None:
+        """What the granted call used (``input``, ``output``, ``cache_write``, ``cache_read`` tokens)."""
+
+
+class Governor:
+    """The limiters of one daemon.
+
+    ``limits(provider, endpoint)``: the configured limits of an endpoint as
+    ``(requests_per_minute, input_tokens_per_minute, output_tokens_per_minute, max_concurrent)``
+    (None each when not configured); ``clock``: monotonic seconds; ``wall``: epoch seconds
+    (to read reset times); ``on_pause(limiter, seconds)``: called when an endpoint is paused.
+    """
+
+    def __init__(self, limits: Callable[[str, str], tuple[Any, Any, Any, Any]],
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 on_pause: Callable[[Limiter, float], None] | None = None):
+        self.limits, self.clock, self.wall, self.on_pause = limits, clock, wall, on_pause
+        self.limiters: dict[tuple[str, str, str], Limiter] = {}
+        self.grants: dict[str, Limiter] = {}
+        self.waiting: dict[str, dict[str, Any]] = {}
+        self.ledger: Ledger | None = None
+        self._ids = itertools.count(1)
+
+    def limiter(self, provider: str, endpoint: str, key: str) -> Limiter:
+        """The limiter of ``endpoint`` and ``key`` (made on first use; its configured limits follow a reload)."""
+        configured = tuple(self.limits(provider, endpoint))
+        found = self.limiters.get((provider, endpoint, key))
+        if found is None or (found.rpm, found.itpm, found.otpm, found.max_concurrent) != configured:
+            label = f"{provider} {endpoint}" + (f" key {key[:8]}" if key else "")
+            fresh = Limiter(label, *configured, now=self.clock())
+            if found is not None:  # a reload changed the limits: what was learned stays
+                fresh.in_flight, fresh.paused_until, fresh.pause_reason = found.in_flight, found.paused_until, found.pause_reason
+                fresh.learned, fresh.seq, fresh.granted_input, fresh.counts = found.learned, found.seq, found.granted_input, found.counts
+                fresh.window = min(found.window, float(fresh.ceiling()))
+            self.limiters[(provider, endpoint, key)] = found = fresh
+        return found
+
+    def grant(self, job: str, provider: str, endpoint: str, key: str, model: str, max_tokens: int,
+              input_tokens: int) -> dict[str, Any]:
+        """``{"grant": id}``, ``{"wait": seconds, "reason": text}``, or a budget refusal
+        ``{"refused": "budget_exceeded", "error": text, ...}`` (the ledger's)."""
+        now = self.clock()
+        limiter = self.limiter(provider, endpoint, key)
+        self._expire(limiter, now)
+        answer = limiter.ask(job, f"g{next(self._ids)}", input_tokens, max_tokens, now)
+        if not isinstance(answer, Grant):
+            seconds, reason = answer
+            self.waiting[job] = {"endpoint": limiter.label, "reason": reason, "seconds": round(seconds, 3),
+                                 "since": self.waiting.get(job, {}).get("since", self.wall())}
+            return {"wait": round(seconds, 3), "reason": f"{limiter.label}: {reason}"}
+        self.waiting.pop(job, None)
+        if self.ledger is not None:
+            refusal = self.ledger.reserve(job, model, provider, max_tokens, input_tokens)
+            if refusal is not None:
+                limiter.release(answer.id)
+                return {"refused": "budget_exceeded", **_plain(refusal)}
+        self.grants[answer.id] = limiter
+        return {"grant": answer.id}
+
+    def done(self, job: str, grant_id: str, outcome: str, seen: dict[str, str], usage: dict[str, Any],
+             model: str, retry_after: float | None = None) -> None:
+        """The call of ``grant_id`` ended: ``outcome`` (:data:`hermesd.governor.limiter.OUTCOMES`),
+        the rate-limit headers ``seen`` on its response, its ``usage``; ``retry_after`` seconds when
+        the child read one itself (an error event mid-stream carries no header)."""
+        limiter = self.grants.pop(grant_id, None)
+        if limiter is None:
+            return
+        now = self.clock()
+        learned = headers.read(seen, self.wall())
+        if retry_after is not None and learned.retry_after is None:
+            learned = headers.Learned(min(headers.MAX_WAIT_SECONDS, max(0.0, retry_after)), learned.dims)
+        paused = limiter.paused_until
+        limiter.done(grant_id, outcome if outcome in OUTCOMES else "error", learned, usage, now)
+        if limiter.paused_until > paused and self.on_pause is not None:
+            self.on_pause(limiter, limiter.paused_until - now)
+        if self.ledger is not None:
+            self.ledger.settle(job, grant_id, model, usage)
+
+    def forget(self, job: str) -> None:
+        """``job`` ended: its grants are released and it waits no more."""
+        self.waiting.pop(job, None)
+        for grant_id, limiter in list(self.grants.items()):
+            grant = limiter.in_flight.get(grant_id)
+            if grant is None or grant.job == job:
+                limiter.release(grant_id)
+                del self.grants[grant_id]
+
+    def _expire(self, limiter: Limiter, now: float) -> None:
+        for grant_id, grant in list(limiter.in_flight.items()):
+            if now - grant.at > GRANT_TTL_SECONDS:
+                limiter.release(grant_id)
+                self.grants.pop(grant_id, None)
+
+    def waiting_for(self, job: str) -> dict[str, Any] | None:
+        """What ``job`` waits for (``endpoint``, ``reason``, ``seconds`` it was told, ``since``
+        epoch seconds), or None."""
+        return self.waiting.get(job)
+
+    def annotate(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A job ``record`` with ``waiting`` (:meth:`waiting_for`) while the job waits; returns it."""
+        waiting = self.waiting.get(record.get("id") or "")
+        if waiting is not None:
+            record["waiting"] = dict(waiting)
+        return record
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Every limiter (:meth:`Limiter.describe`) with the jobs waiting for it (``waiting``)."""
+        now = self.clock()
+        out = []
+        for limiter in self.limiters.values():
+            entry = limiter.describe(now)
+            entry["waiting"] = sorted(j for j, w in self.waiting.items() if w["endpoint"] == limiter.label)
+            out.append(entry)
+        return out
+
+
+def _plain(refusal: Any) -> dict[str, Any]:
+    """A ledger's refusal as plain data (a mapping, or an object with ``to_wire()`` or attributes)."""
+    if isinstance(refusal, dict):
+        return dict(refusal)
+    if hasattr(refusal, "to_wire"):
+        return dict(refusal.to_wire())
+    return {k: v for k, v in vars(refusal).items() if not k.startswith("_")}

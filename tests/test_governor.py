@@ -1,0 +1,105 @@
+"""The governor with a real daemon, real children and the real SDKs against fakes that say no."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from tests.fakes.anthropic_server import Error, FakeAnthropic, Message, text_block, thinking_block, tool_use_block
+from tests.fakes.limits import Limits
+from tests.fakes.openai_server import FakeOpenAI
+from tests.harness import wait_for
+from tests.test_batch_daemon import finish, start
+
+
+def _anthropic(api) -> dict:
+    """Config keys for the fake Anthropic server (the zygote then preloads its SDK)."""
+    return {"provider": "anthropic", "base_url": api.url, "model": "claude-fake"}
+
+
+def _warm(daemon):
+    """``daemon`` once its zygote holds spares (children start with the SDK imported: no
+    second-long import inside a test's first model call); returns it."""
+    wait_for(lambda: daemon.call("status")["start"].get("spares"), timeout=60, what="warm spares")
+    return daemon
+
+
+def _dataset(tmp_path, count: int):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"prompt number {i}"}) + "\n" for i in range(count)))
+    return path
+
+
+def test_a_batch_at_the_limit_completes_every_prompt_with_few_refusals(make_daemon, tmp_path):
+    with FakeAnthropic(limits=Limits(requests=3, window=1.5)) as api:
+        api.default = Message([thinking_block("easy"), text_block("done")])  # a sample with reasoning is kept
+        daemon = _warm(make_daemon({"supervisor": {"max_children": 6}, **_anthropic(api)}))
+        record = start(daemon, _dataset(tmp_path, 12), "limited", batch_size=4, num_workers=6, distribution="no_web")
+        final = finish(daemon, record, timeout=120)
+        assert final["status"] == "completed", final
+        assert final["progress"]["failed"] == 0 and final["progress"]["done"] == 12, final["progress"]
+        assert api.limits.admitted == 12
+        assert api.limits.refused_total <= 2, api.limits.refused  # ≤ 0.2 refused per success
+        governor = daemon.call("status")["governor"]
+        assert [g["endpoint"] for g in governor] == [f"anthropic {api.url}"]  # no key: no key hash shown
+
+
+def _calls_twice(arrivals: list[float]):
+    """A fake model that calls a tool first, then answers; records when each request arrived."""
+    lock = threading.Lock()
+
+    def reply(request):
+        with lock:
+            arrivals.append(time.monotonic())
+        last = request.body["messages"][-1]["content"]
+        if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+            return Message([text_block("all done")])
+        return Message([tool_use_block("terminal", {"command": "true"})], stop_reason="tool_use")
+
+    return reply
+
+
+def test_parallel_delegations_share_one_limiter_and_retry_after_holds_for_all(make_daemon):
+    arrivals: list[float] = []
+    with FakeAnthropic() as api:
+        api.default = _calls_twice(arrivals)
+        daemon = _warm(make_daemon({"delegation": {"max_concurrent_children": 3, "max_async_children": 3},
+                                    **_anthropic(api)}))
+        refuse = Error(429, "slow down", headers={"retry-after": "2"})
+        api.reply(lambda request: (arrivals.append(time.monotonic()), refuse)[1])  # the fleet's first call: 429
+        jobs = [daemon.delegate(f"task {i}", background=True, toolsets=["terminal"])["id"] for i in range(3)]
+        ended = [daemon.wait_job(job, timeout=60) for job in jobs]
+    assert [e["status"] for e in ended] == ["completed"] * 3, ended
+    refused_at = arrivals[0]
+    later = [t - refused_at for t in arrivals[1:]]
+    # calls already granted when the 429 came go through; every call after them waits
+    # for the retry-after of 2 s, whichever child makes it
+    early = [t for t in later if t < 1.5]
+    assert len(early) <= 2 and all(t >= 1.9 for t in later if t not in early), later
+    assert len(arrivals) == 7  # 3 × 2 calls and the refused one: nobody retried on their own
+
+
+def test_quota_exhausted_is_not_retried(make_daemon):
+    with FakeOpenAI(limits=Limits(quota_exhausted=True)) as api:
+        daemon = make_daemon({"provider": "openai-compat", "base_url": api.url + "/v1", "model": "gpt-fake"})
+        job = daemon.delegate("anything")["id"]
+        ended = daemon.wait_job(job, timeout=30)
+        assert ended["status"] == "failed" and "quota" in (ended["error"] or ""), ended
+        assert len(api.requests) == 1
+
+
+def test_a_waiting_child_is_not_stale_and_shows_in_ps_and_status(make_daemon):
+    with FakeAnthropic(limits=Limits().overload(1, retry_after=10)) as api:
+        daemon = _warm(make_daemon({"delegation": {"stale_after_seconds": 6}, **_anthropic(api)}))
+        job = daemon.delegate("wait for it", background=True)["id"]
+        waiting = wait_for(lambda: next((r.get("waiting") for r in daemon.call("ps")["jobs"] if r["id"] == job),
+                                        None), timeout=20, what="the job waiting in ps")
+        assert "overloaded" in waiting["reason"] and waiting["endpoint"] == f"anthropic {api.url}"
+        limiter = daemon.call("status")["governor"][0]
+        assert limiter["waiting"] == [job] and limiter["paused_seconds"] > 0 and "overloaded" in limiter["reason"]
+        ps = daemon.ctl("ps", env={"COLUMNS": "300"})
+        assert "waiting" in ps.stdout and "overloaded" in ps.stdout, ps.stdout
+        ended = daemon.wait_job(job, timeout=30)
+        assert ended["status"] == "completed", ended  # 10 s of waiting, stale after 6 s: not stale
+        assert len(api.requests) == 2

@@ -1,0 +1,150 @@
+"""The governor's parts without a daemon: headers, the limiter on a driven clock, the config."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from child.governor import limit_headers
+from hermesd import config
+from hermesd.governor import headers
+from hermesd.governor.limiter import Grant, Limiter
+from hermesd.governor.service import Governor
+
+
+def _iso(seconds_from_now: float, now: float) -> str:
+    when = datetime.datetime.fromtimestamp(now + seconds_from_now, datetime.timezone.utc)
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def test_headers_anthropic_openai_and_retry_after():
+    now = 1_800_000_000.0
+    learned = headers.read({"Retry-After": "7", "anthropic-ratelimit-requests-limit": "50",
+                            "anthropic-ratelimit-requests-remaining": "0",
+                            "anthropic-ratelimit-requests-reset": _iso(12, now),
+                            "anthropic-ratelimit-input-tokens-remaining": "900", "request-id": "x"}, now)
+    assert learned.retry_after == 7.0
+    assert learned.dims["requests"] == headers.Dim(50, 0, 12.0)
+    assert learned.dims["input_tokens"].remaining == 900 and learned.exhausted_for() == 12.0
+    assert headers.read({"retry-after-ms": "1500", "retry-after": "9"}, now).retry_after == 1.5
+    openai = headers.read({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "6m0s",
+                           "x-ratelimit-reset-requests": "12ms"}, now)
+    assert openai.dims["tokens"] == headers.Dim(None, 0, 360.0) and openai.dims["requests"].reset == 0.012
+    assert headers.read({"retry-after": "garbage", "x-ratelimit-reset-tokens": "soon"}, now) == headers.Learned()
+    assert limit_headers({"Retry-After": "1", "x-api-key": "secret", "anthropic-ratelimit-tokens-limit": "5"}) == {
+        "retry-after": "1", "anthropic-ratelimit-tokens-limit": "5"}
+
+
+def test_configured_requests_are_spread_over_the_minute():
+    limiter = Limiter("x", rpm=120, now=0.0)
+    limiter.window = 8.0  # past the slow start
+    assert all(isinstance(limiter.ask("j", f"g{i}", 10, 100, 0.0), Grant) for i in (1, 2))  # a second's worth
+    wait, reason = limiter.ask("j", "g3", 10, 100, 0.0)
+    assert 0.5 <= wait <= 0.56 and "requests per minute" in reason  # then 2 a second
+    assert isinstance(limiter.ask("j", "g3", 10, 100, 0.5), Grant)
+
+
+def test_output_tokens_are_reserved_by_max_tokens_and_given_back():
+    limiter = Limiter("x", otpm=600, now=0.0)  # 10 a second
+    assert isinstance(limiter.ask("j", "g1", 1, 10, 0.0), Grant)
+    assert not isinstance(limiter.ask("j", "g2", 1, 10, 0.0), Grant)
+    limiter.done("g1", "ok", headers.Learned(), {"output": 2}, 0.0)  # 8 unused come back
+    assert not isinstance(limiter.ask("j", "g2", 1, 10, 0.0), Grant)
+    assert isinstance(limiter.ask("j", "g2", 1, 10, 0.2), Grant)
+
+
+def test_a_429_pauses_everyone_for_retry_after_and_halves_the_window():
+    limiter = Limiter("x", max_concurrent=8, now=0.0)
+    limiter.window = 8.0
+    grant = limiter.ask("a", "g1", 1, 1, 0.0)
+    limiter.done(grant.id, "rate_limited", headers.Learned(retry_after=5.0), {}, 0.0)
+    wait, reason = limiter.ask("b", "g2", 1, 1, 1.0)
+    assert 4.0 <= wait <= 4.5 and "429" in reason and "retry-after 5s" in reason
+    assert limiter.window == 4.0
+    assert isinstance(limiter.ask("b", "g2", 1, 1, 5.01), Grant)
+    for i in range(8):
+        limiter.done("g2" if i == 0 else "none", "ok", headers.Learned(), {}, 6.0)
+    assert 5.0 < limiter.window <= 6.0  # additive increase: 1/window per success
+
+
+def test_slow_start_one_call_first_then_one_more_per_success():
+    limiter = Limiter("x", max_concurrent=3, now=0.0)
+    first = limiter.ask("a", "g1", 1, 1, 0.0)
+    wait, reason = limiter.ask("a", "g2", 1, 1, 0.0)
+    assert wait < 0.3 and "1 calls in flight" in reason
+    limiter.done(first.id, "ok", headers.Learned(), {}, 0.1)
+    assert [isinstance(limiter.ask("a", f"g{i}", 1, 1, 0.1), Grant) for i in (2, 3, 4)] == [True, True, False]
+    for grant_id in ("g2", "g3"):
+        limiter.done(grant_id, "ok", headers.Learned(), {}, 0.2)
+    assert limiter.window == 3.0  # at max_concurrent
+
+
+def test_no_retry_after_backs_off_exponentially():
+    limiter = Limiter("x", now=0.0)
+    for expected in (1.0, 2.0, 4.0):
+        grant = limiter.ask("a", "g", 1, 1, limiter.paused_until)
+        limiter.done(grant.id, "overloaded", headers.Learned(), {}, limiter.paused_until)
+        assert limiter.paused_until - grant.at == expected
+
+
+def test_headers_with_nothing_remaining_wait_for_the_reset_counting_later_grants():
+    limiter = Limiter("x", now=0.0)
+    limiter.window = 8.0
+    first = limiter.ask("a", "g1", 1, 1, 0.0)
+    second = limiter.ask("a", "g2", 1, 1, 0.0)
+    # the first call's response: 1 request remains until 10 s from now; the second was granted since
+    limiter.done(first.id, "ok", headers.Learned(dims={"requests": headers.Dim(20, 1, 10.0)}), {}, 0.1)
+    wait, reason = limiter.ask("a", "g3", 1, 1, 0.2)
+    assert 9.8 <= wait <= 11 and "no requests remain" in reason
+    assert isinstance(limiter.ask("a", "g3", 1, 1, 10.2), Grant) and second.id in limiter.in_flight
+    # past its reset the dimension is full again (20), counted down until a response tells more
+    assert all(isinstance(limiter.ask("a", f"h{i}", 1, 1, 10.3), Grant) for i in range(5))
+    assert limiter.learned["requests"].remaining == 14.0
+
+
+def test_governor_keys_waiting_forget_and_ledger():
+    clock = [0.0]
+    gov = Governor(lambda p, e: (None, None, None, 1), clock=lambda: clock[0])
+    go = gov.grant("j1", "anthropic", "http://h", "abcdef0123", "m", 10, 5)
+    assert "grant" in go
+    wait = gov.grant("j2", "anthropic", "http://h", "abcdef0123", "m", 10, 5)
+    assert wait["wait"] > 0 and "1 calls in flight" in wait["reason"] and gov.waiting_for("j2")
+    assert "grant" in gov.grant("j3", "anthropic", "http://h", "other-key", "m", 10, 5)  # another key, another limiter
+    assert gov.describe()[0]["waiting"] == ["j2"] and "key abcdef01" in gov.describe()[0]["endpoint"]
+    gov.forget("j1")
+    assert "grant" in gov.grant("j2", "anthropic", "http://h", "abcdef0123", "m", 10, 5)
+
+    class Ledger:
+        settled: list = []
+
+        def reserve(self, job_id, model, provider, max_tokens, input_estimate):
+            return {"error": "budget b exceeded", "budget": "b", "spent": 1.0, "limit": 1.0} if job_id == "poor" else None
+
+        def settle(self, job_id, grant_id, model, usage):
+            self.settled.append((job_id, grant_id, usage))
+
+    gov.ledger = Ledger()
+    refused = gov.grant("poor", "openai-compat", "http://o", "", "m", 10, 5)
+    assert refused["refused"] == "budget_exceeded" and refused["budget"] == "b"
+    ok = gov.grant("rich", "openai-compat", "http://o", "", "m", 10, 5)
+    gov.done("rich", ok["grant"], "ok", {}, {"input": 3, "output": 4}, "m")
+    assert Ledger.settled == [("rich", ok["grant"], {"input": 3, "output": 4})]
+
+
+def test_config_rate_limits_and_errors(tmp_path):
+    cfg = config.parse("rate_limits:\n  anthropic:\n    requests_per_minute: 50\n"
+                       "  https://api.example.com/v1/:\n    max_concurrent: 4\n    input_tokens_per_minute: 1000\n")
+    assert cfg.rate_limits["anthropic"].requests_per_minute == 50
+    assert cfg.rate_limits["https://api.example.com/v1"].max_concurrent == 4
+    data = {k: v for k, v in cfg.to_dict().items() if k != "source"}
+    assert config.from_data(data).rate_limits == cfg.rate_limits  # the daemon process gets it so
+    with pytest.raises(config.ConfigError) as err:
+        config.parse("model: x\nrate_limits:\n  anthropic:\n    requests_per_minute: 0\n"
+                     "  ftp://nope:\n    max_concurrent: 2\n  openai-compat:\n    burst: 3\n", "c.yaml")
+    problems = [str(p) for p in err.value.problems]
+    assert problems[0].startswith("c.yaml:4: rate_limits.anthropic.requests_per_minute: must be a number >= 0.001")
+    assert problems[1].startswith("c.yaml:5: rate_limits.ftp://nope: must be a provider")
+    assert problems[2].startswith("c.yaml:8: rate_limits.openai-compat.burst: unknown key")
+    with pytest.raises(config.ConfigError, match="rate_limits: must be a mapping"):
+        config.parse("rate_limits: [1]\n")
