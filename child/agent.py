@@ -278,7 +278,8 @@ class Agent:
         return registry.ToolContext(cwd=self.cwd(), limits=dict(s.limits),
                                     auto_approve=bool(s.auto_approve), stop=self.stop, channel=self.channel,
                                     job=s.job, depth=int(s.depth), max_spawn_depth=int(s.max_spawn_depth),
-                                    role=s.role, heartbeat=self.heartbeat, container=self.container)
+                                    role=s.role, heartbeat=self.heartbeat, container=self.container,
+                                    approval_tools=tuple(s.approval_tools or ()))
 
     def verify(self, registry: Any) -> dict[str, Any]:
         """Run the spec's ``verifier`` where the agent worked (:mod:`child.verify`); its

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import click
 from click.shell_completion import CompletionItem
 
-from client import batch, kanban, render, sessions, top
+from client import approvals, batch, kanban, render, sessions, top
 from client.common import (COMPLETION_HELP, Ctl, conn, exit_for, fail, global_options, is_json, json_option, out,
                            read_text, show, split, stopped_watching, text_input, toolset_names, wait_job, working_dir)
 from client.connection import GAP_EVENT, ClientError, Connection
@@ -396,6 +396,6 @@ def main() -> None:
     cli.main(prog_name="hermesctl")
 
 
-for _family in (sessions.COMMANDS, kanban.COMMANDS, (top.top_command, batch.batch_group)):
+for _family in (sessions.COMMANDS, kanban.COMMANDS, approvals.COMMANDS, (top.top_command, batch.batch_group)):
     for _command in _family:
         cli.add_command(_command)

@@ -39,6 +39,11 @@ CLIENT_CODES = {
 """Exit-code conditions ``hermesctl`` detects itself; the daemon never sends them."""
 
 EVENT_MEANINGS = {
+    "approval.requested": "A tool call waits for a person (`hermesctl approvals`). `data`: the request: `id`, "
+    "`job`, `chain` (its parents, nearest first), `tool`, `arguments`, `why`, `state` (`pending`), `created_at`, "
+    "`expires_at`.",
+    "approval.answered": "A request was settled: `data`: the request with its `state` (`approved`, `denied`, "
+    "`timed_out`, `cancelled`: its job ended), `reason`, `answered_by`, `answered_at`.",
     "job.queued": "A job was created. `data.job`: its record.",
     "job.state": "A job changed state. `data`: `status`, `previous`, `job` (the record after the change).",
     "job.progress": "A running child reported a step: `turn`, `tool`, `activity`, `api_calls`, `tokens`, `text` "

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hermesd import paths
-from hermesd.contract import EXECUTORS, PROVIDERS, REASONING_EFFORTS, TOOLSETS  # noqa: F401  (the config's choices)
+from hermesd.contract import (EXECUTORS, PROVIDERS, REASONING_EFFORTS, TOOL_NAMES,  # noqa: F401 (choices)
+                              TOOLSETS)
 from hermesd.protocol import INT64_MAX
 
 if TYPE_CHECKING:
@@ -99,7 +100,21 @@ class Hooks:
     """``hooks:`` — operator callbacks (:mod:`hermesd.control.hooks`)."""
 
     on_job_end: str | None = None
+    on_approval_request: str | None = None
     timeout_seconds: float = field(default=30.0, metadata=_min(0.1))
+
+
+@dataclass(frozen=True)
+class Approvals:
+    """``approvals:`` — tool calls that wait for a person (:mod:`hermesd.control.approvals`).
+
+    ``timeout_seconds``: a request nobody answers this long is denied (the model is told so);
+    ``always``: tools that always wait for a person (``approval: always``), besides the
+    commands the tripwire holds.
+    """
+
+    timeout_seconds: float = field(default=600.0, metadata=_min(1))
+    always: list[str] = field(default_factory=list, metadata={"names": TOOL_NAMES})
 
 
 @dataclass(frozen=True)
@@ -241,6 +256,7 @@ class Config:
     logs: Logs = field(default_factory=Logs)
     child_limits: ChildLimits = field(default_factory=ChildLimits)
     hooks: Hooks = field(default_factory=Hooks)
+    approvals: Approvals = field(default_factory=Approvals)
     terminal: Terminal = field(default_factory=Terminal)
     secrets: list[str] = field(default_factory=list, metadata=ENV_NAMES)
     rate_limits: dict[str, RateLimit] = field(default_factory=dict, metadata=RATE_LIMIT_KEYS)

@@ -243,6 +243,8 @@ class JobSpec(Wire):
     name, labels, workdir…: :func:`hermesd.containers.plugin.prepare`), None: on the host.
     ``ray``: a ``batch_driver``'s cluster settings (``address, num_cpus, memory_mb,
     max_retries, grace``; ``child.ray_driver``), else None.
+    ``approval_tools``: tools whose every call waits for a person (``approvals.always``;
+    ``child.approval``).
     """
 
     job: str = ""
@@ -261,6 +263,7 @@ class JobSpec(Wire):
     depth: int = 0
     max_spawn_depth: int = 1
     auto_approve: bool = False
+    approval_tools: list[str] = field(default_factory=list)
     limits: dict[str, Any] = field(default_factory=dict)
     script: Any = None
     history: list[dict[str, Any]] | None = None

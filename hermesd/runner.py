@@ -312,6 +312,7 @@ class Runner:
             activity_interval_seconds=min(2.0, deleg.stale_after_seconds / 4),
             cwd=self.cwd_of(row), depth=row.get("depth") or 0,
             max_spawn_depth=deleg.max_spawn_depth, auto_approve=deleg.subagent_auto_approve,
+            approval_tools=list(cfg.approvals.always),
             limits={"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
                     "terminal_timeout_seconds": cfg.limits.terminal_timeout_seconds},
             record_trajectory=True)

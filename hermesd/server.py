@@ -33,6 +33,7 @@ from hermesd.governor.ops import GovernorPlugin
 from hermesd.context import Context
 from hermesd.contract import ACTIVE, JobStatus
 from hermesd.control import ops as control
+from hermesd.control.approvals import ApprovalsPlugin
 from hermesd.control.hooks import JobEndHooks
 from hermesd.delegation import ops as delegation
 from hermesd.delegation.delivery import Delivery
@@ -66,6 +67,7 @@ PLUGINS: tuple[type[Plugin], ...] = (
     kanban.KanbanPlugin,          # kanban_worker: the board's workers
     upkeep.UpkeepPlugin,          # no kinds: retention, the log cap, per-job cgroups
     control.ControlPlugin,        # no kind: pause/resume, the job-end hook
+    ApprovalsPlugin,              # no kind: tool calls waiting for a person (after control: its hooks)
     ContainersPlugin,             # no kind: any job's container (made at admission, removed at exit and restart)
     GovernorPlugin,               # no kind: every model call's grant (rate limits per provider endpoint and key)
 )

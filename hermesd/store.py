@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterator
 
 from hermesd import private
 
-JSON_COLUMNS = {"toolsets", "pools", "spec", "trace", "data", "content", "artifacts", "result_data"}
+JSON_COLUMNS = {"toolsets", "pools", "spec", "trace", "data", "content", "artifacts", "result_data", "chain",
+                "arguments"}
 
 MIGRATIONS: list[str] = [
     # 1: jobs, events, notifications, sessions, messages
@@ -153,6 +154,24 @@ MIGRATIONS: list[str] = [
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL
     )
+    """,
+    # 5: tool calls waiting for a person (hermesd.control.approvals)
+    """
+    CREATE TABLE approvals (
+        id TEXT PRIMARY KEY,
+        job TEXT NOT NULL,
+        chain TEXT NOT NULL DEFAULT '[]',
+        tool TEXT NOT NULL,
+        arguments TEXT NOT NULL DEFAULT '{}',
+        why TEXT NOT NULL,
+        state TEXT NOT NULL,
+        reason TEXT,
+        answered_by TEXT,
+        created_at TEXT NOT NULL,
+        deadline REAL NOT NULL,
+        answered_at TEXT
+    );
+    CREATE INDEX approvals_state ON approvals(state)
     """,
 ]
 

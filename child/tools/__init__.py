@@ -62,6 +62,8 @@ class ToolContext:
       call often (reports are throttled).
     * ``container``: the job's :class:`child.container.Container` (``cwd``
       mounted inside), where the terminal runs its commands; ``None``: on the host.
+    * ``approval_tools``: names of the tools whose every call waits for a person
+      (``approvals.always``: :mod:`child.approval`).
     """
 
     cwd: str
@@ -75,6 +77,7 @@ class ToolContext:
     role: str = "leaf"
     heartbeat: Callable[[str], None] = lambda _what: None
     container: Any = None
+    approval_tools: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.limits = {**DEFAULT_LIMITS, **{k: v for k, v in (self.limits or {}).items() if v is not None}}

@@ -20,7 +20,7 @@ from typing import Any
 
 import jsonschema
 
-from child import redact
+from child import approval, redact
 from child.tools import DEFAULT_LIMITS, Tool, ToolContext, ToolError
 from child.tools import delegation, files, kanban, terminal, web
 from hermesd import contract
@@ -185,6 +185,8 @@ def _execute(name: str, args: dict, ctx: ToolContext, allowed: list[str] | None)
         reasons = "; ".join(f"field '{_field(e)}' {_describe(e)}" for e in errors[:MAX_REPORTED_ERRORS])
         return ToolResult.of(False, f"tool {name!r}: invalid arguments: {reasons}")
     try:
+        if name in ctx.approval_tools and (denied := approval.ask(ctx, name, args, "approval: always")) is not None:
+            return ToolResult.of(False, f"{name}: not run: {denied}")
         return ToolResult.of(True, tool.handler(args, ctx))
     except ToolError as exc:
         return ToolResult.of(False, f"{name}: {exc or 'failed'}")

@@ -39,6 +39,7 @@ import uuid
 
 import psutil
 
+from child import approval
 from child.redact import tool_environment
 from child.tools import Tool, ToolContext, ToolError, join_capped, schema
 from child.tools.policy import dangerous
@@ -136,14 +137,16 @@ def run_command(args: dict, ctx: ToolContext) -> str:
     """Handler of ``terminal``: ``{"command": str, "timeout"?: seconds}`` → output
     then ``[exit status: N]``.
 
-    Raises :class:`ToolError` when the policy denies the command, or as
+    Raises :class:`ToolError` when the tripwire holds the command and no person approves it
+    (:mod:`child.approval`), or as
     :func:`run_shell` does.
     """
     command = args["command"]
     rule = dangerous(command)
-    if rule is not None and not ctx.auto_approve:
-        raise ToolError(f"command denied ({rule.reason}); dangerous commands run only when "
-                        "delegation.subagent_auto_approve is true")
+    if rule is not None and not ctx.auto_approve and "terminal" not in ctx.approval_tools:
+        denied = approval.ask(ctx, "terminal", args, f"the tripwire holds it: {rule.reason}")
+        if denied is not None:
+            raise ToolError(f"command denied ({rule.reason}): {denied}")
     timeout = float(args.get("timeout") or ctx.limits["terminal_timeout_seconds"])
     output, returncode = run_shell(command, ctx, timeout)
     if output and not output.endswith("\n"):

@@ -68,9 +68,12 @@ class JobEndHooks(Plugin):
         self.running[task] = row["id"]
         task.add_done_callback(lambda t: self.running.pop(t, None))
 
-    async def run(self, command: str, row: dict[str, Any]) -> int | None:
+    async def run(self, command: str, row: dict[str, Any], *, what: str = "hooks.on_job_end",
+                  record: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> int | None:
         """Run ``command`` for the job ``row``; returns its exit status (negative: killed by that
-        signal; None: not started).  Never raises: what goes wrong is logged.
+        signal; None: not started).  Never raises: what goes wrong is logged.  ``what``: the
+        hook's name in the log; ``record``: what its standard input gets (default: the job's
+        record); ``env``: variables added to its environment.
 
         The daemon reaps every process it has (a child subreaper, ``waitpid(-1)``), so the
         hook's exit status comes from that reaping (``watch``), not from asyncio's watcher.
@@ -84,13 +87,15 @@ class JobEndHooks(Plugin):
             import tempfile  # here: it imports shutil and random, not needed by a daemon without hooks
 
             with tempfile.TemporaryFile(dir=directory) as stdin, open(directory / "hook.log", "ab") as out:
-                stdin.write(json.dumps(jobs_mod.record(row), ensure_ascii=False, default=str).encode() + b"\n")
+                stdin.write(json.dumps(jobs_mod.record(row) if record is None else record, ensure_ascii=False,
+                                       default=str).encode() + b"\n")
                 stdin.seek(0)  # a file, not a pipe: a hook that does not read never blocks the daemon
                 proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=stdin, stdout=out, stderr=out,
                                         cwd=directory, start_new_session=True,
-                                        env={**self.env, "HERMES_JOB_ID": job, "HERMES_JOB_STATUS": str(row["status"])})
+                                        env={**self.env, "HERMES_JOB_ID": job, "HERMES_JOB_STATUS": str(row["status"]),
+                                             **(env or {})})
         except (OSError, ValueError) as exc:
-            log.warning("hooks.on_job_end for %s could not start: %s", job, exc)
+            log.warning("%s for %s could not start: %s", what, job, exc)
             return None
         self.watch(proc.pid, lambda code: exited.done() or exited.set_result(code))
         self.pids.add(proc.pid)
@@ -99,14 +104,14 @@ class JobEndHooks(Plugin):
         except asyncio.TimeoutError:
             self._kill(proc.pid)
             code = await exited
-            log.warning("hooks.on_job_end for %s took longer than hooks.timeout_seconds=%g: killed; output: %s",
-                        job, limit, self._tail(directory))
+            log.warning("%s for %s took longer than hooks.timeout_seconds=%g: killed; output: %s",
+                        what, job, limit, self._tail(directory))
             return code
         finally:
             self.pids.discard(proc.pid)
             proc.returncode = exited.result() if exited.done() else None  # reaped by the daemon, not by Popen
         if code:
-            log.warning("hooks.on_job_end for %s failed with exit status %s; output: %s", job, code,
+            log.warning("%s for %s failed with exit status %s; output: %s", what, job, code,
                         self._tail(directory))
         return code
 

@@ -1,0 +1,44 @@
+"""A tool call that waits for a person: the child's side of an approval request.
+
+A command the tripwire holds (:mod:`child.tools.policy`) or a call of a tool the config marks
+``approval: always`` (``approvals.always``) is not run at once: :func:`ask` sends the daemon
+``child.approval`` (the tool, its arguments, why it needs a person) and waits for the answer,
+asking ``child.approval_wait`` again every :data:`WAIT_SECONDS` (so a stop of the job is seen
+within that time, and each question is a sign of life: a waiting job is not stale).  No model
+call is in flight meanwhile.  The daemon refuses at once when nobody can be reached (no hook,
+nobody following the approvals): today's default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from child.tools import ToolContext, daemon_call
+
+WAIT_SECONDS = 1.0
+"""How long one ``child.approval_wait`` may wait in the daemon before it answers ``pending``."""
+
+NO_DAEMON = ("there is no hermesd to ask a person; dangerous commands run only when "
+             "delegation.subagent_auto_approve is true")
+"""The refusal without a daemon (a tool run outside a job)."""
+
+
+def ask(ctx: ToolContext, tool: str, arguments: dict[str, Any], why: str) -> str | None:
+    """Wait for a person's answer to the call of ``tool`` with ``arguments`` (``why``: what holds it).
+
+    Returns None when it was approved, else the denial the model is told (the person's
+    reason, the time-out, nobody to ask, the job stopped).  Raises ``ToolError`` when the
+    daemon cannot be asked (:func:`child.tools.daemon_call`).
+    """
+    if ctx.channel is None:
+        return NO_DAEMON
+    request = daemon_call(ctx, "child.approval", tool=tool, arguments=arguments, why=why)
+    while request["state"] == "pending":
+        if ctx.stop.is_set():
+            return "not run: the job was asked to stop while it waited for approval"
+        ctx.heartbeat(f"waiting for a person to approve {tool} (request {request['id']})")
+        request = daemon_call(ctx, "child.approval_wait", timeout=WAIT_SECONDS + 30, id=request["id"],
+                              seconds=WAIT_SECONDS)
+    if request["state"] == "approved":
+        return None
+    return request.get("reason") or f"request {request.get('id')} was {request['state']}"
