@@ -44,7 +44,8 @@ def test_everything_under_hermes_home_is_private_from_its_creation_under_umask_0
         d.start()
     finally:
         os.umask(old)
-    ids = [d.delegate(f"job {n}", toolsets=["terminal", "file"])["id"] for n in range(2)]
+    script = [{"tool_calls": [{"name": "terminal", "input": {"command": "echo x > note.txt"}}]}, {"text": "done"}]
+    ids = [d.delegate(f"job {n}", script=script, toolsets=["terminal"])["id"] for n in range(2)]
     for job_id in ids:
         assert d.wait_job(job_id)["status"] == "completed"
     wait_for(lambda: all((d.home / "jobs" / i / "hook.log").exists() for i in ids), what="the hooks' logs")
@@ -60,4 +61,4 @@ def test_everything_under_hermes_home_is_private_from_its_creation_under_umask_0
              if any(stat.S_IMODE(m) != (0o700 if stat.S_ISDIR(m) else 0o600) for m in modes)}
     assert not loose, loose
     # the tools write with the user's umask, in the user's directory
-    assert stat.S_IMODE(os.stat(d.work / "hermes-note.md").st_mode) == 0o666
+    assert stat.S_IMODE(os.stat(d.work / "note.txt").st_mode) == 0o666
