@@ -31,6 +31,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from child import journal
 from child import messages as m
 from child import output
 from child.activity import Activity
@@ -108,6 +109,8 @@ class Agent:
         self.turn = 0
         self.liveness = Activity(self.report_activity, float(self.spec.activity_interval_seconds))
         self.structured: Any = None
+        self.journal: journal.Journal | None = None  # the job's journal (None: it keeps none)
+        self.resumed: journal.Resumed | None = None  # what an earlier child of this job did
 
     def run(self) -> JobResult:
         """The whole run: set up, loop, and the result whatever happens."""
@@ -119,10 +122,12 @@ class Agent:
             unrecorded = [str(self.spec.ephemeral_system_prompt or "").strip(), self.prefill_system.strip(),
                           container_note(self.spec, self.tools) if self.spec.workdir_placeholder else ""]
             self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
-            self.add(m.user(first_message(self.spec)))
+            self.begin(registry)
             self.provider = make_provider(self.spec, stop=self.stop)
             self.provider.activity = self.liveness
             self.grants = Grants(self.channel, self.provider, self.stop, self.liveness, log)
+            if self.resumed is not None and hasattr(self.provider, "resume"):  # a script goes on where it was
+                self.provider.resume(self.api_calls)
             box = container_of(self.spec, self.tools)
             if box is not None:  # a timeout or crash meanwhile says so (hermesd.exits)
                 self.doing(0, f"starting a container of image {box['image']}")
@@ -157,6 +162,9 @@ class Agent:
         ctx = self.tool_context(registry)
         retries, invalid = self.spec.invalid_tool_call_retries, 0
         turns, repaired = int(self.spec.max_turns), False
+        ended = self.resume(registry, ctx)
+        if ended is not None:
+            return ended
         while self.turn < turns:
             self.turn = turn = self.turn + 1
             self.read_inbox()
@@ -261,6 +269,8 @@ class Agent:
             raw = args.get(m.INVALID_JSON) if isinstance(args, dict) else args
             ok, content = False, f"the arguments of {name} are not a JSON object: {str(raw)[:300]!r}"
         else:
+            if self.journal is not None:
+                self.journal.started(call)
             try:
                 result = registry.execute(name, args, ctx, allowed=[t["name"] for t in self.tools])
                 ok, content = bool(result.ok), str(result.content)
@@ -270,7 +280,10 @@ class Agent:
         log(f"turn {turn}: {name} {one_line(args, 100)} -> {'ok' if ok else 'error'}, {self.trace[-1]['bytes']} "
             f"bytes: {one_line(content, 100)}")
         self.progress(turn, name)
-        return m.tool_result(call["id"], content, is_error=not ok)
+        block = m.tool_result(call["id"], content, is_error=not ok)
+        if self.journal is not None and not self.stop.is_set():  # a result cut short by a stop: run again on resume
+            self.journal.result(block, self.trace[-1])
+        return block
 
     def tool_context(self, registry: Any) -> Any:
         """The :class:`child.tools.registry.ToolContext` of this job."""
@@ -310,8 +323,43 @@ class Agent:
         return self.spec.cwd or os.getcwd()
 
     def add(self, message: dict[str, Any]) -> None:
-        """Append a message to this run's conversation."""
+        """Append a message to this run's conversation (and to the journal, durable before the next step)."""
         self.new.append(message)
+        if self.journal is not None:
+            self.journal.message(message, self.turn, self.api_calls, dict(self.tokens))
+
+    def begin(self, registry: Any) -> None:
+        """The run's first message, or, when the job's journal holds the steps of an earlier
+        child (a restart), the conversation, counters and trace it recorded (:mod:`child.journal`)."""
+        self.journal = journal.open_for(self.spec)
+        if self.journal is not None:
+            self.resumed = journal.replay(self.journal.path, lambda name: bool(
+                getattr(registry.get_tool(name), "repeatable", False)))
+        if self.resumed is None:
+            self.add(m.user(first_message(self.spec)))
+            return
+        done = self.resumed
+        self.new, self.turn, self.api_calls, self.trace = done.messages, done.turn, done.api_calls, done.trace
+        self.tokens.update(done.tokens)
+        log(f"resumed from the journal: {len(done.messages)} message(s), {done.api_calls} model call(s) already made"
+            + (f"; interrupted by the restart: {', '.join(done.interrupted)}" if done.interrupted else ""))
+
+    def resume(self, registry: Any, ctx: Any) -> JobResult | None:
+        """Resuming: the tool calls of the last model call that have no result yet run now; a
+        journal that ends with the final answer ends the run with it (its result)."""
+        done = self.resumed
+        if done is None:
+            return None
+        if done.open_calls:
+            self.add(m.user(*[done.results.get(c["id"]) or self.execute(registry, ctx, c, self.turn)
+                              for c in done.open_calls]))
+        elif self.new[-1]["role"] == "assistant":
+            schema = self.spec.output_schema
+            self.structured, problem = output.check(m.final_text(self.new[-1]), schema) if schema else (None, None)
+            if problem is None:
+                return self.finish("completed", "completed")
+            self.add(m.user(output.repair_prompt(problem, schema)))
+        return None
 
     def progress(self, turn: int, tool: str | None, **extra: Any) -> None:
         """Report ``child.progress`` to the daemon (no reply awaited); it is activity too."""
@@ -355,6 +403,8 @@ class Agent:
             note = m.text(f"[Message from the agent that started you, sent while you work]\n{text}")
             if self.new and self.new[-1]["role"] == "user":
                 self.new[-1]["content"].append(note)
+                if self.journal is not None:
+                    self.journal.note(note)
             else:
                 self.add(m.user(note))
 

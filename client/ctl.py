@@ -137,10 +137,12 @@ def ps(show_all: bool, kind: str | None, oldest_first: bool, limit: int | None) 
 @click.option("--image", default=None,
               help="Run its terminal commands in a container of this image (docker or podman), the working "
                    "directory mounted at /workspace.")
+@click.option("--no-resume", "no_resume", is_flag=True,
+              help="If hermesd stops or dies while it runs, end it lost instead of resuming it at the next start.")
 def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, context: str | None, toolsets: str | None,
              model: str | None, provider: str | None, role: str | None, max_turns: int | None,
              cwd: str | None, timeout_seconds: float | None, after: str | None, env: tuple[str, ...],
-             output_schema: Any, image: str | None, **resources: int | None) -> None:
+             output_schema: Any, image: str | None, no_resume: bool, **resources: int | None) -> None:
     """Hand GOAL to a subagent ('-' or --goal-file: read it).  Foreground: wait, showing
     that it waits on a terminal, and print the result (Ctrl-C stops watching; the
     job goes on).  --background: print the job record (id, status) at once.
@@ -154,7 +156,7 @@ def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, co
                        ("provider", provider), ("role", role), ("max_turns", max_turns), ("image", image),
                        ("timeout_seconds", timeout_seconds), ("after", split(after)),
                        ("env", env_pairs(env) or None), ("output_schema", json_file(output_schema, "--output-schema")),
-                       *resources.items()):
+                       ("resume", False if no_resume else None), *resources.items()):
         if value is not None:
             args[key] = value
     record = conn().call("delegate", **args)

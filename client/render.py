@@ -118,7 +118,8 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
     rows = []
     for rec in records:
         dur = running_for(rec)
-        rows.append(((rec["id"], rec.get("kind") or "", rec.get("status") or "",
+        status = (rec.get("status") or "") + (f" (resumed {rec['resumes']})" if rec.get("resumes") else "")
+        rows.append(((rec["id"], rec.get("kind") or "", status,
                       f"{dur:.1f}s" if dur is not None else "-", str(rec.get("api_calls") or 0)),
                      waiting_text(rec) + (rec.get("goal") or "")))
     widths = [max([len(col), *(len(cells[i]) for cells, _ in rows)]) for i, col in enumerate(head)]
@@ -219,6 +220,8 @@ def job_text(rec: dict[str, Any]) -> str:
         lines.append(f"  toolsets: {', '.join(rec['toolsets'])}")
     if rec.get("duration_seconds") is not None:
         lines.append(f"  duration: {rec['duration_seconds']:.2f}s")
+    if rec.get("resumes"):
+        lines.append(f"  resumed: {rec['resumes']} time(s) after a restart, last at {rec.get('resumed_at')}")
     lines.append(f"  api_calls: {rec.get('api_calls') or 0}  tokens: {tokens.get('input', 0)} in / "
                  f"{tokens.get('output', 0)} out")
     if rec.get("error"):

@@ -36,8 +36,8 @@ def _reply_text(record: dict[str, Any]) -> str:
     return text.strip()
 
 
-def _send(session: str, text: str, toolsets: list[str] | None = None) -> dict[str, Any]:
-    args: dict[str, Any] = {"session": session, "text": text, "cwd": working_dir()}
+def _send(session: str, text: str, toolsets: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {"session": session, "text": text, "cwd": working_dir(), **extra}
     if toolsets:
         args["toolsets"] = toolsets
     return conn().call("session.send", **args)
@@ -52,10 +52,13 @@ def _send(session: str, text: str, toolsets: list[str] | None = None) -> dict[st
               help="Comma-separated toolsets of a NEW session (default: the config's + delegation; "
                    "add kanban for an orchestrator).  Refused for an existing session: use "
                    "`hermesctl sessions toolsets`.")
-def send(session: str, text: str | None, text_file: Any, wait_: bool, toolsets: str | None) -> None:
+@click.option("--no-resume", "no_resume", is_flag=True,
+              help="If hermesd stops or dies during the turn, end it lost instead of resuming it at the next start.")
+def send(session: str, text: str | None, text_file: Any, wait_: bool, toolsets: str | None, no_resume: bool) -> None:
     """Send TEXT to SESSION (created if new; '-' or --text-file reads it).
     Slash commands: /background PROMPT, /stop, /tasks, /help."""
-    answer = _send(session, read_text(text, text_file, "text"), toolset_names(toolsets))
+    answer = _send(session, read_text(text, text_file, "text"), toolset_names(toolsets),
+                   **({"resume": False} if no_resume else {}))
     if "turn" not in answer:
         return show(answer, render.slash_text)
     if not wait_:

@@ -80,7 +80,9 @@ class Delegation:
 
     ``child_timeout_seconds``: an opt-in wall-clock limit of every child (none by
     default); ``stale_after_seconds``: a child that shows no activity (model call,
-    streamed reply, tool, tool output) this long is interrupted as stale.
+    streamed reply, tool, tool output) this long is interrupted as stale;
+    ``resume_on_restart``: a job running when hermesd stopped or died resumes from
+    its journal in a new child at the next start (:mod:`hermesd.resume`), else it ends ``lost``.
     """
 
     max_async_children: int = field(default=3, metadata=_min(1))
@@ -90,6 +92,7 @@ class Delegation:
     child_timeout_seconds: float | None = field(default=None, metadata=_min(0.1))
     stale_after_seconds: float = field(default=600.0, metadata=_min(0.1))
     subagent_auto_approve: bool = False
+    resume_on_restart: bool = True
     max_turns: int = field(default=10, metadata=_min(1))
     model: str | None = None
     provider: str | None = field(default=None, metadata=_choices(*PROVIDERS))

@@ -245,6 +245,8 @@ class JobSpec(Wire):
     max_retries, grace``; ``child.ray_driver``), else None.
     ``approval_tools``: tools whose every call waits for a person (``approvals.always``;
     ``child.approval``).
+    ``journal``: the path of the job's journal (``hermesd.journal``), which the child
+    replays when it holds steps of an earlier child and appends to; None: none kept.
     """
 
     job: str = ""
@@ -279,6 +281,7 @@ class JobSpec(Wire):
     activity_interval_seconds: float = 2.0
     container: dict[str, Any] | None = None
     ray: dict[str, Any] | None = None
+    journal: str | None = None
 
 
 @functools.cache

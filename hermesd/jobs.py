@@ -8,7 +8,8 @@
       │           │            ├──────► timed_out
       │           │            ├──────► cancelled
       │           └─(same)─────┴──────► lost
-      └──► cancelled | failed | lost
+      ├──► cancelled | failed | lost
+      └◄── starting | running: back to the queue, to resume after a restart (hermesd.resume)
 
 Every transition is checked against :data:`TRANSITIONS` (a terminal state is
 final), persisted with its ``job.state`` event in one fsynced transaction, and
@@ -41,33 +42,37 @@ class JobKind:
     (``stop``: it ends ``interrupted``; ``keep``: it runs after the next start);
     ``at_restart``: what happens to a job found ``starting``/``running`` when the
     daemon starts again (``lost``: its process died with the daemon; ``resume``:
-    the plugin's :meth:`hermesd.plugin.Plugin.restore` continues it).
+    the plugin's :meth:`hermesd.plugin.Plugin.restore` continues it; ``journal``: its
+    child keeps a journal, and a new child resumes it from there, also after a graceful
+    stop: :mod:`hermesd.resume`).
     """
 
     name: str
     prefix: str
     process: bool = True
     at_shutdown: Literal["stop", "keep"] = "keep"
-    at_restart: Literal["lost", "resume"] = "lost"
+    at_restart: Literal["lost", "resume", "journal"] = "lost"
 
 
 S = JobStatus
 STATES = tuple(JobStatus)
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.QUEUED: frozenset({S.STARTING, S.RUNNING, S.CANCELLED, S.FAILED, S.LOST}),
-    S.STARTING: frozenset({S.RUNNING}) | TERMINAL,
-    S.RUNNING: TERMINAL,
+    S.STARTING: frozenset({S.RUNNING, S.QUEUED}) | TERMINAL,
+    S.RUNNING: frozenset({S.QUEUED}) | TERMINAL,
 }
 """The checked edges of the job state machine (terminal states have none); ``ACTIVE`` and
 ``TERMINAL`` are re-exported from :mod:`hermesd.contract`.  ``starting`` means "its process
 was spawned": a job kind with a process goes ``queued → starting → running``, one without
-(:attr:`JobKind.process` false) ``queued → running`` (:func:`check_transition`)."""
+(:attr:`JobKind.process` false) ``queued → running`` (:func:`check_transition`).
+``starting``/``running → queued``: a job whose process ended with the daemon goes back to the
+queue to resume from its journal in a new child (:mod:`hermesd.resume`)."""
 __all__ = ["ACTIVE", "TERMINAL", "TRANSITIONS", "JobKind", "JobTable", "InvalidTransition", "check_transition", "record"]
-PROCESS_EDGES = {(S.QUEUED, S.STARTING): True, (S.QUEUED, S.RUNNING): False}
+PROCESS_EDGES = {(S.QUEUED, S.STARTING): True, (S.QUEUED, S.RUNNING): False, (S.RUNNING, S.QUEUED): True}
 """Edges only a job kind with a process (True) or only one without (False) may take."""
 RECORD_FIELDS = ("id", "kind", "status", "exit_reason", "goal", "context", "toolsets", "role", "model",
                  "session", "parent", "summary", "error", "api_calls", "tokens", "duration_seconds",
-                 "dispatched_at", "started_at", "completed_at", "pid")
+                 "dispatched_at", "started_at", "completed_at", "pid", "resumes", "resumed_at")
 
 TerminalHook = Callable[[dict[str, Any]], list[dict[str, Any]]]
 

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hermesd import exits
+from hermesd import exits, resume
 from hermesd.config import Config
 from hermesd.control import dependencies
 from hermesd.control.pause import QueuePause
@@ -208,6 +208,7 @@ class Runner:
         self.tokens[job_id] = token
         try:
             self.job_dir(job_id).mkdir(mode=0o700, parents=True, exist_ok=True)
+            resume.fresh_journal(self, row)
             if not row.get("cwd"):
                 self.work_dir(job_id).mkdir(mode=0o700, exist_ok=True)
             child = self.procs.start(job_id, cwd=self.cwd_of(row),
@@ -315,7 +316,7 @@ class Runner:
             approval_tools=list(cfg.approvals.always),
             limits={"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
                     "terminal_timeout_seconds": cfg.limits.terminal_timeout_seconds},
-            record_trajectory=True)
+            record_trajectory=True, journal=resume.spec_journal(self, row))
         names = JobSpec.names()
         for key, value in (row.get("spec") or {}).items():
             if key in names:  # the rest (a batch item's prompt_index, after, env…) is the daemon's bookkeeping
@@ -351,6 +352,8 @@ class Runner:
         ``stop_reason``; without either, ``limit`` (the limit that killed it, from
         :func:`hermesd.system.limits.exceeded`) or the exit status and the log's tail."""
         row = self.jobs.require(job_id)
+        if stop_reason == "shutdown" and resume.at_shutdown(self, row, result):
+            return  # back in the queue: it resumes at the next start
         result = result or JobResult()
         status = result.status if result.status in TERMINAL else None
         stop = STOP_REASONS.get(stop_reason or "")

@@ -27,7 +27,7 @@ from typing import Any
 import zmq
 
 from batch import ops as batch
-from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, private, protocol
+from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, private, protocol, resume
 from hermesd.containers.plugin import ContainersPlugin
 from hermesd.governor.ops import GovernorPlugin
 from hermesd.context import Context
@@ -186,11 +186,9 @@ class Daemon:
             log.warning("ended %d process(es) left by an earlier hermesd: %s", len(killed), killed)
         resumed = self.plugins.names(at_restart="resume")
         for row in self.jobs.list(statuses=ACTIVE):
-            if row["kind"] in resumed:
-                continue  # its plugin's restore continues it
-            self.jobs.transition(row["id"], JobStatus.LOST, exit_reason="error",
-                                 error="hermesd stopped while this job ran and its process could not be "
-                                       "accounted for on restart")
+            if row["kind"] in resumed or resume.after_crash(self.runner, row):
+                continue  # its plugin's restore continues it, or a new child resumes it from its journal
+            self.jobs.transition(row["id"], JobStatus.LOST, exit_reason="error", error=resume.LOST_WITHOUT_RESUME)
         for row in self.jobs.list(statuses=(JobStatus.QUEUED,), kinds=self.plugins.names(process=True)):
             self.runner.requeue(row)
         self.plugins.restore()
@@ -369,7 +367,7 @@ class Daemon:
         stopped = self.plugins.names(at_shutdown="stop")
         for job in list(self.scheduler.queued_jobs()):
             row = self.jobs.get(job)
-            if row and row["status"] == JobStatus.QUEUED and row["kind"] in stopped:
+            if row and row["status"] == JobStatus.QUEUED and row["kind"] in stopped and not row.get("resumes"):
                 self.runner.stop(job, "shutdown")
         for job in list(self.procs.children):
             self.procs.stop(job, "shutdown")

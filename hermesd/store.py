@@ -173,6 +173,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX approvals_state ON approvals(state)
     """,
+    # 6: jobs resumed after a restart (hermesd.resume): how often and when last; a submission's
+    # idempotency key (hermesd.idempotency), unique while its job is kept
+    """
+    ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN resumed_at TEXT;
+    ALTER TABLE jobs ADD COLUMN idempotency_key TEXT;
+    CREATE UNIQUE INDEX jobs_idempotency_key ON jobs(idempotency_key) WHERE idempotency_key IS NOT NULL
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -239,7 +239,8 @@ def test_cancel_removes_the_container(make_daemon, boxed):
 @needs_podman
 def test_after_kill_9_a_restarted_daemon_removes_its_containers_and_no_others(make_daemon, tmp_path, boxed):
     daemon = make_daemon(CONFIG)
-    job = daemon.delegate("boxed", image=boxed, script=[terminal_step("sleep 60")], toolsets=["terminal"])
+    job = daemon.delegate("boxed", image=boxed, script=[terminal_step("sleep 60")], toolsets=["terminal"],
+                          resume=False)
     wait_for(lambda: of_job(job["id"]), 30, what="the container started")
     other_dir = tmp_path / "another-daemon"
     labels = ["--label", f"hermes.state_dir={other_dir}", "--label", f"hermes.job={job['id']}"]
@@ -284,7 +285,7 @@ def test_a_timed_out_command_is_killed_inside_and_timed_out_or_interrupted_jobs_
     assert daemon.wait_job(slow["id"], timeout=60)["status"] == "timed_out"
     wait_for(lambda: not of_job(slow["id"]), 30, what="the timed-out job's container removed")
     busy = daemon.delegate("busy", image=boxed, script=[terminal_step("sleep 60")], toolsets=["terminal"],
-                           background=True)
+                           background=True, resume=False)
     wait_for(lambda: of_job(busy["id"]), 30, what="the container started")
     assert daemon.stop() == 0
     assert not of_job(busy["id"])  # removed before the daemon exited

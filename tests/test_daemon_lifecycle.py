@@ -28,7 +28,7 @@ def _has_grandchild(daemon):
 
 
 def test_sigterm_stops_children_and_grandchildren(daemon):
-    recs = [daemon.delegate(f"long {i}", background=True, script=GRANDCHILD) for i in range(2)]
+    recs = [daemon.delegate(f"long {i}", background=True, script=GRANDCHILD, resume=False) for i in range(2)]
     wait_for(lambda: all(_running(daemon, r["id"]) for r in recs), what="children running")
     wait_for(lambda: _has_grandchild(daemon), what="grandchild sleep")
     daemon_pid = daemon.proc.pid
@@ -48,7 +48,7 @@ def test_sigterm_stops_children_and_grandchildren(daemon):
 
 
 def test_kill9_children_die_and_restart_reports_lost(daemon):
-    recs = [daemon.delegate(f"orphan {i}", background=True, script=GRANDCHILD) for i in range(3)]
+    recs = [daemon.delegate(f"orphan {i}", background=True, script=GRANDCHILD, resume=False) for i in range(3)]
     wait_for(lambda: all(_running(daemon, r["id"]) for r in recs), what="children running")
     wait_for(lambda: _has_grandchild(daemon), what="grandchild sleep")
     daemon.kill9()

@@ -73,7 +73,7 @@ def test_wait_already_waiting_says_the_daemon_stopped_and_exits_3(daemon):
 
 
 def test_wait_carries_on_across_a_restart(daemon):
-    job = daemon.delegate("long", background=True, script=LONG)["id"]
+    job = daemon.delegate("long", background=True, script=LONG, resume=False)["id"]
     waiter = _ctl_popen(daemon, "wait", job)
     wait_for(lambda: _waiting(waiter), what="hermesctl wait connected")
     daemon.kill9()

@@ -280,20 +280,28 @@ def test_silent_worker_loses_its_claim_after_the_ttl(make_daemon, api, brain):
     assert _task(d, task)["result"] == f"result of {task}"
 
 
-def test_board_survives_a_daemon_kill_and_claims_are_repaired(make_daemon, api, brain):
-    d = _daemon(make_daemon, api, kanban={"dispatch_interval_seconds": 0.2, "max_spawn_failures": 1})
+@pytest.mark.parametrize("resume", [True, False])
+def test_board_survives_a_daemon_kill_and_claims_are_repaired(make_daemon, api, brain, resume):
+    d = _daemon(make_daemon, api, kanban={"dispatch_interval_seconds": 0.2, "max_spawn_failures": 1},
+                delegation={"resume_on_restart": resume})
     task = d.call("kanban.create", title="hang until the daemon dies", assignee="coder")["id"]
     first = _live_worker(d, task)
     wait_for(lambda: task in brain.hung, timeout=60, what="the worker waiting for its model")
     d.kill9()
     d.start()
-    # the worker died with the daemon: its job is lost and its task went back to the queue without
-    # a failure (max_spawn_failures is 1: a failure would have blocked it), then ran again to the end
     wait_for(lambda: _task(d, task)["status"] == "done", timeout=120, what="the task done after the restart")
     final = _task(d, task)
+    reclaimed = [e for e in _events(d) if e["type"] == "kanban.reclaimed"]
+    if resume:  # the worker resumed in a new child, holding its claim: one attempt, done to the end
+        assert final["attempts"] == 1 and final["failures"] == 0 and final["result"] == f"result of {task}"
+        worker = d.wait_job(first["id"])
+        assert worker["status"] == "completed" and worker["resumes"] == 1, worker
+        assert reclaimed == []
+        return
+    # the worker died with the daemon: its job is lost and its task went back to the queue without
+    # a failure (max_spawn_failures is 1: a failure would have blocked it), then ran again to the end
     assert final["attempts"] == 2 and final["failures"] == 0 and final["result"] == f"result of {task}"
     assert d.call("job", id=first["id"])["status"] == "lost"
-    reclaimed = [e for e in _events(d) if e["type"] == "kanban.reclaimed"]
     assert [(e["data"]["worker"], e["data"]["failure"]) for e in reclaimed] == [(first["id"], False)]
 
 

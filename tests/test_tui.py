@@ -162,7 +162,7 @@ def test_top_catches_up_after_a_daemon_restart(daemon):
     async def scenario():
         app = TopApp(runtime_dir=daemon.runtime)
         async with app.run_test(size=(160, 48)) as pilot:
-            orphan = daemon.delegate("running at the crash", background=True, script=SLEEPY)["id"]
+            orphan = daemon.delegate("running at the crash", background=True, script=SLEEPY, resume=False)["id"]
             await until(pilot, lambda: status_of(app, orphan) == "running", "the job running")
             await until(pilot, lambda: app.connected, "the first status")  # events may come before it
             old_pid = daemon.proc.pid

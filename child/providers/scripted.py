@@ -89,6 +89,11 @@ class ScriptedProvider:
         usage = {"input": prompt // 4, "output": len(json.dumps(content)) // 4}
         return Completion(content, stop_reason="tool_use" if calls else "end_turn", usage=usage)
 
+    def resume(self, api_calls: int) -> None:
+        """The run was resumed from its journal after ``api_calls`` model calls
+        (:mod:`child.journal`): the script goes on from the step after them."""
+        self._played = api_calls
+
     def _sleep(self, seconds: float) -> None:
         if seconds <= 0:
             return

@@ -92,13 +92,16 @@ Handler = Callable[[dict, ToolContext], str]
 class Tool:
     """One tool: its name, the toolset it belongs to, what the model is told
     about it (``description``, ``input_schema`` as JSON Schema) and its handler
-    ``(args, ctx) -> str``, which raises :class:`ToolError` on a tool-level failure."""
+    ``(args, ctx) -> str``, which raises :class:`ToolError` on a tool-level failure.
+    ``repeatable``: running it again changes nothing (it only reads), so a call a
+    restart interrupted is run again on resume (:mod:`child.journal`)."""
 
     name: str
     toolset: str
     description: str
     input_schema: dict[str, Any]
     handler: Handler
+    repeatable: bool = False
 
     def spec(self) -> dict[str, Any]:
         """The tool as providers receive it: ``{"name", "description", "input_schema"}``."""

@@ -142,7 +142,7 @@ TOOLS = [
          "List the subagents you started that are still queued or running (with `all`: ended ones too): "
          "id, goal, status, model calls, and their last activity and when it was.",
          schema({"all": {"type": "boolean", "description": "Include subagents that have ended."}}),
-         list_subagents),
+         list_subagents, repeatable=True),
     Tool("steer_subagent", "delegation",
          "Send a message to one of your running subagents; it reads it before its next step "
          "(e.g. to narrow its task or tell it what you learned).",

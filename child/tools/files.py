@@ -182,7 +182,7 @@ TOOLS = [
                  "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
                  "limit": {"type": "integer", "minimum": 1, "description": "How many lines to return."}},
                 required=("path",)),
-         read_file),
+         read_file, repeatable=True),
     Tool("write_file", "file",
          "Write a text file inside the working directory, replacing it if it exists and creating "
          "missing parent directories.",
@@ -203,5 +203,5 @@ TOOLS = [
          schema({"path": {**_PATH, "description": "Directory relative to the working directory."},
                  "glob": {"type": "string", "minLength": 1,
                           "description": "Pattern matched against each path from the right, e.g. *.py."}}),
-         list_files),
+         list_files, repeatable=True),
 ]

@@ -177,7 +177,7 @@ TOOLS = [
          "Fetch a web page (http or https) and return its readable text.",
          schema({"url": {"type": "string", "minLength": 1, "description": "The page's http(s) URL."}},
                 required=("url",)),
-         web_extract),
+         web_extract, repeatable=True),
     Tool("web_search", "web",
          "Search the web; returns a JSON list of results with title, url and snippet. Only works where a "
          "search backend is configured.",
@@ -185,5 +185,5 @@ TOOLS = [
                  "max_results": {"type": "integer", "minimum": 1, "maximum": 20,
                                  "description": "How many results (default 5)."}},
                 required=("query",)),
-         web_search),
+         web_search, repeatable=True),
 ]

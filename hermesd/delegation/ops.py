@@ -27,7 +27,8 @@ class DelegationPlugin(Plugin):
     carries its completion notification (``hermesd.delegation.delivery``); when any job
     ends, its foreground children end too."""
 
-    kinds = (JobKind("delegation", "deleg", at_shutdown="stop"), JobKind("background", "bg"))
+    kinds = (JobKind("delegation", "deleg", at_shutdown="stop", at_restart="journal"),
+             JobKind("background", "bg", at_restart="journal"))
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)

@@ -25,7 +25,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from hermesd import jobs as jobs_mod
-from hermesd.contract import LIVE
+from hermesd.contract import LIVE, TERMINAL
 from hermesd.delegation.tasks import new_group, task_fields
 from hermesd.protocol import ProtocolError
 
@@ -107,8 +107,9 @@ def _dispatch(ctx: Context, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def stop_foreground_children(ctx: Context, row: dict[str, Any] | None) -> None:
-    """Exit hook: when a job ends, its foreground children end too (background ones live on)."""
-    if row is None:
+    """Exit hook: when a job ends, its foreground children end too (background ones live on); a job
+    back in the queue to resume after a restart (``hermesd.resume``) has not ended."""
+    if row is None or row["status"] not in TERMINAL:
         return
     for child in ctx.jobs.list(parent=row["id"], statuses=LIVE, kinds=("delegation",)):
         try:

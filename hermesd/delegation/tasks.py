@@ -20,7 +20,7 @@ MAX_TURNS = 100_000
 MAX_TIMEOUT_SECONDS = 366 * 86400.0
 SPEC_ARGS = {"max_turns": int, "timeout_seconds": (int, float), "script": list, "reasoning_effort": str,
              "system_prompt": str, "output_schema": dict, "env": dict, "after": list,
-             "image": str}
+             "image": str, "resume": bool}
 MAX_ENV_BYTES = 64 * 1024
 
 
@@ -35,7 +35,8 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     validate against), ``env`` (``{NAME: value}`` added to the child's
     environment; ``HERMES_*`` names are the daemon's) and ``after`` (job ids,
     checked by :mod:`hermesd.control.dependencies`), ``image`` (run the terminal in a
-    container of that image: :class:`hermesd.containers.plugin.ContainersPlugin`), and the resource limits
+    container of that image: :class:`hermesd.containers.plugin.ContainersPlugin`), ``resume`` (false: a restart
+    ends the job ``lost`` instead of resuming it: :mod:`hermesd.resume`), and the resource limits
     ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes``,
     ``max_open_files`` (see :mod:`hermesd.system.limits`; at most the config's).  Raises ``ProtocolError``
     (``bad_request``/``too_large``) naming the field.

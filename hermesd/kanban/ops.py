@@ -35,7 +35,7 @@ class KanbanPlugin(Plugin):
     goes back to the queue, without a failure); a worker that ends holding its
     claim gives the task back in the same transaction."""
 
-    kinds = (JobKind(WORKER_KIND, "kbw", at_shutdown="stop"),)
+    kinds = (JobKind(WORKER_KIND, "kbw", at_shutdown="stop", at_restart="journal"),)
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)

@@ -29,7 +29,7 @@ class SessionsPlugin(Plugin):
     ends; completions of the session's background jobs are delivered as new turns.
     A queued turn runs after a restart."""
 
-    kinds = (JobKind("session_turn", "turn"),)
+    kinds = (JobKind("session_turn", "turn", at_restart="journal"),)
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
@@ -92,7 +92,8 @@ async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ignored; ``session.configure`` changes them).
     A message starts a turn, which runs when the session is idle; returns ``{session, turn: job record}``.  Slash commands
     (``/background PROMPT``, ``/stop``, ``/tasks``, ``/help``) return
-    ``{session, command, …}`` instead.  A new message never stops running children."""
+    ``{session, command, …}`` instead.  A new message never stops running children.
+    ``resume=false``: a restart ends the turn ``lost`` instead of resuming it."""
     session = arg(args, "session", str)
     text = arg(args, "text", str)
     if not text.strip():
@@ -114,7 +115,7 @@ async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                        toolsets=toolsets)
     if text.startswith("/"):
         return {"session": session, **_slash(ctx, service, session, text)}
-    turn = service.start_turn(session, text)
+    turn = service.start_turn(session, text, resume=arg(args, "resume", bool, True))
     return {"session": session, "turn": jobs_mod.record(turn)}
 
 

@@ -185,12 +185,16 @@ class Sessions:
 
     # turns ---------------------------------------------------------------
 
-    def start_turn(self, session: str, text: str, *, notification: str | None = None) -> dict[str, Any]:
-        """Queue a turn of ``session`` for ``text`` (a user message or a completion block)."""
+    def start_turn(self, session: str, text: str, *, notification: str | None = None,
+                   resume: bool = True) -> dict[str, Any]:
+        """Queue a turn of ``session`` for ``text`` (a user message or a completion block);
+        ``resume`` false: a restart ends it ``lost`` instead of resuming it (``hermesd.resume``)."""
         row = self.require(session)
-        spec = {"system_prompt": MAIN_SYSTEM_PROMPT}
+        spec: dict[str, Any] = {"system_prompt": MAIN_SYSTEM_PROMPT}
         if notification:
             spec["notification"] = notification
+        if not resume:
+            spec["resume"] = False
         return self.d.runner.submit("session_turn", pools=(f"session:{session}",), session=session, goal=text,
                                     toolsets=row["spec"].get("toolsets") or [], depth=0,
                                     cwd=row["spec"].get("cwd"), spec=spec)

@@ -58,7 +58,7 @@ def test_child_ignoring_sigint_and_sigterm_is_killed_on_cancel(any_daemon):
 
 def test_stubborn_child_does_not_hold_up_shutdown(make_daemon):
     d = make_daemon()
-    rec = d.delegate("stubborn", background=True, script=STUBBORN)
+    rec = d.delegate("stubborn", background=True, script=STUBBORN, resume=False)
     pid = running_job(d, rec["id"])["pid"]
     wait_for(lambda: _sleeps(d, 100), what="the stubborn command")
     assert d.stop() == 0
@@ -90,7 +90,7 @@ def test_grandchildren_gone_after_shutdown(make_daemon):
 
 def test_kill9_grandchildren_die_and_restart_sweeps_the_escaped_one(make_daemon):
     d = make_daemon()
-    rec = d.delegate("forker", background=True, script=FORKER)
+    rec = d.delegate("forker", background=True, script=FORKER, resume=False)
     pid = running_job(d, rec["id"])["pid"]
     wait_for(lambda: _sleeps(d, 301, 302, 303), what="three grandchildren")
     d.kill9()

@@ -1,0 +1,139 @@
+"""The child's side of a job's journal (format: :mod:`hermesd.journal`): write each step, replay them.
+
+:class:`Journal` appends one entry per step and fsyncs it before the loop goes on,
+so what was paid for (a model call) or done (a tool call) survives a crash.
+:func:`replay` turns the entries of an earlier child back into the state of the
+run: its messages, counters and trace, and the tool calls of the last model call
+that have no result yet.  A tool call that was started but has no result was
+running when the child died: it is not run again unless its tool is declared
+safe to repeat (:attr:`child.tools.Tool.repeatable`); the model gets
+:func:`interrupted_result` instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from child import messages as m
+from hermesd import journal as stored
+
+INTERRUPTED = ("not finished: hermesd restarted while this tool call ran, so its effect is unknown "
+               "(it may have run in full, in part or not at all); check its effect before you run it again")
+"""The result a tool call interrupted by a restart gets."""
+
+
+class Journal:
+    """The journal at ``path``, opened for appending (created 0600 if missing)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def write(self, entry: dict[str, Any]) -> None:
+        """Append ``entry`` as one line and fsync it (raises ``OSError``: the run cannot go on unrecorded)."""
+        data = (json.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
+        while data:
+            data = data[os.write(self.fd, data):]
+        os.fsync(self.fd)
+
+    def message(self, message: dict[str, Any], turn: int, api_calls: int, tokens: dict[str, int]) -> None:
+        """A message added to the conversation; a user message of tool results only is not written
+        (its results were, one by one)."""
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, list) and content \
+                and all(b.get("type") == "tool_result" for b in content):
+            return
+        self.write({"t": "message", "message": message, "turn": turn, "api_calls": api_calls, "tokens": tokens})
+
+    def started(self, call: dict[str, Any]) -> None:
+        """Tool call ``call`` (a ``tool_use`` block) is about to run."""
+        self.write({"t": "tool_started", "id": call.get("id"), "name": call.get("name")})
+
+    def result(self, block: dict[str, Any], trace: dict[str, Any]) -> None:
+        """A tool call's ``tool_result`` block and its trace entry."""
+        self.write({"t": "tool_result", "result": block, "trace": trace})
+
+    def note(self, block: dict[str, Any]) -> None:
+        """A text block added to the last user message."""
+        self.write({"t": "note", "block": block})
+
+
+def open_for(spec: Any) -> Journal | None:
+    """The journal of the job ``spec`` (a :class:`hermesd.contract.JobSpec`: its ``journal`` path),
+    or None for a job that keeps none."""
+    return Journal(spec.journal) if spec.journal else None
+
+
+def interrupted_result(call: dict[str, Any]) -> dict[str, Any]:
+    """The ``tool_result`` of ``call`` when a restart interrupted it (:data:`INTERRUPTED`)."""
+    return m.tool_result(call["id"], INTERRUPTED, is_error=True)
+
+
+@dataclass
+class Resumed:
+    """The state of a run rebuilt from its journal (:func:`replay`).
+
+    ``messages``: the conversation so far; ``turn``, ``api_calls``, ``tokens``:
+    the counters of the last model call; ``trace``: one entry per tool result;
+    ``open_calls``: the tool calls of the last assistant message without a result
+    yet, in order; ``results``: the results already known of those (``id`` →
+    block), interrupted ones included; ``interrupted``: their names.
+    """
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    turn: int = 0
+    api_calls: int = 0
+    tokens: dict[str, int] = field(default_factory=dict)
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    open_calls: list[dict[str, Any]] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    interrupted: list[str] = field(default_factory=list)
+
+
+def replay(path: str, repeatable: Callable[[str], bool]) -> Resumed | None:
+    """The run recorded at ``path``, or None when it holds no message (a fresh start).
+
+    ``repeatable(name)``: whether tool ``name`` may run again when it was
+    interrupted.  Raises :class:`hermesd.journal.JournalError`.
+    """
+    state, started = Resumed(), set()
+
+    def close_calls() -> None:  # the results of the last model call become its user message
+        if state.open_calls:
+            state.messages.append(m.user(*[state.results[c["id"]] for c in state.open_calls
+                                           if c["id"] in state.results]))
+            state.open_calls, state.results = [], {}
+        started.clear()
+
+    for entry in stored.read(path):
+        kind = entry["t"]
+        if kind == "message":
+            close_calls()
+            message = entry["message"]
+            state.messages.append(message)
+            state.turn, state.api_calls = int(entry.get("turn") or 0), int(entry.get("api_calls") or 0)
+            state.tokens = dict(entry.get("tokens") or {})
+            if message.get("role") == "assistant":
+                state.open_calls = m.tool_uses(message)
+        elif kind == "tool_started":
+            started.add(entry.get("id"))
+        elif kind == "tool_result":
+            state.results[entry["result"]["tool_use_id"]] = entry["result"]
+            state.trace.append(entry.get("trace") or {})
+        elif kind == "note":
+            close_calls()
+            if state.messages and state.messages[-1]["role"] == "user":
+                state.messages[-1]["content"].append(entry["block"])
+            else:
+                state.messages.append(m.user(entry["block"]))
+    for call in state.open_calls:
+        if call["id"] in started and call["id"] not in state.results and not repeatable(call["name"]):
+            state.results[call["id"]] = interrupted_result(call)
+            state.interrupted.append(call["name"])
+            state.trace.append({"name": call["name"], "ok": False, "bytes": len(INTERRUPTED.encode())})
+    if state.open_calls and all(c["id"] in state.results for c in state.open_calls):
+        close_calls()
+    return state if state.messages else None
