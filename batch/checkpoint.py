@@ -32,6 +32,8 @@ mix prompts up, and is refused naming the first changed line.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,13 @@ class Checkpoint:
     def settled(self) -> set[int]:
         """Indices that never run again: written to a batch file or discarded."""
         return self.done | set(self.discarded)
+
+    def commonest_errors(self, most: int = 3) -> list[dict[str, Any]]:
+        """The errors of the ``failed`` prompts, commonest first: ``[{error, count}]``, at most
+        ``most`` of them (an error's text cut to 300 characters)."""
+        counts = Counter(str(entry.get("error") or entry.get("status") or "failed")[:300]
+                         for entry in self.failed.values())
+        return [{"error": error, "count": count} for error, count in counts.most_common(most)]
 
     def batch_stats(self) -> dict[str, dict[str, int]]:
         """Hermes' ``batch_stats`` (see the module doc), by batch number."""

@@ -200,7 +200,8 @@ async def batch_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     discarded, failed, running, pending, processed, rate_per_minute,
     eta_seconds, rewards}`` (``rewards``: ``{verified, rewarded, mean, passed,
     pass_rate, verifier_errors}`` once a verifier judged a sample, else None),
-    ``bad_lines`` and ``errors`` (``FILE:LINE: reason``)."""
+    ``bad_lines`` and ``errors`` (``FILE:LINE: reason``), and ``failures``: the commonest
+    errors of the prompts that failed, ``[{error, count}]``, commonest first (at most 3)."""
     service = _service(ctx)
     return service.record(service.find(arg(args, "id", str))["id"])
 

@@ -222,6 +222,7 @@ class BatchService:
         ``progress`` (see :meth:`BatchRun.progress`; from the checkpoint when the
         run is not live), ``executor`` (``{name}``; with ``ray`` while live:
         ``address, nodes, cpus, cpus_free, driver, driver_starts, in_flight``), ``bad_lines``, ``errors`` (first bad lines), ``problems``,
+        ``failures`` (the commonest errors of failed prompts: ``[{error, count}]``),
         ``files`` and ``seq`` (the last event seq, to follow from)."""
         row = self.d.jobs.require(job_id)
         s = Settings.from_dict(row["spec"])
@@ -233,14 +234,16 @@ class BatchService:
                    seq=self.d.events.last_seq())
         if run is not None:
             rec.update(progress=run.progress(), bad_lines=len(run.dataset.errors),
-                       errors=run.dataset.errors[:ERRORS_SHOWN], problems=run.problems)
+                       errors=run.dataset.errors[:ERRORS_SHOWN], problems=run.problems,
+                       failures=run.checkpoint.commonest_errors())
         else:
             try:
                 ckpt = Checkpoint.load(s.run_dir)
             except CheckpointError:
                 ckpt = None
             rec.update(progress=self._stored_progress(ckpt) if ckpt else None,
-                       bad_lines=ckpt.bad_lines if ckpt else None, errors=[], problems=[])
+                       bad_lines=ckpt.bad_lines if ckpt else None, errors=[], problems=[],
+                       failures=ckpt.commonest_errors() if ckpt else [])
             if rec["progress"] is not None:
                 rec["progress"]["rewards"] = self._stored_rewards(s)
         return rec

@@ -26,6 +26,7 @@ from client import render
 from client.common import (COMPLETION_HELP, TERMINAL, Ctl, conn, exit_for, global_options, is_json, json_option,
                            out, show, stopped_watching)
 from hermesd.contract import EXECUTORS, PROVIDERS, REASONING_EFFORTS
+from hermesd.protocol import EXIT_CODES
 
 batch_group = click.Group("batch", help="Batch runs: trajectories over a JSONL dataset of prompts.")
 
@@ -259,6 +260,21 @@ def run_batch(flags: dict[str, Any]) -> None:
     final = follow(record, verbose)
     show(final, record_text)
     exit_for(final)
+    exit_if_prompts_failed(final)
+
+
+def exit_if_prompts_failed(final: dict[str, Any]) -> None:
+    """A run that ended with failed prompts says how many and why (stderr), and exits 11
+    (``prompts_failed``); ``--resume`` runs them again."""
+    failed = (final.get("progress") or {}).get("failed") or 0
+    if not failed:
+        return
+    total = (final.get("progress") or {}).get("total") or 0
+    out(f"{failed} of {total} prompt(s) failed; hermes-batch --run_name {final.get('run_name')} --resume "
+        "runs them again. Commonest errors:", err=True)
+    for failure in final.get("failures") or []:
+        out(f"  {failure['count']} × {failure['error']}", err=True)
+    sys.exit(EXIT_CODES["prompts_failed"])
 
 
 @batch_group.command("run")

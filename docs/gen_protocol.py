@@ -35,6 +35,8 @@ CLIENT_CODES = {
     "before answering).",
     "timeout": "The daemon did not answer in time, or `wait --timeout` ran out.",
     "job_failed": "The job ended in a state other than `completed` (`wait`, foreground `delegate`).",
+    "prompts_failed": "A batch run ended with prompts that failed (`hermes-batch`): how many and the commonest "
+    "errors are printed; `--resume` runs them again.",
 }
 """Exit-code conditions ``hermesctl`` detects itself; the daemon never sends them."""
 

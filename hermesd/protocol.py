@@ -74,6 +74,7 @@ EXIT_CODES: dict[str, int] = {
     "daemon_not_running": 3,
     "timeout": 9,
     "job_failed": 10,
+    "prompts_failed": 11,
 }
 """Exit status of ``hermesctl`` per error code (0 is success, 2 is also click's usage error)."""
 

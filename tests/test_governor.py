@@ -18,7 +18,7 @@ def _anthropic(api) -> dict:
     return {"provider": "anthropic", "base_url": api.url, "model": "claude-fake"}
 
 
-def _warm(daemon):
+def warm(daemon):
     """``daemon`` once its zygote holds spares (children start with the SDK imported: no
     second-long import inside a test's first model call); returns it."""
     wait_for(lambda: daemon.call("status")["start"].get("spares"), timeout=60, what="warm spares")
@@ -34,7 +34,7 @@ def _dataset(tmp_path, count: int):
 def test_a_batch_at_the_limit_completes_every_prompt_with_few_refusals(make_daemon, tmp_path):
     with FakeAnthropic(limits=Limits(requests=3, window=1.5)) as api:
         api.default = Message([thinking_block("easy"), text_block("done")])  # a sample with reasoning is kept
-        daemon = _warm(make_daemon({"supervisor": {"max_children": 6}, **_anthropic(api)}))
+        daemon = warm(make_daemon({"supervisor": {"max_children": 6}, **_anthropic(api)}))
         record = start(daemon, _dataset(tmp_path, 12), "limited", batch_size=4, num_workers=6, distribution="no_web")
         final = finish(daemon, record, timeout=120)
         assert final["status"] == "completed", final
@@ -64,7 +64,7 @@ def test_parallel_delegations_share_one_limiter_and_retry_after_holds_for_all(ma
     arrivals: list[float] = []
     with FakeAnthropic() as api:
         api.default = _calls_twice(arrivals)
-        daemon = _warm(make_daemon({"delegation": {"max_concurrent_children": 3, "max_async_children": 3},
+        daemon = warm(make_daemon({"delegation": {"max_concurrent_children": 3, "max_async_children": 3},
                                     **_anthropic(api)}))
         refuse = Error(429, "slow down", headers={"retry-after": "2"})
         api.reply(lambda request: (arrivals.append(time.monotonic()), refuse)[1])  # the fleet's first call: 429
@@ -91,7 +91,7 @@ def test_quota_exhausted_is_not_retried(make_daemon):
 
 def test_a_waiting_child_is_not_stale_and_shows_in_ps_and_status(make_daemon):
     with FakeAnthropic(limits=Limits().overload(1, retry_after=10)) as api:
-        daemon = _warm(make_daemon({"delegation": {"stale_after_seconds": 6}, **_anthropic(api)}))
+        daemon = warm(make_daemon({"delegation": {"stale_after_seconds": 6}, **_anthropic(api)}))
         job = daemon.delegate("wait for it", background=True)["id"]
         waiting = wait_for(lambda: next((r.get("waiting") for r in daemon.call("ps")["jobs"] if r["id"] == job),
                                         None), timeout=20, what="the job waiting in ps")
