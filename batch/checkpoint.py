@@ -11,7 +11,7 @@ Hermes Agent's batch_runner.py checkpoint come first, with its meanings::
      "total_prompts": int, "bad_lines": int,
      "line_digests": [a fingerprint of each dataset line, batch.dataset.line_digest],
      "done": [prompt indices with a line in a batch file],
-     "discarded": {"INDEX": {"reason": "no_reasoning", "api_calls", "tokens",
+     "discarded": {"INDEX": {"reason": "no_reasoning"|"invalid_tool_calls", "error", "api_calls", "tokens",
                              "duration_seconds", "completed_at"}},
      "failed": {"INDEX": {"error", "status", "attempts", "api_calls", "tokens",
                           "completed_at"}},
@@ -103,7 +103,8 @@ class Checkpoint:
         for index in sorted(self.settled() | set(self.failed)):
             entry = stats.setdefault(str(index // size), {"processed": 0, "skipped": 0, "discarded_no_reasoning": 0})
             entry["skipped" if index in self.skipped else "processed"] += 1
-            entry["discarded_no_reasoning"] += index in self.discarded
+            record = self.discarded.get(index)
+            entry["discarded_no_reasoning"] += record is not None and record.get("reason", "no_reasoning") == "no_reasoning"
         return stats
 
     def to_dict(self) -> dict[str, Any]:

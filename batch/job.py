@@ -196,9 +196,9 @@ class BatchRun:
         self.ending.add(o.index)
         result = o.result or JobResult()
         trajectory = result.trajectory if isinstance(result.trajectory, dict) else None
-        partial = result.exit_reason == "invalid_tool_calls"
-        stopped = o.status == "timed_out" or result.exit_reason == "max_turns" or partial
+        stopped = o.status == "timed_out" or result.exit_reason in ("max_turns", "invalid_tool_calls")
         sample = trajectory is not None and (o.status == "completed" or stopped)
+        partial = sample and o.status != "completed"  # stopped early: out of turns or time, invalid calls
         if not sample and o.shutdown:
             self.pending.appendleft(self.prompts[o.index])
             return
@@ -222,11 +222,13 @@ class BatchRun:
         if not sample:
             outcome, detail = "failed", str(self.checkpoint.failed.get(o.index, {}).get("error") or o.status)
         elif o.index in self.checkpoint.discarded:
-            outcome, detail = "discarded", "no reasoning in any assistant turn"
+            record = self.checkpoint.discarded[o.index]
+            outcome = "discarded"
+            detail = (f"stopped after invalid tool calls ({record.get('error')}), no reasoning kept"
+                      if record.get("reason") == "invalid_tool_calls" else "no reasoning in any assistant turn")
         else:
             outcome = "written"
-            detail = "partial (invalid tool calls)" if partial else ("completed" if o.status == "completed"
-                                                                      else f"not completed ({o.status})")
+            detail = "completed" if not partial else f"partial ({(o.result.exit_reason if o.result else None) or o.status})"
         return {"index": o.index, "job": o.handle, "outcome": outcome, "detail": detail,
                 "toolsets": self.request(self.prompts[o.index]).toolsets}
 
@@ -241,7 +243,8 @@ class BatchRun:
         scores = verify.scores(result)
         prompt = self.prompts[o.index]
         if not output.has_reasoning(conversations):
-            ckpt.discarded[o.index] = {"reason": "no_reasoning", "completed": completed, "partial": partial,
+            why = "invalid_tool_calls" if result.exit_reason == "invalid_tool_calls" else "no_reasoning"
+            ckpt.discarded[o.index] = {"reason": why, "error": result.error, "completed": completed, "partial": partial,
                                        "job": o.handle, "reward": scores["reward"], "group_id": prompt.group,
                                        "passed": (scores["verifier"] or {}).get("passed"), **spent}
             return

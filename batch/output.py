@@ -32,6 +32,15 @@ REASONING_MARKERS = ("<REASONING_SCRATCHPAD>",)
 """Text that shows reasoning in a ``gpt`` turn (Hermes' rule: a scratchpad or native
 thinking); a ``<think>`` block counts when it is not empty (every turn has one)."""
 
+REASONING_WORDS = 2
+"""Least words (whitespace-separated pieces holding a letter) of a reasoning trace that counts:
+``...``, ``False`` or a lone identifier is what a grammar forced, not reasoning."""
+
+DISCARD_REASONS = ("invalid_tool_calls", "no_reasoning")
+"""Why a sample is discarded (never written), in the order they are checked: it stopped
+after invalid tool calls (a tool not offered, arguments that are no JSON object) and
+kept no reasoning; it shows no reasoning."""
+
 FILTER_REASONS = ("tool_not_offered", "unparseable_tool_call", "synthetic", "partial", "below_min_reward")
 """Why a written line is left out of ``trajectories.jsonl``, in the order they are checked."""
 
@@ -39,6 +48,7 @@ TRAJECTORIES = "trajectories.jsonl"
 _BATCH_FILE = re.compile(r"^batch_(\d+)\.jsonl$")
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _THINK = re.compile(r"<think>(.*?)</think>", re.S)
+_SCRATCHPAD = re.compile(r"<REASONING_SCRATCHPAD>(.*?)(?:</REASONING_SCRATCHPAD>|$)", re.S)
 
 
 def batch_file(run_dir: Path, number: int) -> Path:
@@ -86,10 +96,46 @@ def gpt_turns(conversations: list[dict[str, Any]]) -> list[str]:
     return [str(t.get("value", "")) for t in conversations if t.get("from") == "gpt"]
 
 
+def real_reasoning(trace: str, copied: set[str]) -> bool:
+    """True when ``trace`` is real text: at least :data:`REASONING_WORDS` words, and not one
+    of the strings ``copied`` (the turn's tool-call arguments) nor a piece of one."""
+    text = " ".join(trace.split())
+    if sum(1 for word in text.split(" ") if any(ch.isalpha() for ch in word)) < REASONING_WORDS:
+        return False
+    return not any(text in " ".join(c.split()) for c in copied)
+
+
+def _arguments(value: str) -> set[str]:
+    """Every string among the arguments of the ``<tool_call>`` blocks of ``value``."""
+    found: set[str] = set()
+
+    def walk(item: Any) -> None:
+        if isinstance(item, str):
+            found.add(item)
+        elif isinstance(item, dict):
+            for v in item.values():
+                walk(v)
+        elif isinstance(item, list):
+            for v in item:
+                walk(v)
+
+    for body in _TOOL_CALL.findall(value):
+        try:
+            walk((json.loads(body) or {}).get("arguments"))
+        except (json.JSONDecodeError, AttributeError):
+            continue
+    return found
+
+
 def shows_reasoning(value: str) -> bool:
-    """True when a ``gpt`` turn's value contains one of :data:`REASONING_MARKERS` or a
-    ``<think>`` block that is not empty."""
-    return any(marker in value for marker in REASONING_MARKERS) or any(b.strip() for b in _THINK.findall(value))
+    """True when a ``gpt`` turn's value holds a reasoning trace — in a ``<think>`` block or
+    after one of :data:`REASONING_MARKERS` (Hermes' rule) — that is real text
+    (:func:`real_reasoning`: not punctuation, a lone word, or a copy of a tool-call argument)."""
+    traces = _THINK.findall(value) + _SCRATCHPAD.findall(value)
+    if not traces:
+        return False
+    copied = _arguments(value)
+    return any(real_reasoning(t, copied) for t in traces)
 
 
 def has_reasoning(conversations: list[dict[str, Any]]) -> bool:

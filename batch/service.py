@@ -191,6 +191,7 @@ class BatchService:
                           tokens_out=stats["tokens"]["output"],
                           summary=f"{p['written']} of {p['total']} prompts written ({p['completed']} completed, "
                                   f"{p['partial']} partial), {p['discarded_no_reasoning']} discarded (no reasoning), "
+                                  f"{p['discarded_invalid_tool_calls']} discarded (stopped on invalid tool calls), "
                                   f"{p['filtered_invalid_tools']} filtered (unknown tools), "
                                   f"{p['filtered_synthetic']} filtered (synthetic: --allow_synthetic keeps them), "
                                   f"{p['filtered_partial']} filtered (partial), {p['failed']} failed, "

@@ -20,6 +20,14 @@ FIXED = ("dataset_file", "batch_size", "distribution", "samples_per_prompt")
 prompts are the dataset's lines, toolsets are drawn by the distribution, and
 samples are numbered by ``samples_per_prompt`` (``batch.groups``)."""
 
+RESUMED = ("dataset_file", "batch_size", "num_workers", "max_turns", "distribution", "reasoning_effort",
+           "max_samples", "model", "ephemeral_system_prompt", "prefill_messages_file", "max_tokens",
+           "reasoning_disabled", "provider", "base_url", "allow_synthetic", "exclude_partial", "verifier",
+           "verifier_timeout", "min_reward", "samples_per_prompt", "executor", "ray_address", "ray_num_cpus",
+           "ray_memory_mb")
+"""The settings a resume takes from the run's checkpoint when the request does not give them
+(a request can turn a flag on, not off: ``False`` is not sent)."""
+
 MAX_SAMPLES_PER_PROMPT = 1000
 """Most attempts of one prompt (``--samples_per_prompt``)."""
 MAX_VERIFIER_TIMEOUT = 3600.0
@@ -74,9 +82,10 @@ def no_run(run_name: str, run_dir: Path) -> Any:
 
 
 def resume_args(args: dict[str, Any], run_name: str, run_dir: Path) -> dict[str, Any]:
-    """The ``batch.run`` arguments of a resume of run ``run_name`` (in ``run_dir``): the
-    :data:`FIXED` settings the request leaves out are the run's own, from its checkpoint
-    (the ones it gives override them, and must agree with them: :meth:`Settings.conflicts`).
+    """The ``batch.run`` arguments of a resume of run ``run_name`` (in ``run_dir``): every
+    setting of :data:`RESUMED` the request leaves out is the run's own, from its checkpoint
+    (``--max_samples``, the model, the verifier… stay what the run began with); the ones it
+    gives override them (the :data:`FIXED` ones must agree: :meth:`Settings.conflicts`).
 
     Raises ``ProtocolError(bad_request)`` (:func:`no_run`) when ``run_dir`` holds no run;
     an unreadable checkpoint leaves ``args`` as they are (the run's start says what is wrong)."""
@@ -91,7 +100,7 @@ def resume_args(args: dict[str, Any], run_name: str, run_dir: Path) -> dict[str,
         if not batch_files(run_dir):
             raise no_run(run_name, run_dir)
         return args
-    own = {key: stored.settings[key] for key in FIXED if stored.settings.get(key) is not None}
+    own = {key: value for key, value in stored.settings.items() if key in RESUMED and value is not None}
     return {**own, **{k: v for k, v in args.items() if v is not None}}
 
 

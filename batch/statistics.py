@@ -22,7 +22,7 @@ with a result; tools that were never called are left out), then hermesd's::
      "reasoning_statistics": {"total_assistant_turns", "turns_with_reasoning", "turns_without_reasoning"},
      "job", "dataset_file", "model", "distribution", "batch_size", "generated_at",
      "prompts": {"total", "bad_lines", "written", "completed", "partial", "incomplete",
-                 "discarded_no_reasoning", "filtered_invalid_tools", "filtered_tool_not_offered",
+                 "discarded_no_reasoning", "discarded_invalid_tool_calls", "filtered_invalid_tools", "filtered_tool_not_offered",
                  "filtered_unparseable_tool_call", "filtered_synthetic", "filtered_partial",
                  "in_trajectories", "failed", "pending"},
      "filtered": {"INDEX": {"reason", "tools"}},
@@ -200,6 +200,7 @@ def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: i
     """
     written, completed, turns, with_reasoning = tally.written, tally.completed, tally.turns, tally.turns_with_reasoning
     discarded = len(checkpoint.discarded)
+    why = Counter(str(d.get("reason") or "no_reasoning") for d in checkpoint.discarded.values())
     tools = _tools(tally)
     calls = {k: sum(t[k] for t in tools.values()) for k in ("count", "success", "failure")}
     tokens, api_calls = _spent(tally, checkpoint)
@@ -222,7 +223,8 @@ def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: i
         "job": job, "dataset_file": settings.get("dataset_file"), "generated_at": now,
         "prompts": {"total": len(scope), "bad_lines": bad_lines, "written": written, "completed": completed,
                     "partial": tally.partial,
-                    "incomplete": written - completed, "discarded_no_reasoning": discarded,
+                    "incomplete": written - completed, "discarded_no_reasoning": why["no_reasoning"],
+                    "discarded_invalid_tool_calls": why["invalid_tool_calls"],
                     "filtered_invalid_tools": filtered["filtered_tool_not_offered"]
                     + filtered["filtered_unparseable_tool_call"], **filtered,
                     "in_trajectories": len(merged.kept),

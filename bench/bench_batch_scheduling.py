@@ -66,7 +66,7 @@ def ideal_worker_per_batch(durations: list[float], workers: int, batch_size: int
 def write_dataset(path: Path, durations: list[float], offset: int = 0) -> Path:
     """One scripted prompt per duration: think, sleep, answer."""
     lines = [json.dumps({"prompt": f"prompt {offset + i}",
-                         "script": [{"thinking": "t", "text": "done", "sleep": d}]}) for i, d in enumerate(durations)]
+                         "script": [{"thinking": "I think it over.", "text": "done", "sleep": d}]}) for i, d in enumerate(durations)]
     path.write_text("\n".join(lines) + "\n")
     return path
 

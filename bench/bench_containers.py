@@ -63,7 +63,7 @@ def engine_series(engine: list[str], image: str, runs: int, scratch: Path) -> di
 def job_series(d, runs: int, image: str | None) -> list[float]:
     """Seconds from ``delegate`` to the terminal state of a one-command job, ``runs`` jobs in a row."""
     conn = d.conn(timeout=120)
-    script = [{"thinking": "t", "tool_calls": [{"name": "terminal", "input": {"command": "true"}}]}, {"text": "ok"}]
+    script = [{"thinking": "I think it over.", "tool_calls": [{"name": "terminal", "input": {"command": "true"}}]}, {"text": "ok"}]
     times = []
     for i in range(runs + 1):
         t0 = time.monotonic()

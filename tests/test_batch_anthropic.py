@@ -59,6 +59,8 @@ def test_humaneval_batch_with_the_fake_anthropic_server(make_daemon, tmp_path):
     check_consistent(run, 3)
     # truncate_number: fly_to_moon three times (never kept), so no reasoning is left: discarded; below_zero too
     assert set(run["checkpoint"]["discarded"]) == {"2", "3"} and run["checkpoint"]["discarded"]["2"]["partial"]
+    assert run["checkpoint"]["discarded"]["2"]["reason"] == "invalid_tool_calls"  # not "no reasoning"
+    assert run["statistics"]["prompts"]["discarded_invalid_tool_calls"] == 1 == run["statistics"]["prompts"]["discarded_no_reasoning"]
     assert run["statistics"]["filtered"] == {}
     assert [t["prompt_index"] for t in run["trajectories"]] == [0, 1, 4, 5]
     for sent in (r.body for r in api.requests):

@@ -7,7 +7,7 @@ import os
 import socket
 from pathlib import Path
 
-from tests.test_batch_daemon import finish, read_run, start, write_dataset
+from tests.test_batch_daemon import SCRIPTS, finish, read_run, start, write_dataset
 
 LOOK = {"thinking": "I look around.", "tool_calls": [
     {"name": "terminal", "input": {"command": "echo pwd=$(pwd); echo ls=$(ls -A); echo home=$HOME; "
@@ -39,3 +39,24 @@ def test_a_job_works_in_a_folder_of_its_own_and_its_line_shows_no_host(make_daem
     assert (folder / "log").is_file() and not (folder / "work" / "log").exists()
     logs = daemon.ctl("logs", item["id"])
     assert logs.returncode == 0 and "terminal" in logs.stdout
+
+
+def test_out_of_turns_is_partial_and_a_resume_keeps_the_runs_settings(make_daemon, tmp_path):
+    daemon = make_daemon()
+    lines = [{"prompt": "p0", "script": SCRIPTS["normal"]}, {"prompt": "p1", "script": SCRIPTS["incomplete"]},
+             {"prompt": "p2", "script": SCRIPTS["normal"]}, {"prompt": "p3", "script": SCRIPTS["normal"]}]
+    dataset = write_dataset(tmp_path / "d.jsonl", lines)
+    first = finish(daemon, start(daemon, dataset, "kept", max_samples=2, max_turns=3, allow_synthetic=True,
+                                 exclude_partial=True, verifier="true"))
+    assert first["status"] == "completed", first
+    run = read_run(Path(first["run_dir"]))
+    assert run["statistics"]["filtered"] == {"1": {"reason": "partial", "tools": []}}
+    assert [t["prompt_index"] for t in run["trajectories"]] == [0]
+    # a resume given only its name: the run's --max_samples, --max_turns, filters and verifier hold
+    again = finish(daemon, daemon.call("batch.run", run_name="kept", output_dir=str(daemon.base / "out"), resume=True))
+    assert again["status"] == "completed", again
+    s = again["settings"]
+    assert (s["max_samples"], s["max_turns"], s["exclude_partial"], s["verifier"]) == (2, 3, True, "true")
+    assert again["progress"]["total"] == 2 and read_run(Path(again["run_dir"]))["statistics"]["filtered"] == {
+        "1": {"reason": "partial", "tools": []}}
+    assert len(daemon.call("ps", all=True, kind="batch_item")["jobs"]) == 2  # nothing ran again

@@ -159,7 +159,7 @@ def test_datasets_never_serves_one_run_folder_for_another(make_daemon, tmp_path,
 
     daemon = make_daemon()
     cache = str(tmp_path / "hf")
-    quick = [THINK, {"thinking": "done", "text": "ok"}]
+    quick = [THINK, {"thinking": "It is done.", "text": "ok"}]
     runs = []
     for out, count in (("a", 2), ("b", 3)):
         entries = [{"prompt": f"p{i}", "script": quick} for i in range(count)]

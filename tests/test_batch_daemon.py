@@ -25,7 +25,7 @@ SCRIPTS = {
     # Hermes' partial: three replies in a row with invalid tool calls (never kept) end the sample
     "hallucinated": [THINK, FLY, WEB, FLY, {"text": "never reached"}],
     "failing": [{"error": "the model exploded"}],
-    "incomplete": [THINK] * 6 + [{"text": "never reached"}],  # out of turns: not completed, not partial
+    "incomplete": [THINK] * 6 + [{"text": "never reached"}],  # out of turns: not completed, partial
 }
 MIX = {3: "no_reasoning", 5: "hallucinated", 7: "failing", 9: "incomplete"}
 """Prompt kind by ``i % 10`` in :func:`mixed_dataset` (the rest are ``normal``)."""
@@ -92,7 +92,7 @@ def check_consistent(run: dict[str, Any], batch_size: int) -> None:
     assert run["trajectories"] == [by_index[i] for i in traj]  # the very lines of the batch files
     assert set(ckpt["done"]) == set(indices) and not set(ckpt["discarded"]) & {str(i) for i in indices}
     p = stats["prompts"]
-    assert (p["written"], p["in_trajectories"], p["discarded_no_reasoning"]) == (
+    assert (p["written"], p["in_trajectories"], p["discarded_no_reasoning"] + p["discarded_invalid_tool_calls"]) == (
         len(written), len(traj), len(ckpt["discarded"]))
     assert p["completed"] == sum(1 for line in written if line["completed"])
     assert p["failed"] == len(ckpt["failed"])
@@ -122,9 +122,10 @@ def run_mixed(make_daemon, tmp_path: Path, n: int, load_with_datasets: bool) -> 
     assert all(written[i]["partial"] and not written[i]["completed"] for i in by_kind["hallucinated"])
     assert all(written[i]["metadata"]["exit_reason"] == "invalid_tool_calls" for i in by_kind["hallucinated"])
     assert all("fly_to_moon" not in json.dumps(written[i]["conversations"]) for i in by_kind["hallucinated"])
-    assert all(not written[i]["partial"] and not written[i]["completed"] for i in by_kind["incomplete"])
+    assert all(written[i]["partial"] and not written[i]["completed"] for i in by_kind["incomplete"])
+    assert all(written[i]["metadata"]["exit_reason"] == "max_turns" for i in by_kind["incomplete"])
     assert all(written[i]["completed"] for i in by_kind["normal"])
-    assert run["statistics"]["prompts"]["partial"] == len(by_kind["hallucinated"])
+    assert run["statistics"]["prompts"]["partial"] == len(by_kind["hallucinated"] | by_kind["incomplete"])
     assert run["statistics"]["prompts"]["incomplete"] == len(by_kind["hallucinated"] | by_kind["incomplete"])
     assert written[min(by_kind["normal"])]["metadata"]["extra"] == {"task_id": f"T{min(by_kind['normal'])}"}
     assert final["progress"]["done"] == len(written) and final["progress"]["pending"] == 0
@@ -163,8 +164,8 @@ def _events(daemon) -> list[dict[str, Any]]:
 
 def test_per_prompt_scheduling_within_num_workers_and_max_children(make_daemon, tmp_path):
     daemon = make_daemon({"supervisor": {"max_children": 3}})
-    quick = [{"thinking": "t", "text": "ok"}]
-    entries = [{"prompt": "slow", "script": [{"thinking": "t", "text": "ok", "sleep": 4}]}]
+    quick = [{"thinking": "I think it over.", "text": "ok"}]
+    entries = [{"prompt": "slow", "script": [{"thinking": "I think it over.", "text": "ok", "sleep": 4}]}]
     entries += [{"prompt": f"quick {i}", "script": quick} for i in range(11)]
     record = start(daemon, write_dataset(tmp_path / "d.jsonl", entries), "sched", batch_size=4, num_workers=5)
     assert finish(daemon, record)["status"] == "completed"
@@ -192,7 +193,7 @@ def test_with_warm_start_every_item_starts_warm(make_daemon, tmp_path):
     if daemon.call("status")["start"]["method"] != "forkserver":
         pytest.skip("warm start only (HERMES_TEST_START_METHOD=spawn)")
     wait_for(lambda: daemon.call("status")["start"].get("zygote"), 120, what="the zygote warm")
-    quick = [{"thinking": "t", "text": "ok"}]
+    quick = [{"thinking": "I think it over.", "text": "ok"}]
     entries = [{"prompt": f"quick {i}", "script": quick} for i in range(12)]
     record = start(daemon, write_dataset(tmp_path / "d.jsonl", entries), "warm", num_workers=6)
     assert finish(daemon, record)["status"] == "completed"
@@ -204,7 +205,7 @@ def test_cwd_is_honoured(  # docker_image: tests/test_containers.py
     daemon = make_daemon()
     where = tmp_path / "project"
     where.mkdir()
-    script = [{"thinking": "t", "tool_calls": [{"name": "terminal", "input": {"command": "pwd > here.txt"}}]},
+    script = [{"thinking": "I think it over.", "tool_calls": [{"name": "terminal", "input": {"command": "pwd > here.txt"}}]},
               {"text": "ok"}]
     record = start(daemon, write_dataset(tmp_path / "d.jsonl", [{"prompt": "p", "cwd": str(where), "script": script}]),
                    "cwd")
@@ -247,7 +248,7 @@ def test_bad_arguments_are_refused_before_anything_starts(daemon, tmp_path):
 
 def test_cancel_then_resume_runs_only_what_is_left_and_an_existing_run_needs_resume(make_daemon, tmp_path):
     daemon = make_daemon({"supervisor": {"max_children": 2}})
-    entries = [{"prompt": f"p{i}", "script": [{"thinking": "t", "text": "ok", "sleep": 0.3}]} for i in range(12)]
+    entries = [{"prompt": f"p{i}", "script": [{"thinking": "I think it over.", "text": "ok", "sleep": 0.3}]} for i in range(12)]
     dataset = write_dataset(tmp_path / "d.jsonl", entries)
     record = start(daemon, dataset, "cr", batch_size=5, num_workers=2)
     wait_for(lambda: daemon.call("batch.status", id="cr")["progress"]["done"] >= 3, 30, what="3 prompts done")
@@ -278,7 +279,7 @@ def test_cancel_then_resume_runs_only_what_is_left_and_an_existing_run_needs_res
 
 
 def test_the_generic_cancel_op_stops_a_batch_too(daemon, tmp_path):
-    entries = [{"prompt": f"p{i}", "script": [{"thinking": "t", "text": "ok", "sleep": 60}]} for i in range(4)]
+    entries = [{"prompt": f"p{i}", "script": [{"thinking": "I think it over.", "text": "ok", "sleep": 60}]} for i in range(4)]
     record = start(daemon, write_dataset(tmp_path / "d.jsonl", entries), "gc", num_workers=2)
 
     def items(*statuses: str) -> list[dict[str, Any]]:
@@ -293,7 +294,7 @@ def test_the_generic_cancel_op_stops_a_batch_too(daemon, tmp_path):
 
 def test_a_failed_prompt_is_retried_by_resume(make_daemon, tmp_path):
     daemon = make_daemon()
-    entries = [{"prompt": f"p{i}", "script": [{"thinking": "t", "text": "ok", "sleep": 3 if i == 1 else 0}]}
+    entries = [{"prompt": f"p{i}", "script": [{"thinking": "I think it over.", "text": "ok", "sleep": 3 if i == 1 else 0}]}
                for i in range(3)]
     dataset = write_dataset(tmp_path / "d.jsonl", entries)
     record = start(daemon, dataset, "retry", num_workers=3)

@@ -115,7 +115,7 @@ TERMINAL_ONLY = [{"type": "function", "function": {"name": "terminal", "descript
 
 def _line(index, *, think=True, tools=(), trace=(), completed=True, partial=False, tokens=(10, 5), raw="",
           synthetic=False, offered=TERMINAL_ONLY):
-    gpt = ("<think>\nplan\n</think>\n" if think else "<think>\n</think>\n") + "answer" + raw
+    gpt = ("<think>\nI plan it.\n</think>\n" if think else "<think>\n</think>\n") + "answer" + raw
     for name in tools:
         gpt += "\n<tool_call>\n" + json.dumps({"name": name, "arguments": {}}) + "\n</tool_call>"
     conversations = [{"from": "system", "value": "s"}, {"from": "human", "value": f"p{index}"},
@@ -171,9 +171,16 @@ def test_filters_check_the_tools_each_sample_was_offered():
     assert output.filter_reason(old) is None
 
 
-def test_reasoning_means_a_scratchpad_or_a_think_block_that_is_not_empty():
-    assert output.shows_reasoning("<think>\nplan\n</think>\nx") and output.shows_reasoning("<REASONING_SCRATCHPAD>")
+def test_reasoning_means_a_scratchpad_or_a_think_block_of_real_text():
+    assert output.shows_reasoning("<think>\nI plan it.\n</think>\nx")
+    assert output.shows_reasoning("<REASONING_SCRATCHPAD>first the tests</REASONING_SCRATCHPAD> then")
     assert not output.shows_reasoning("<think>\n</think>\nanswer")
+    for forced in ("...", "False", "has_close_elements", "?? !!", "42 17"):  # what a grammar forces
+        assert not output.shows_reasoning(f"<think>\n{forced}\n</think>\nanswer"), forced
+    call = '<tool_call>\n{"name": "terminal", "arguments": {"command": "python3 -c print(1)"}}\n</tool_call>'
+    assert not output.shows_reasoning(f"<think>\npython3 -c print(1)\n</think>\n{call}")  # a copied argument
+    assert output.shows_reasoning(f"<think>\nI run it: python3 -c print(1)\n</think>\n{call}")
+    assert not output.shows_reasoning("<REASONING_SCRATCHPAD>ok</REASONING_SCRATCHPAD> a long answer here")
 
 
 def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
@@ -201,7 +208,8 @@ def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
     stats = statistics.compute(settings=settings, job="batch_r", scope={0, 1, 2, 3, 4, 5}, bad_lines=1,
                                tally=tally, merged=merged, checkpoint=ckpt)
     assert stats["prompts"] == {"total": 6, "bad_lines": 1, "written": 3, "completed": 2, "partial": 0,
-                                "incomplete": 1, "discarded_no_reasoning": 1, "filtered_invalid_tools": 1,
+                                "incomplete": 1, "discarded_no_reasoning": 1, "discarded_invalid_tool_calls": 0,
+                                "filtered_invalid_tools": 1,
                                 "filtered_tool_not_offered": 1, "filtered_unparseable_tool_call": 0,
                                 "filtered_synthetic": 0, "filtered_partial": 0, "filtered_below_min_reward": 0,
                                 "in_trajectories": 2, "failed": 1, "pending": 1}

@@ -62,7 +62,7 @@ def of_job(job_id: str) -> list[str]:
 
 
 def terminal_step(command: str) -> dict:
-    return {"thinking": "t", "tool_calls": [{"name": "terminal", "input": {"command": command}}]}
+    return {"thinking": "I think it over.", "tool_calls": [{"name": "terminal", "input": {"command": command}}]}
 
 
 # without an engine ---------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def test_file_tools_take_paths_under_the_mount_point(tmp_path):
 def test_a_batch_runs_the_prompts_with_docker_image_in_containers(make_daemon, tmp_path, boxed):
     daemon = make_daemon(CONFIG)
     command = "hostname > host.txt; ls / > root.txt; cat /proc/net/dev > net.txt; pwd > where.txt"
-    script = [terminal_step(command), {"thinking": "t", "text": "ok"}]
+    script = [terminal_step(command), {"thinking": "I think it over.", "text": "ok"}]
     entries = []
     for i in range(6):
         (tmp_path / f"p{i}").mkdir()
@@ -165,7 +165,7 @@ def test_a_memory_limit_boxes_the_container_not_the_engine(make_daemon, tmp_path
     work = tmp_path / "w"
     work.mkdir()
     script = [terminal_step("cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes"
-                            " > limit.txt 2>/dev/null; echo limited >> limit.txt"), {"thinking": "t", "text": "done"}]
+                            " > limit.txt 2>/dev/null; echo limited >> limit.txt"), {"thinking": "I think it over.", "text": "done"}]
     job = daemon.delegate("boxed with a limit", cwd=str(work), image=boxed, script=script, toolsets=["terminal"])
     final = daemon.wait_job(job["id"])
     assert final["status"] == "completed", final
@@ -180,7 +180,7 @@ def test_a_warm_child_runs_its_commands_in_the_container(make_daemon, tmp_path, 
     wait_warm(daemon)
     work = tmp_path / "w"
     work.mkdir()
-    script = [terminal_step("hostname > host.txt; ls / > root.txt; sleep 2"), {"thinking": "t", "text": "ok"}]
+    script = [terminal_step("hostname > host.txt; ls / > root.txt; sleep 2"), {"thinking": "I think it over.", "text": "ok"}]
     job = delegate_warm(daemon, "boxed", cwd=str(work), image=boxed, script=script, toolsets=["terminal"])
     wait_for(lambda: of_job(job["id"]), 60, what="the container started")
     pid = daemon.call("job", id=job["id"])["pid"]
@@ -197,11 +197,11 @@ def test_a_delegation_with_an_image_shares_its_directory_with_the_file_tools(mak
     daemon = make_daemon(CONFIG)
     work = tmp_path / "w"
     work.mkdir()
-    script = [{"thinking": "t", "tool_calls": [{"name": "write_file",
+    script = [{"thinking": "I think it over.", "tool_calls": [{"name": "write_file",
                                                  "input": {"path": "/workspace/from_tools.txt", "content": "hello"}}]},
               terminal_step("cat from_tools.txt > seen.txt; echo inside > made_inside.txt"),
-              {"thinking": "t", "tool_calls": [{"name": "read_file", "input": {"path": "made_inside.txt"}}]},
-              {"thinking": "t", "text": "done"}]
+              {"thinking": "I think it over.", "tool_calls": [{"name": "read_file", "input": {"path": "made_inside.txt"}}]},
+              {"thinking": "I think it over.", "text": "done"}]
     job = daemon.delegate("boxed", cwd=str(work), image=boxed, script=script, toolsets=["terminal", "file"])
     final = daemon.wait_job(job["id"])
     assert final["status"] == "completed", final
@@ -274,8 +274,8 @@ def test_a_timed_out_command_is_killed_inside_and_timed_out_or_interrupted_jobs_
     daemon = make_daemon(CONFIG)
     work = tmp_path / "w"
     work.mkdir()
-    script = [{"thinking": "t", "tool_calls": [{"name": "terminal", "input": {"command": "sleep 50", "timeout": 1}}]},
-              terminal_step("ps > ps.txt"), {"thinking": "t", "text": "done"}]
+    script = [{"thinking": "I think it over.", "tool_calls": [{"name": "terminal", "input": {"command": "sleep 50", "timeout": 1}}]},
+              terminal_step("ps > ps.txt"), {"thinking": "I think it over.", "text": "done"}]
     job = daemon.delegate("boxed", cwd=str(work), image=boxed, script=script, toolsets=["terminal"])
     final = daemon.wait_job(job["id"], timeout=60)
     assert final["status"] == "completed" and [t["ok"] for t in final["trace"]] == [False, True]
@@ -296,10 +296,10 @@ def test_a_timed_out_command_is_killed_inside_and_timed_out_or_interrupted_jobs_
 @needs_podman
 def test_the_delegation_tools_image_boxes_the_subagent(make_daemon, boxed):
     daemon = make_daemon(CONFIG)
-    script = [{"thinking": "t", "tool_calls": [{"name": "delegate_task",
+    script = [{"thinking": "I think it over.", "tool_calls": [{"name": "delegate_task",
                                                  "input": {"goal": "where am I", "image": boxed,
                                                            "toolsets": ["terminal"]}}]},
-              {"thinking": "t", "text": "done"}]
+              {"thinking": "I think it over.", "text": "done"}]
     parent = daemon.delegate("parent", script=script, toolsets=["delegation", "terminal"])
     assert daemon.wait_job(parent["id"], timeout=60)["status"] == "completed"
     sub = [j for j in daemon.call("ps", all=True)["jobs"] if j["parent"] == parent["id"]]

@@ -37,7 +37,7 @@ BATCH_SIZE = 5
 
 
 def _delegation_script(rng: random.Random) -> list[dict]:
-    steps = [{"thinking": "work", "text": "step", "sleep": round(rng.uniform(0.1, 1.5), 2),
+    steps = [{"thinking": "I work on it.", "text": "step", "sleep": round(rng.uniform(0.1, 1.5), 2),
               "tool_calls": [{"name": "terminal", "input": {"command": "sleep 60 & echo bg"}}]}]
     return steps + [{"text": "finished", "sleep": round(rng.uniform(0, 1.0), 2)}]
 
