@@ -1,6 +1,7 @@
 """Entry point of a child process: ``python -m child``.
 
-Order matters: arm the lifeline (PDEATHSIG + parent check) first, then name
+Order matters: put the output under the log's cap (:mod:`child.logwriter`), arm
+the lifeline (PDEATHSIG + parent check), then name
 the process, then install the interrupt handlers, then fetch the job spec and
 run the agent (or, for a ``batch_driver`` job, the Ray driver of a batch:
 :mod:`child.ray_driver`).  Whatever happens, one ``child.result`` is sent
@@ -17,8 +18,9 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
-from child import lifeline, redact
+from child import lifeline, logwriter, redact
 from hermesd.contract import JobResult, JobSpec
 from hermesd.private import restore_umask
 
@@ -74,12 +76,24 @@ def prepare() -> None:
 
 
 def main() -> int:
-    """Run the job named by ``HERMES_JOB_ID``; returns the process exit status."""
+    """Run the job named by ``HERMES_JOB_ID``; returns the process exit status.  Its output
+    (and that of all it starts) reaches the job's log under the log's cap (:mod:`child.logwriter`)."""
+    capped = logwriter.capture()
+    try:
+        return _run(capped.file if capped is not None else sys.stderr)
+    finally:
+        if capped is not None:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            capped.close()
+
+
+def _run(crash_log: Any) -> int:
     job = os.environ.get("HERMES_JOB_ID", "")
     lifeline.arm(lifeline.serves())
     redact.install()  # the job's log and all it sends hold no secret value
     restore_umask()  # the daemon's is 077; the tools write with the user's
-    faulthandler.enable()  # a crash in native code (llama.cpp) leaves the Python stack in the job's log
+    faulthandler.enable(crash_log)  # a crash in native code (llama.cpp) leaves the Python stack in the job's log
     _title(job)
     stop = StopFlag()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -11,7 +11,8 @@ A leaf module (standard library only), imported by the daemon, the clients
 * :class:`JobSpec`: the job spec a child receives in reply to ``child.hello``;
 * :class:`JobResult`: what a child reports in ``child.result``, the one definition of it;
 * the toolsets and their tools (:data:`TOOLSETS`);
-* the model providers (:data:`PROVIDER_TABLE`, their names :data:`PROVIDERS`), agent roles (:data:`ROLES`, :data:`WORKER_ROLE`).
+* the model providers (:data:`PROVIDER_TABLE`, their names :data:`PROVIDERS`), agent roles (:data:`ROLES`, :data:`WORKER_ROLE`);
+* a job log's cap as a child gets it (:data:`LOG_CAP_ENV`) and the names of its rotated copies (:func:`rotated_log`).
 
 Statuses are ``str`` enums: a member equals (and hashes as) its value, so rows
 read from the database and maps read from the wire compare with them directly.
@@ -346,6 +347,16 @@ PROVIDER_KEYS = tuple(v for p in PROVIDER_TABLE for v in p.env if not v.endswith
 """The environment variables that hold a model provider's key (each provider's ``env`` but its base
 URL: ``ANTHROPIC_API_KEY``, ``ANTHROPIC_AUTH_TOKEN``, ``OPENAI_API_KEY``, ``OPENROUTER_API_KEY``): in
 the child that calls the model, never in what its tools run."""
+
+LOG_CAP_ENV = "HERMES_LOG_CAP"
+"""Variable of a child's environment: ``MAX_BYTES:KEEP``, the cap on its log (``logs.max_bytes``,
+``logs.keep``) that the child's own writer holds (:mod:`child.logwriter`)."""
+
+
+def rotated_log(name: str, n: int) -> str:
+    """``log.N``: the file name of the ``n``-th rotated copy of log ``name`` (1 is the newest)."""
+    return f"{name}.{n}"
+
 
 SECRETS_ENV = "HERMES_SECRETS"
 """A child's environment variable naming (comma-separated) the variables the config calls secret (``secrets:``)."""

@@ -32,7 +32,7 @@ from hermesd.config import Config
 from hermesd.control import dependencies
 from hermesd.control.pause import QueuePause
 from hermesd.control.staleness import ActivityLog, stale_error
-from hermesd.contract import JOB_ENV_NAMES, LIVE, SECRETS_ENV, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
+from hermesd.contract import JOB_ENV_NAMES, LIVE, LOG_CAP_ENV, SECRETS_ENV, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import JobTable
 from hermesd.plugin import Plugins
 from hermesd.protocol import ProtocolError, one_line
@@ -215,6 +215,7 @@ class Runner:
                                      log_path=self.log_path(job_id),
                                      env={**(job_env := (row.get("spec") or {}).get("env") or {}),
                                           SECRETS_ENV: ",".join(self.config.secrets), JOB_ENV_NAMES: ",".join(job_env),
+                                          LOG_CAP_ENV: f"{self.config.logs.max_bytes}:{self.config.logs.keep}",
                                           "HERMES_CHILD_SOCKET": str(self.children_socket),
                                           "HERMES_CHILD_TOKEN": token},
                                      title=[row["kind"], one_line(row.get("goal"))[:80]],

@@ -48,3 +48,28 @@ def test_a_flooding_child_never_outgrows_the_cap(make_daemon):
     text = d.call("logs", id=rec["id"])["data"]
     assert "log rotated" in text
     assert rotated(log, 1).exists() and not rotated(log, 2).exists()
+
+
+def test_a_50_mb_flood_at_full_speed_stays_under_the_cap(make_daemon):
+    """No timer to outrun: the child's own writer rotates before a write would pass the cap."""
+    d = make_daemon(config={"logs": {"max_bytes": 1048576, "keep": 1}})
+    flood = "head -c 50000000 /dev/zero | tr '\\\\0' x > /proc/$PPID/fd/2; echo flooded"
+    rec = d.delegate("flood", toolsets=["terminal"], timeout_seconds=120,
+                     script=[{"tool_calls": [{"name": "terminal", "input": {"command": flood, "timeout": 100}}]},
+                             {"text": "done"}])
+    folder = d.home / "jobs" / rec["id"]
+
+    def size(path) -> int:
+        try:
+            return path.stat().st_size
+        except FileNotFoundError:  # renamed by a rotation between the listing and the look
+            return 0
+
+    biggest = 0
+    while d.call("job", id=rec["id"])["status"] not in ("completed", "failed"):
+        biggest = max(biggest, sum(size(p) for p in folder.glob("log*")))
+    assert d.call("job", id=rec["id"])["status"] == "completed"
+    final = {p.name: p.stat().st_size for p in folder.glob("log*")}
+    assert set(final) == {"log", "log.1"} and max(final.values()) <= 1048576 + 200, final
+    assert biggest <= 2 * (1048576 + 200), biggest
+    assert (folder / "log").read_text().startswith("[hermes-child ")

@@ -1,6 +1,9 @@
-"""The cap on each job's log (``logs.max_bytes``, ``logs.keep`` rotated copies).
+"""The daemon's backstop of the cap on each job's log (``logs.max_bytes``, ``logs.keep`` rotated copies).
 
-A child writes its stdout and stderr straight to ``jobs/ID/log`` (opened
+The child holds the cap itself, whatever the writer's speed (:mod:`child.logwriter`:
+its output through a size-capped writer of its own).  What is left to the daemon is
+what was written before that writer started, or by a child that has none.
+A child's stdout and stderr are ``jobs/ID/log`` (opened
 ``O_APPEND``; no pipe the daemon drains, a rule of the house), so the daemon
 cannot meter the writes.  Instead :class:`LogCap` looks at the size of every
 running child's log each ``logs.check_interval_seconds`` (one ``stat`` per
@@ -31,14 +34,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hermesd import clock
+from hermesd.contract import rotated_log
 
 log = logging.getLogger("hermesd")
 CHUNK = 1 << 20
 
 
 def rotated(path: Path, n: int) -> Path:
-    """``log.N``: the ``n``-th rotated copy of ``path`` (1 is the newest)."""
-    return path.with_name(f"{path.name}.{n}")
+    """``log.N``: the ``n``-th rotated copy of ``path`` (1 is the newest; :func:`hermesd.contract.rotated_log`)."""
+    return path.with_name(rotated_log(path.name, n))
 
 
 def rotate(path: Path, max_bytes: int, keep: int) -> int:
