@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from batch import distributions
 from batch.settings import Settings, flag_options, job_id_of, resume_args
-from hermesd import config as config_mod
+from hermesd import config as config_mod, idempotency
 from hermesd.context import Context
 from hermesd.contract import LIVE, JobResult
 from hermesd.handlers.jobs import ended
@@ -178,15 +178,20 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``allow_changed_dataset=true``, a bad prefill file, ``resume`` of a
     run that does not exist; field ``executor``: Ray not installed, the cluster
     unreachable), ``invalid_state`` (already running; the directory holds a run
-    and ``resume`` is off).
+    and ``resume`` is off).  ``idempotency_key``: a repeat of a request with the same key
+    gets the run the first one started (its record, with ``repeat: true``), while that job is kept.
     """
+    key = idempotency.key_of(args, "batch.run")
+    first = idempotency.earlier(ctx.jobs, key)
+    if first is not None:
+        return idempotency.repeat(_service(ctx).record(first["id"]))
     settings = settings_from(ctx, args)
     service, job_id = _service(ctx), job_id_of(settings.run_name)
     if settings.executor == "ray" and job_id not in service.runs:
         await service.ray.connect(job_id, settings)
     try:
         return service.run(settings, resume=arg(args, "resume", bool, False),
-                           allow_changed=arg(args, "allow_changed_dataset", bool, False))
+                           allow_changed=arg(args, "allow_changed_dataset", bool, False), idempotency_key=key)
     finally:
         service.ray.discard(job_id)  # a driver started for a run that did not start
 

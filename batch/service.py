@@ -111,8 +111,10 @@ class BatchService:
                                 "--allow-changed-dataset", {"field": "dataset_file", "file": s.dataset_file,
                                                             "line": index + 1})
 
-    def run(self, s: Settings, *, resume: bool, allow_changed: bool = False) -> dict[str, Any]:
+    def run(self, s: Settings, *, resume: bool, allow_changed: bool = False,
+            idempotency_key: str | None = None) -> dict[str, Any]:
         """Start batch ``s.run_name`` (or continue it with ``resume``); returns its record.
+        ``idempotency_key``: the request's, stored with the job (``hermesd.idempotency``).
 
         Raises ``ProtocolError``: ``invalid_state`` when it is already running or
         its directory holds a run and ``resume`` is off; ``bad_request`` for a
@@ -146,7 +148,8 @@ class BatchService:
             self._unchanged(s, stored, data)
         run = self._open(job_id, s, data)
         self.d.jobs.create("batch", id=job_id, replace_ended=True, goal=f"batch {s.run_name}: {s.dataset_file}",
-                           model=s.model, toolsets=list(distributions.get(s.distribution)), spec=s.to_dict())
+                           model=s.model, toolsets=list(distributions.get(s.distribution)), spec=s.to_dict(),
+                           idempotency_key=idempotency_key)
         self._go(run)
         return self.record(job_id)
 

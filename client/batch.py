@@ -23,8 +23,8 @@ from typing import Any, Callable
 import click
 
 from client import render
-from client.common import (COMPLETION_HELP, TERMINAL, Ctl, conn, exit_for, global_options, is_json, json_option,
-                           out, show, stopped_watching)
+from client.common import (COMPLETION_HELP, IDEMPOTENCY_HELP, TERMINAL, Ctl, conn, exit_for, global_options, is_json,
+                           json_option, out, said_repeat, show, stopped_watching)
 from hermesd.contract import EXECUTORS, PROVIDERS, REASONING_EFFORTS
 from hermesd.protocol import EXIT_CODES
 
@@ -90,6 +90,7 @@ RUN_OPTIONS = [
     _flag("ray_memory_mb", type=click.IntRange(min=1), default=None, help="Memory (MiB) each prompt reserves on a "
           "Ray node (default: none)."),
     _flag("detach", is_flag=True, help="Print the job id and return; the batch runs on."),
+    _flag("idempotency_key", default=None, metavar="KEY", help=IDEMPOTENCY_HELP),
 ]
 
 
@@ -251,6 +252,7 @@ def run_batch(flags: dict[str, Any]) -> None:
             args[key] = os.path.abspath(os.path.expanduser(args[key]))
     connection = conn()
     record = connection.call("batch.run", max(connection.timeout, RUN_REPLY_SECONDS), **args)
+    said_repeat(record, record["id"])
     for message in record.get("errors") or []:
         out(message, err=True)
     if (record.get("bad_lines") or 0) > len(record.get("errors") or []):

@@ -148,6 +148,21 @@ def show(obj: dict[str, Any], text: Callable[[dict[str, Any]], str] | None = Non
         out(text(obj) if text is not None else render.fields_text(obj))
 
 
+IDEMPOTENCY_HELP = ("Make the request idempotent: sent again with the same KEY (after a timeout, by a retrying "
+                    "script), it returns the job the first one made instead of starting another.")
+
+
+def idempotency_option(fn: Callable) -> Callable:
+    """``--idempotency-key KEY`` (the requests' ``idempotency_key``, ``hermesd.idempotency``)."""
+    return click.option("--idempotency-key", "idempotency_key", default=None, metavar="KEY", help=IDEMPOTENCY_HELP)(fn)
+
+
+def said_repeat(answer: dict[str, Any], job_id: str) -> None:
+    """On stderr, for people: ``answer`` is a repeat (``repeat: true``), job ``job_id`` the first one's."""
+    if answer.get("repeat") and not is_json():
+        out(f"{job_id}: submitted before with this idempotency key; not started again", err=True)
+
+
 def print_all(items: list[dict[str, Any]], text: Callable[[dict[str, Any]], str], empty: str) -> None:
     """Print a list: one JSON object per line with ``--json``, else ``text(item)`` each (``empty`` for none)."""
     for item in items:

@@ -20,8 +20,9 @@ import click
 from click.shell_completion import CompletionItem
 
 from client import approvals, batch, kanban, render, sessions, top
-from client.common import (COMPLETION_HELP, Ctl, conn, exit_for, fail, global_options, is_json, json_option, out,
-                           read_text, show, split, stopped_watching, text_input, toolset_names, wait_job, working_dir)
+from client.common import (COMPLETION_HELP, Ctl, conn, exit_for, fail, global_options, idempotency_option, is_json,
+                           json_option, out, read_text, said_repeat, show, split, stopped_watching, text_input,
+                           toolset_names, wait_job, working_dir)
 from client.connection import GAP_EVENT, ClientError, Connection
 from hermesd.contract import PROVIDERS, ROLES
 from hermesd.protocol import ProtocolError
@@ -139,10 +140,12 @@ def ps(show_all: bool, kind: str | None, oldest_first: bool, limit: int | None) 
                    "directory mounted at /workspace.")
 @click.option("--no-resume", "no_resume", is_flag=True,
               help="If hermesd stops or dies while it runs, end it lost instead of resuming it at the next start.")
+@idempotency_option
 def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, context: str | None, toolsets: str | None,
              model: str | None, provider: str | None, role: str | None, max_turns: int | None,
              cwd: str | None, timeout_seconds: float | None, after: str | None, env: tuple[str, ...],
-             output_schema: Any, image: str | None, no_resume: bool, **resources: int | None) -> None:
+             output_schema: Any, image: str | None, no_resume: bool, idempotency_key: str | None,
+             **resources: int | None) -> None:
     """Hand GOAL to a subagent ('-' or --goal-file: read it).  Foreground: wait, showing
     that it waits on a terminal, and print the result (Ctrl-C stops watching; the
     job goes on).  --background: print the job record (id, status) at once.
@@ -156,10 +159,12 @@ def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, co
                        ("provider", provider), ("role", role), ("max_turns", max_turns), ("image", image),
                        ("timeout_seconds", timeout_seconds), ("after", split(after)),
                        ("env", env_pairs(env) or None), ("output_schema", json_file(output_schema, "--output-schema")),
-                       ("resume", False if no_resume else None), *resources.items()):
+                       ("resume", False if no_resume else None), ("idempotency_key", idempotency_key),
+                       *resources.items()):
         if value is not None:
             args[key] = value
     record = conn().call("delegate", **args)
+    said_repeat(record, record["id"])
     if record.get("queue_paused") and not is_json():
         out(f"{record['id']} queued: the queue is paused (hermesctl resume)", err=True)
     if background:

@@ -19,8 +19,9 @@ from typing import Any, Callable
 import click
 
 from client import render
-from client.common import (INTERRUPTED, conn, exit_for, is_json, json_option, new_connection, out, print_all,
-                           read_text, show, split, text_input, toolset_names, wait_job, working_dir)
+from client.common import (INTERRUPTED, conn, exit_for, idempotency_option, is_json, json_option, new_connection, out,
+                           print_all, read_text, said_repeat, show, split, text_input, toolset_names, wait_job,
+                           working_dir)
 from client.connection import ClientError
 from hermesd import paths
 from hermesd.protocol import ProtocolError
@@ -54,13 +55,17 @@ def _send(session: str, text: str, toolsets: list[str] | None = None, **extra: A
                    "`hermesctl sessions toolsets`.")
 @click.option("--no-resume", "no_resume", is_flag=True,
               help="If hermesd stops or dies during the turn, end it lost instead of resuming it at the next start.")
-def send(session: str, text: str | None, text_file: Any, wait_: bool, toolsets: str | None, no_resume: bool) -> None:
+@idempotency_option
+def send(session: str, text: str | None, text_file: Any, wait_: bool, toolsets: str | None, no_resume: bool,
+         idempotency_key: str | None) -> None:
     """Send TEXT to SESSION (created if new; '-' or --text-file reads it).
     Slash commands: /background PROMPT, /stop, /tasks, /help."""
     answer = _send(session, read_text(text, text_file, "text"), toolset_names(toolsets),
-                   **({"resume": False} if no_resume else {}))
+                   **({"resume": False} if no_resume else {}),
+                   **({"idempotency_key": idempotency_key} if idempotency_key else {}))
     if "turn" not in answer:
         return show(answer, render.slash_text)
+    said_repeat(answer, answer["turn"]["id"])
     if not wait_:
         return show(answer, lambda a: f"{a['turn']['id']} {a['turn']['status']}")
     record = wait_job(answer["turn"]["id"])

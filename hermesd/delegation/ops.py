@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hermesd import idempotency
 from hermesd.context import Context
 from hermesd.contract import TERMINAL
 from hermesd.delegation.service import (Inbox, delegate_from_child, list_children, steer_child, stop_child,
@@ -58,13 +59,18 @@ async def delegate(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``max_open_files`` (a child killed by one ends ``failed`` with
     ``exit_reason: resource_limit`` and the limit named in ``error``).
     Returns the job record; for a background job ``status`` is its state and
-    ``delegation_id`` its id.
+    ``delegation_id`` its id.  ``idempotency_key``: a repeat of a request with the same
+    key gets the job the first one made, with ``repeat: true`` (:mod:`hermesd.idempotency`).
     """
+    key = idempotency.key_of(args, "delegate")
+    first = idempotency.earlier(ctx.jobs, key)
+    if first is not None:
+        return idempotency.repeat(submitted(ctx, first))
     background = arg(args, "background", bool, False)
     queue = arg(args, "queue", bool, False)
     fields = task_fields(ctx, args)
     kind = "background" if background else "delegation"
-    row = ctx.runner.submit(kind, background=background, queue=queue, **fields)
+    row = ctx.runner.submit(kind, background=background, queue=queue, idempotency_key=key, **fields)
     return submitted(ctx, row)
 
 
@@ -74,7 +80,13 @@ async def spawn_parallel(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
     At most ``delegation.max_concurrent_children`` of the group run at once;
     the rest wait their turn.  Returns ``{group, jobs: [record…]}`` in task order.
+    ``idempotency_key``: a repeat gets the group the first request made, with ``repeat: true``.
     """
+    key = idempotency.key_of(args, "spawn_parallel")
+    first = idempotency.earlier(ctx.jobs, key)
+    if first is not None:
+        rows = ctx.jobs.list(parent=first["parent"])
+        return idempotency.repeat({"group": first["parent"], "jobs": [submitted(ctx, r) for r in rows]})
     tasks = arg(args, "tasks", list)
     limit = ctx.config.delegation.max_tasks_per_call
     if not tasks or len(tasks) > limit:
@@ -83,9 +95,11 @@ async def spawn_parallel(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     for i, task in enumerate(tasks):
         if not isinstance(task, dict):
             raise ProtocolError("bad_request", f"tasks[{i}] must be a map", {"field": f"tasks[{i}]"})
-    fields = [task_fields(ctx, {**{k: v for k, v in args.items() if k != "tasks"}, **t}) for t in tasks]
+    fields = [task_fields(ctx, {**{k: v for k, v in args.items() if k not in ("tasks", idempotency.ARG)}, **t})
+              for t in tasks]
     group = new_group()
-    rows = [ctx.runner.submit("delegation", pools=(group,), parent=group, **f) for f in fields]
+    rows = [ctx.runner.submit("delegation", pools=(group,), parent=group, idempotency_key=key if i == 0 else None, **f)
+            for i, f in enumerate(fields)]
     return {"group": group, "jobs": [submitted(ctx, r) for r in rows]}
 
 

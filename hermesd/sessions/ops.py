@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermesd import jobs as jobs_mod
+from hermesd import idempotency, jobs as jobs_mod
 from hermesd.context import Context
 from hermesd.contract import JobSpec
 from hermesd.delegation.service import child_toolsets
@@ -93,7 +93,13 @@ async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     A message starts a turn, which runs when the session is idle; returns ``{session, turn: job record}``.  Slash commands
     (``/background PROMPT``, ``/stop``, ``/tasks``, ``/help``) return
     ``{session, command, …}`` instead.  A new message never stops running children.
-    ``resume=false``: a restart ends the turn ``lost`` instead of resuming it."""
+    ``resume=false``: a restart ends the turn ``lost`` instead of resuming it.
+    ``idempotency_key``: a repeat of a message sent with the same key gets the turn the
+    first one started, with ``repeat: true`` (:mod:`hermesd.idempotency`)."""
+    key = idempotency.key_of(args, "session.send")
+    first = idempotency.earlier(ctx.jobs, key)
+    if first is not None:
+        return idempotency.repeat({"session": first["session"], "turn": jobs_mod.record(first)})
     session = arg(args, "session", str)
     text = arg(args, "text", str)
     if not text.strip():
@@ -115,7 +121,7 @@ async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                        toolsets=toolsets)
     if text.startswith("/"):
         return {"session": session, **_slash(ctx, service, session, text)}
-    turn = service.start_turn(session, text, resume=arg(args, "resume", bool, True))
+    turn = service.start_turn(session, text, resume=arg(args, "resume", bool, True), idempotency_key=key)
     return {"session": session, "turn": jobs_mod.record(turn)}
 
 

@@ -186,9 +186,10 @@ class Sessions:
     # turns ---------------------------------------------------------------
 
     def start_turn(self, session: str, text: str, *, notification: str | None = None,
-                   resume: bool = True) -> dict[str, Any]:
+                   resume: bool = True, idempotency_key: str | None = None) -> dict[str, Any]:
         """Queue a turn of ``session`` for ``text`` (a user message or a completion block);
-        ``resume`` false: a restart ends it ``lost`` instead of resuming it (``hermesd.resume``)."""
+        ``resume`` false: a restart ends it ``lost`` instead of resuming it (``hermesd.resume``);
+        ``idempotency_key``: its stored form (``hermesd.idempotency``)."""
         row = self.require(session)
         spec: dict[str, Any] = {"system_prompt": MAIN_SYSTEM_PROMPT}
         if notification:
@@ -197,7 +198,7 @@ class Sessions:
             spec["resume"] = False
         return self.d.runner.submit("session_turn", pools=(f"session:{session}",), session=session, goal=text,
                                     toolsets=row["spec"].get("toolsets") or [], depth=0,
-                                    cwd=row["spec"].get("cwd"), spec=spec)
+                                    cwd=row["spec"].get("cwd"), spec=spec, idempotency_key=idempotency_key)
 
     def spec_hook(self, row: dict[str, Any], spec: JobSpec) -> None:
         """The spec of a turn's child: the session's history (roles alternating)."""
