@@ -362,11 +362,13 @@ class Agent:
         return None
 
     def progress(self, turn: int, tool: str | None, **extra: Any) -> None:
-        """Report ``child.progress`` to the daemon (no reply awaited); it is activity too."""
+        """Report ``child.progress`` to the daemon (no reply awaited); it is activity too.  With
+        the provider and model, so the bill prices the tokens (:mod:`hermesd.billing`)."""
         self.liveness.touch()
         if self.channel is not None:
             self.channel.notify("child.progress", turn=turn, tool=tool, api_calls=self.api_calls,
-                                tokens=dict(self.tokens), **extra)
+                                tokens=dict(self.tokens), provider=getattr(self.provider, "name", None),
+                                model=getattr(self.provider, "model", None), **extra)
 
     def doing(self, turn: int, activity: str) -> None:
         """Say what the run does now (``activity``), to the daemon too, with the provider

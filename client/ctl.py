@@ -19,7 +19,7 @@ from typing import Any, Callable
 import click
 from click.shell_completion import CompletionItem
 
-from client import approvals, batch, kanban, render, sessions, top
+from client import approvals, batch, kanban, render, sessions, top, usage
 from client.common import (COMPLETION_HELP, Ctl, conn, exit_for, fail, global_options, idempotency_option, is_json,
                            json_option, out, read_text, said_repeat, show, split, stopped_watching, text_input,
                            toolset_names, wait_job, working_dir)
@@ -141,11 +141,15 @@ def ps(show_all: bool, kind: str | None, oldest_first: bool, limit: int | None) 
 @click.option("--no-resume", "no_resume", is_flag=True,
               help="If hermesd stops or dies while it runs, end it lost instead of resuming it at the next start.")
 @idempotency_option
+@click.option("--max-cost-usd", type=float, default=None, metavar="USD",
+              help="Budget of the job and all its subagents: no model call starts once this is spent.")
+@click.option("--max-tokens", type=int, default=None, metavar="TOKENS",
+              help="Budget of the job and all its subagents in tokens (input and output).")
 def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, context: str | None, toolsets: str | None,
              model: str | None, provider: str | None, role: str | None, max_turns: int | None,
              cwd: str | None, timeout_seconds: float | None, after: str | None, env: tuple[str, ...],
              output_schema: Any, image: str | None, no_resume: bool, idempotency_key: str | None,
-             **resources: int | None) -> None:
+             max_cost_usd: float | None, max_tokens: int | None, **resources: int | None) -> None:
     """Hand GOAL to a subagent ('-' or --goal-file: read it).  Foreground: wait, showing
     that it waits on a terminal, and print the result (Ctrl-C stops watching; the
     job goes on).  --background: print the job record (id, status) at once.
@@ -160,7 +164,7 @@ def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, co
                        ("timeout_seconds", timeout_seconds), ("after", split(after)),
                        ("env", env_pairs(env) or None), ("output_schema", json_file(output_schema, "--output-schema")),
                        ("resume", False if no_resume else None), ("idempotency_key", idempotency_key),
-                       *resources.items()):
+                       ("max_cost_usd", max_cost_usd), ("max_tokens", max_tokens), *resources.items()):
         if value is not None:
             args[key] = value
     record = conn().call("delegate", **args)
@@ -403,6 +407,7 @@ def main() -> None:
     cli.main(prog_name="hermesctl")
 
 
-for _family in (sessions.COMMANDS, kanban.COMMANDS, approvals.COMMANDS, (top.top_command, batch.batch_group)):
+for _family in (sessions.COMMANDS, kanban.COMMANDS, approvals.COMMANDS, usage.COMMANDS,
+                (top.top_command, batch.batch_group)):
     for _command in _family:
         cli.add_command(_command)

@@ -114,13 +114,13 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
     """
     import shutil
 
-    head = ("ID", "KIND", "STATUS", "DURATION", "CALLS")
+    head = ("ID", "KIND", "STATUS", "DURATION", "CALLS", "COST")
     rows = []
     for rec in records:
         dur = running_for(rec)
         status = (rec.get("status") or "") + (f" (resumed {rec['resumes']})" if rec.get("resumes") else "")
         rows.append(((rec["id"], rec.get("kind") or "", status,
-                      f"{dur:.1f}s" if dur is not None else "-", str(rec.get("api_calls") or 0)),
+                      f"{dur:.1f}s" if dur is not None else "-", str(rec.get("api_calls") or 0), cost_text(rec)),
                      waiting_text(rec) + (rec.get("goal") or "")))
     widths = [max([len(col), *(len(cells[i]) for cells, _ in rows)]) for i, col in enumerate(head)]
     goal_width = max(20, shutil.get_terminal_size().columns - sum(widths) - 2 * len(widths) - 1)
@@ -222,8 +222,10 @@ def job_text(rec: dict[str, Any]) -> str:
         lines.append(f"  duration: {rec['duration_seconds']:.2f}s")
     if rec.get("resumes"):
         lines.append(f"  resumed: {rec['resumes']} time(s) after a restart, last at {rec.get('resumed_at')}")
-    lines.append(f"  api_calls: {rec.get('api_calls') or 0}  tokens: {tokens.get('input', 0)} in / "
-                 f"{tokens.get('output', 0)} out")
+    lines.append(f"  api_calls: {rec.get('api_calls') or 0}  tokens: {tokens_text(tokens)}  cost: {cost_text(rec)}")
+    if rec.get("tree_usage"):
+        tree = rec["tree_usage"]
+        lines.append(f"  with its subagents: tokens: {tokens_text(tree)}  cost: {cost_text(tree)}")
     if rec.get("error"):
         lines.append(f"  error: {rec['error']}")
     if rec.get("summary"):
@@ -232,6 +234,23 @@ def job_text(rec: dict[str, Any]) -> str:
     if "trajectory" in rec:
         lines += ["  trajectory:", trajectory_text(rec["trajectory"])]
     return "\n".join(lines)
+
+
+def cost_text(rec: dict[str, Any]) -> str:
+    """A record's ``cost_usd`` for people: ``$0.0123``; ``unknown`` (no price for its model, so
+    never a made-up 0) or ``$0.0123 + unknown`` when some of it had no price; ``-`` without tokens."""
+    cost, unknown = float(rec.get("cost_usd") or 0.0), bool(rec.get("cost_unknown"))
+    if unknown:
+        return f"${cost:.4f} + unknown" if cost else "unknown"
+    tokens = rec.get("tokens") if isinstance(rec.get("tokens"), dict) else rec
+    return f"${cost:.4f}" if cost or any(tokens.get(k) for k in ("input", "output")) else "-"
+
+
+def tokens_text(tokens: dict[str, Any]) -> str:
+    """``1200 in (800 cache read, 100 cache write) / 50 out``."""
+    cache = [f"{tokens[k]} cache {k[6:]}" for k in ("cache_read", "cache_write") if tokens.get(k)]
+    return (f"{tokens.get('input', 0)} in" + (f" ({', '.join(cache)})" if cache else "")
+            + f" / {tokens.get('output', 0)} out")
 
 
 def trajectory_text(turns: Any) -> str:

@@ -55,6 +55,9 @@ EVENT_MEANINGS = {
     "`api_calls`, `duration_seconds`, `dispatched_at`, `completed_at`, `result`, `error`, `session`, and "
     "`block`, the rendered self-contained text.",
     "daemon.started": "The daemon is up and ready. `data`: `pid`, `version`.",
+    "budget.exceeded": "A job's report showed one of its budgets spent (once per budget; the job is stopped, "
+    "`failed` with `budget_exceeded`, unless it is a batch item: its run stops dispatching). `data`: `budget` "
+    "(its name), `spent`, `in_flight`, `limit`, `unit` (`usd` or `tokens`), `scope`, `error`.",
     "daemon.stopped": "The daemon finished its graceful stop. `data`: `pid`.",
     "daemon.reloaded": "The config file was re-read. `data`: `source` (its path), `restart_needed` (changed keys "
                        "in force only after a restart).",

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from hermesd import paths
+from hermesd import paths, prices
 from hermesd.contract import (EXECUTORS, PROVIDERS, REASONING_EFFORTS, TOOL_NAMES,  # noqa: F401 (choices)
                               TOOLSETS)
 from hermesd.protocol import INT64_MAX
@@ -224,6 +224,26 @@ class Terminal:
     start_timeout_seconds: float = field(default=60.0, metadata=_min(1))
 
 
+POSITIVE = {"gt": 0}
+"""A number > 0 (a budget's limit)."""
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """``budgets:`` — limits on spend (see :mod:`hermesd.billing`), checked before each model
+    call against what was spent plus what the calls in flight may still spend; unset: none.
+
+    ``daily_cost_usd`` / ``daily_tokens``: all of this daemon's jobs together per UTC day;
+    ``session_daily_cost_usd`` / ``session_daily_tokens``: each session (its turns and their
+    subagents) per UTC day.  Tokens count input and output.
+    """
+
+    daily_cost_usd: float | None = field(default=None, metadata=POSITIVE)
+    daily_tokens: int | None = field(default=None, metadata=POSITIVE)
+    session_daily_cost_usd: float | None = field(default=None, metadata=POSITIVE)
+    session_daily_tokens: int | None = field(default=None, metadata=POSITIVE)
+
+
 @dataclass(frozen=True)
 class RateLimit:
     """One entry of ``rate_limits:`` — what the governor (:mod:`hermesd.governor`) lets every
@@ -243,7 +263,8 @@ RATE_LIMIT_KEYS = {"rate_limit_key": True}
 
 @dataclass(frozen=True)
 class Config:
-    """The whole ``config.yaml``.  ``source`` is the file it came from (or None for defaults)."""
+    """The whole ``config.yaml``.  ``source`` is the file it came from (or None for defaults).
+    ``prices``: the ``prices:`` section as written (:mod:`hermesd.prices`; :meth:`price_table`)."""
 
     model: str | None = None
     provider: str | None = field(default=None, metadata=_choices(*PROVIDERS))
@@ -263,7 +284,13 @@ class Config:
     terminal: Terminal = field(default_factory=Terminal)
     secrets: list[str] = field(default_factory=list, metadata=ENV_NAMES)
     rate_limits: dict[str, RateLimit] = field(default_factory=dict, metadata=RATE_LIMIT_KEYS)
+    prices: dict[str, Any] = field(default_factory=dict, metadata={"check": prices.parse_prices})
+    budgets: Budgets = field(default_factory=Budgets)
     source: str | None = field(default=None, metadata={"internal": True})
+
+    def price_table(self) -> dict[str, prices.Price]:
+        """The prices of models (:data:`hermesd.prices.DEFAULT_PRICES` and the ``prices:`` section)."""
+        return prices.parse_prices(self.prices)[0]
 
     def state_dir(self) -> Path:
         """Directory of ``state.db`` (``supervisor.state_dir`` or ``HERMES_HOME``)."""
@@ -331,6 +358,8 @@ def _describe(hint: Any, meta: dict[str, Any]) -> str:
     base = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, "a list of strings")
     if "max" in meta:
         return base + f" from {meta['min']} to {meta['max']}"
+    if "gt" in meta:
+        return base + f" > {meta['gt']}"
     return base + (f" >= {meta['min']}" if "min" in meta else "")
 
 
@@ -355,6 +384,8 @@ def _convert(value: Any, hint: Any, meta: dict[str, Any]) -> Any:
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
     if ok and "min" in meta:
         ok = value >= meta["min"]
+    if ok and "gt" in meta:
+        ok = value > meta["gt"]
     if ok and isinstance(value, (int, float)) and not isinstance(value, bool):
         ok = value <= meta.get("max", INT64_MAX) and value == value and value != float("inf")
     if ok and "choices" in meta:
@@ -402,6 +433,14 @@ def _build(cls: type, data: Any, prefix: str, file: str | None, lines: _Lines, e
         if name not in data:
             continue
         hint = hints[name]
+        if "check" in f.metadata:  # a section of names chosen by the user: its own parser names the problems
+            problems = f.metadata["check"](data[name])[1]
+            for key, reason in problems:
+                dotted = f"{prefix}{name}" + (f".{key}" if key else "")
+                errors.append(ConfigError(reason, file, lines.get(dotted), dotted))
+            if not problems:
+                values[name] = data[name] or {}
+            continue
         if typing.get_origin(hint) is dict:
             values[name] = _build_entries(typing.get_args(hint)[1], data[name], f"{prefix}{name}", file, lines, errors)
             continue

@@ -95,7 +95,10 @@ def check_transition(job_id: str, old: str, new: str, *, process: bool = True) -
 def record(row: dict[str, Any]) -> dict[str, Any]:
     """The public job record of SPEC §11 from a ``jobs`` row."""
     out = {k: row.get(k) for k in RECORD_FIELDS if k != "tokens"}
-    out["tokens"] = {"input": row.get("tokens_in") or 0, "output": row.get("tokens_out") or 0}
+    out["tokens"] = {"input": row.get("tokens_in") or 0, "output": row.get("tokens_out") or 0,
+                     "cache_write": row.get("cache_write") or 0, "cache_read": row.get("cache_read") or 0}
+    out["cost_usd"] = round(float(row.get("cost_usd") or 0.0), 6)  # what had a price (hermesd.billing)
+    out["cost_unknown"] = bool(row.get("cost_unknown"))  # some tokens' model had no price
     out["background"] = bool(row.get("background"))
     out["trace"] = row.get("trace") or []
     return out

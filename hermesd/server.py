@@ -28,6 +28,7 @@ import zmq
 
 from batch import ops as batch
 from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, private, protocol, resume
+from hermesd.billing.ops import BillingPlugin
 from hermesd.containers.plugin import ContainersPlugin
 from hermesd.governor.ops import GovernorPlugin
 from hermesd.context import Context
@@ -70,6 +71,7 @@ PLUGINS: tuple[type[Plugin], ...] = (
     ApprovalsPlugin,              # no kind: tool calls waiting for a person (after control: its hooks)
     ContainersPlugin,             # no kind: any job's container (made at admission, removed at exit and restart)
     GovernorPlugin,               # no kind: every model call's grant (rate limits per provider endpoint and key)
+    BillingPlugin,                # no kind: the bill of every job, its budgets; the usage op
 )
 """The job types, in the order their hooks run.  Adding one: its module, and a line here."""
 

@@ -180,6 +180,35 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN resumed_at TEXT;
     ALTER TABLE jobs ADD COLUMN idempotency_key TEXT;
     CREATE UNIQUE INDEX jobs_idempotency_key ON jobs(idempotency_key) WHERE idempotency_key IS NOT NULL
+    # 7: the bill (hermesd.billing): what each job's model calls spent, kept when retention removes the job;
+    # each job's cache tokens and cost beside its tokens_in/tokens_out
+    """
+    CREATE TABLE spend (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time TEXT NOT NULL,
+        day TEXT NOT NULL,
+        job TEXT NOT NULL,
+        kind TEXT,
+        tree TEXT NOT NULL,
+        tree_kind TEXT,
+        session TEXT,
+        provider TEXT,
+        model TEXT,
+        calls INTEGER NOT NULL DEFAULT 0,
+        input INTEGER NOT NULL DEFAULT 0,
+        output INTEGER NOT NULL DEFAULT 0,
+        cache_write INTEGER NOT NULL DEFAULT 0,
+        cache_read INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL
+    );
+    CREATE INDEX spend_job ON spend(job);
+    CREATE INDEX spend_tree ON spend(tree);
+    CREATE INDEX spend_day ON spend(day);
+    CREATE INDEX spend_session ON spend(session, day);
+    ALTER TABLE jobs ADD COLUMN cache_write INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN cache_read INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN cost_unknown INTEGER NOT NULL DEFAULT 0
     """,
 ]
 

@@ -30,7 +30,8 @@ from child.tools import Tool, ToolContext, ToolError, daemon_call, schema
 MAX_TASKS = 8
 """Most tasks one call may delegate."""
 
-SHARED = ("context", "toolsets", "role", "model", "timeout_seconds", "output_schema", "image")
+SHARED = ("context", "toolsets", "role", "model", "timeout_seconds", "output_schema", "image", "max_cost_usd",
+          "max_tokens")
 """Task fields that may be given once for every task of a call."""
 
 _FIELDS = {
@@ -48,6 +49,10 @@ _FIELDS = {
     "image": {"type": "string", "minLength": 1,
               "description": "Container image the subagent's terminal commands run in (its working directory "
                              "mounted at /workspace); default: the configured terminal."},
+    "max_cost_usd": {"type": "number", "exclusiveMinimum": 0,
+                     "description": "Budget in USD of the subagent and all it delegates: it is stopped once spent."},
+    "max_tokens": {"type": "integer", "minimum": 1,
+                   "description": "Budget in tokens (input and output) of the subagent and all it delegates."},
 }
 _GOAL = {"type": "string", "minLength": 1, "description": "What the subagent must achieve, self-contained."}
 _TASK = schema({"goal": _GOAL, "prompt": {**_GOAL, "description": "Same as goal."}, **_FIELDS})

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermesd import config as config_mod
 from hermesd.system import limits
+from hermesd.billing import ledger
 from hermesd.contract import PROVIDERS, ROLES
 from hermesd.protocol import ProtocolError, arg, expand_toolsets, in_range
 
@@ -38,7 +39,8 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     container of that image: :class:`hermesd.containers.plugin.ContainersPlugin`), ``resume`` (false: a restart
     ends the job ``lost`` instead of resuming it: :mod:`hermesd.resume`), and the resource limits
     ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes``,
-    ``max_open_files`` (see :mod:`hermesd.system.limits`; at most the config's).  Raises ``ProtocolError``
+    ``max_open_files`` (see :mod:`hermesd.system.limits`; at most the config's), and the budget of the
+    job's whole subtree ``max_cost_usd``, ``max_tokens`` (:mod:`hermesd.billing.ledger`).  Raises ``ProtocolError``
     (``bad_request``/``too_large``) naming the field.
     """
     goal = arg(args, "goal", str)
@@ -70,6 +72,9 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     resources = limits.requested(args, limits.ceiling(ctx.config.child_limits))
     if resources:
         spec["resources"] = resources
+    budget = ledger.budget_of(args)
+    if budget:
+        spec["budget"] = budget
     in_range(spec.get("max_turns"), "max_turns", 1, MAX_TURNS)
     in_range(spec.get("timeout_seconds"), "timeout_seconds", 0.1, MAX_TIMEOUT_SECONDS)
     check_limit(spec.get("timeout_seconds"), "timeout_seconds")

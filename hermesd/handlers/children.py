@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any
 
+from hermesd.billing import ops as billing
 from hermesd.context import Context
 from hermesd.contract import JobResult
 from hermesd.router import op
@@ -25,6 +26,7 @@ async def child_progress(ctx: Context, job: str, args: dict[str, Any]) -> dict[s
     "in tool terminal running `pytest -x`"), ``provider``, ``model`` (the daemon names them
     when the job times out or its process dies)."""
     ctx.runner.on_progress(job, args)
+    billing.observe(ctx, job, args)
     return {}
 
 
@@ -48,5 +50,7 @@ async def child_result(ctx: Context, job: str, args: dict[str, Any]) -> dict[str
             _save_trajectory(ctx, job, result.trajectory)
         except OSError:
             pass  # the job's result still counts; the trajectory file is a convenience
+    billing.observe(ctx, job, {"tokens": result.tokens, "api_calls": result.api_calls, "provider": result.provider,
+                               "model": result.model}, final=True)
     ctx.runner.on_result(job, result)
     return {}

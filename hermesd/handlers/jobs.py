@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from hermesd import jobs as jobs_mod
+from hermesd.billing.ledger import Ledger
 from hermesd.context import Context
 from hermesd.contract import LIVE
 from hermesd.governor.service import Governor
@@ -87,10 +88,13 @@ async def job(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("result")
 async def result(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    """The record of job ``id`` with its tool trace; ``trajectory=true`` adds the
-    ShareGPT trajectory the child recorded (``null`` when it recorded none)."""
+    """The record of job ``id`` with its tool trace and ``tree_usage``: the tokens and cost of the
+    job with all its subagents (``{calls, input, output, cache_write, cache_read, tokens, cost_usd,
+    cost_unknown}``); ``trajectory=true`` adds the ShareGPT trajectory the child recorded
+    (``null`` when it recorded none)."""
     row = ctx.jobs.require(arg(args, "id", str))
     rec = public(row)
+    rec["tree_usage"] = ctx.service(Ledger).spent(("tree", row["id"]))
     if arg(args, "trajectory", bool, False):
         path = ctx.runner.job_dir(row["id"]) / "trajectory.json"
         try:

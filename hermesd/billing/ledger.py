@@ -1,0 +1,374 @@
+"""The ledger: what every job's model calls spent, and the budgets that stop spend.
+
+One ledger for every kind of job.  Spend arrives two ways, counted once:
+
+* per model call, :meth:`Ledger.settle` (the grant's report after the call);
+* from a child's running totals (``child.progress`` / ``child.result`` ``tokens``),
+  :meth:`Ledger.observe`: what they add to what was recorded for the child's run.
+
+Each record is a row of ``spend`` (the state database's migration 7: time, UTC
+day, job, its kind, its tree — the top of its parent chain: a delegation's root,
+a batch run, a Kanban task —, session, provider, model, tokens and cost; the
+cost is NULL when the model has no price), written in its own transaction, and
+the job's own totals (``jobs.cache_write``, ``cache_read``, ``cost_usd``,
+``cost_unknown``).  ``spend`` rows outlive the jobs (retention removes jobs, not
+what they cost): a restart, or a cleanup, forgets nothing that was spent.
+
+Budgets (:class:`Budget`): a job's and its ancestors' own (``max_cost_usd``,
+``max_tokens`` in the job's spec: a delegation tree, a batch run), the
+session's per UTC day and the daemon's per UTC day (``budgets:`` in the config).
+:meth:`Ledger.reserve` refuses a model call when what a budget's scope spent plus
+what the calls in flight in it may still spend (each at its ``max_tokens`` and
+its input estimate, at the model's price) reaches its limit; so calls running in
+parallel overshoot a limit by at most one call each.  Tokens count input and
+output.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from hermesd import clock
+from hermesd.contract import TOKEN_KEYS
+from hermesd.prices import Price, price_of
+from hermesd.protocol import ProtocolError, arg
+
+BUDGET_KEYS = ("max_cost_usd", "max_tokens")
+"""A job's own budget, in its spec's ``budget`` map: USD, tokens (input and output) of its whole subtree."""
+
+MAX_COST_USD = 1e9
+MAX_TOKENS = 1 << 53
+
+SUMS = ("COALESCE(SUM(calls), 0) AS calls, " + ", ".join(f"COALESCE(SUM({k}), 0) AS {k}" for k in TOKEN_KEYS)
+        + ", COALESCE(SUM(cost_usd), 0) AS cost_usd, "
+        "COALESCE(MAX(cost_usd IS NULL AND input + output > 0), 0) AS cost_unknown")
+"""The sums of ``spend`` rows a bill shows."""
+
+_grants = itertools.count(1)
+
+
+def budget_of(args: dict[str, Any]) -> dict[str, Any] | None:
+    """A request's ``max_cost_usd`` (USD) and ``max_tokens`` (input and output tokens) as a
+    job's ``budget`` map (None when neither is given).  Raises ``ProtocolError(bad_request)``
+    naming the field when a limit is not a number > 0."""
+    budget = {}
+    for key, types, most in zip(BUDGET_KEYS, ((int, float), int), (MAX_COST_USD, MAX_TOKENS)):
+        value = arg(args, key, types, None)
+        if value is None:
+            continue
+        if not 0 < value <= most or value != value:
+            raise ProtocolError("bad_request", f"argument '{key}' must be a number > 0 (at most {most:g}), "
+                                f"not {value!r}", {"field": key})
+        budget[key] = value
+    return budget or None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One limit over one scope.
+
+    ``name``: what a refusal calls it (``"max_cost_usd of delegation tree deleg_3"``);
+    ``scope``: ``("tree", job)`` (the job and all its descendants), ``("session", id,
+    day)`` or ``("day", day)``; ``unit``: ``"usd"`` or ``"tokens"``; ``limit`` > 0.
+    """
+
+    name: str
+    scope: tuple[str, ...]
+    unit: str
+    limit: float
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a model call may not run: ``budget`` (its name), ``spent`` and ``in_flight``
+    (in the budget's unit), ``limit``, ``unit``, and ``reason`` when it is not the
+    amount (a cost limit over a model without a price)."""
+
+    budget: str
+    spent: float
+    in_flight: float
+    limit: float
+    unit: str
+    reason: str | None = None
+    scope: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """The error a stopped job ends with: the budget, what was spent and the limit."""
+        if self.reason:
+            return f"budget exceeded: {self.budget}: {self.reason}"
+        flight = f" (+{amount(self.in_flight, self.unit)} in flight)" if self.in_flight else ""
+        return (f"budget exceeded: {self.budget}: spent {amount(self.spent, self.unit)}{flight} "
+                f"of its limit {amount(self.limit, self.unit)}")
+
+    def details(self) -> dict[str, Any]:
+        """The refusal as data (an event's, a grant's reply)."""
+        return {"budget": self.budget, "spent": self.spent, "in_flight": self.in_flight, "limit": self.limit,
+                "unit": self.unit, "reason": self.reason, "scope": list(self.scope), "error": self.text()}
+
+
+def amount(value: float, unit: str) -> str:
+    """``$0.0123`` or ``12,345 tokens``."""
+    return f"${value:.4f}" if unit == "usd" else f"{int(value):,} tokens"
+
+
+@dataclass
+class _Reservation:
+    job: str
+    scopes: frozenset[tuple[str, ...]]
+    tokens: int
+    cost: float
+
+
+@dataclass
+class _Run:
+    """What is recorded of one live child's run: its running totals as reported."""
+
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
+    calls: int = 0
+
+
+class Ledger:
+    """The bill of every job and the budget checks (see the module doc).
+
+    ``store``: the state database; ``jobs``: the job table (``get(id)`` → row);
+    ``config``: a callable returning the current :class:`hermesd.config.Config`
+    (prices and budgets follow a reload).  Runs on the event loop; each record is
+    one small transaction.
+    """
+
+    def __init__(self, store: Any, jobs: Any, config: Callable[[], Any]):
+        self.store, self.jobs, self.config = store, jobs, config
+        self._runs: dict[str, _Run] = {}
+        self._inflight: dict[tuple[str, str], _Reservation] = {}
+        self._prices: tuple[Any, dict[str, Price]] = (None, {})
+
+    # prices ---------------------------------------------------------------------
+
+    def price(self, model: str | None) -> Price | None:
+        """The price of ``model`` under the current config, or None (unknown)."""
+        config = self.config()
+        if self._prices[0] is not config:
+            self._prices = (config, config.price_table())
+        return price_of(model, self._prices[1])
+
+    # recording ------------------------------------------------------------------
+
+    def observe(self, job_id: str, tokens: Any, *, provider: str | None = None, model: str | None = None,
+                api_calls: Any = None) -> bool:
+        """A child's running totals (``tokens`` as ``contract.TOKEN_KEYS``, ``api_calls``):
+        record what they add to what is recorded of its run.  A total lower than the
+        recorded one means a new run of the job (a new process): counted from zero.
+        Returns True when something was recorded."""
+        if not isinstance(tokens, dict):
+            return False
+        now = {k: max(0, _int(tokens.get(k))) for k in TOKEN_KEYS}
+        calls = max(0, _int(api_calls))
+        run = self._runs.setdefault(job_id, _Run())
+        if any(now[k] < run.tokens[k] for k in TOKEN_KEYS) or calls < run.calls:
+            run.tokens, run.calls = dict.fromkeys(TOKEN_KEYS, 0), 0
+        delta = {k: now[k] - run.tokens[k] for k in TOKEN_KEYS}
+        added = max(0, calls - run.calls)
+        run.tokens, run.calls = now, max(calls, run.calls)
+        if not any(delta.values()):
+            return False
+        self.record(job_id, delta, provider=provider, model=model, calls=added)
+        return True
+
+    def record(self, job_id: str, tokens: dict[str, int], *, provider: str | None, model: str | None,
+               calls: int = 1) -> None:
+        """Write one ``spend`` row for ``job_id`` and add it to the job's totals (one transaction)."""
+        row = self.jobs.get(job_id) or {"id": job_id}
+        model = model or row.get("model")
+        price = self.price(model)
+        cost = price.cost(tokens) if price is not None else None
+        tree, tree_kind = self.tree_of(row)
+        now = clock.now_iso()
+        with self.store.transaction():
+            self.store.insert("spend", {
+                "time": now, "day": now[:10], "job": job_id, "kind": row.get("kind"), "tree": tree,
+                "tree_kind": tree_kind, "session": row.get("session"), "provider": provider or row.get("provider"),
+                "model": model, "calls": calls, **{k: int(tokens.get(k) or 0) for k in TOKEN_KEYS},
+                "cost_usd": cost})
+            self.store.db.execute(
+                "UPDATE jobs SET cache_write = cache_write + ?, cache_read = cache_read + ?, "
+                "cost_usd = cost_usd + ?, cost_unknown = MAX(cost_unknown, ?) WHERE id = ?",
+                (int(tokens.get("cache_write") or 0), int(tokens.get("cache_read") or 0), cost or 0.0,
+                 int(cost is None and bool(tokens.get("input") or tokens.get("output"))), job_id))
+
+    def forget(self, job_id: str) -> None:
+        """The job's process is gone: drop its run's totals and its calls in flight."""
+        self._runs.pop(job_id, None)
+        for key in [k for k in self._inflight if k[0] == job_id]:
+            del self._inflight[key]
+
+    def tree_of(self, row: dict[str, Any]) -> tuple[str, str | None]:
+        """The top of ``row``'s parent chain and its kind: ``(job id, kind)``, or a parent that
+        is no job (a Kanban task ``kb_N``: kind ``kanban_task``)."""
+        seen = {row["id"]}
+        while row.get("parent"):
+            parent = self.jobs.get(row["parent"])
+            if parent is None:
+                return row["parent"], "kanban_task" if str(row["parent"]).startswith("kb_") else None
+            if parent["id"] in seen:
+                break
+            seen.add(parent["id"])
+            row = parent
+        return row["id"], row.get("kind")
+
+    # budgets --------------------------------------------------------------------
+
+    def budgets_of(self, row: dict[str, Any]) -> list[Budget]:
+        """Every budget a model call of job ``row`` counts against."""
+        out: list[Budget] = []
+        seen: set[str] = set()
+        node: dict[str, Any] | None = row
+        while node is not None and node["id"] not in seen:
+            seen.add(node["id"])
+            budget = (node.get("spec") or {}).get("budget") or {}
+            what = "batch run" if node.get("kind") == "batch" else "delegation tree of"
+            for key, unit in zip(BUDGET_KEYS, ("usd", "tokens")):
+                if budget.get(key):
+                    out.append(Budget(f"{key} of {what} {node['id']}", ("tree", node["id"]), unit,
+                                      float(budget[key])))
+            node = self.jobs.get(node["parent"]) if node.get("parent") else None
+        limits, day = self.config().budgets, clock.now_iso()[:10]
+        if row.get("session"):
+            for value, unit, key in ((limits.session_daily_cost_usd, "usd", "session_daily_cost_usd"),
+                                     (limits.session_daily_tokens, "tokens", "session_daily_tokens")):
+                if value:
+                    out.append(Budget(f"budgets.{key} of session {row['session']} on {day}",
+                                      ("session", row["session"], day), unit, float(value)))
+        for value, unit, key in ((limits.daily_cost_usd, "usd", "daily_cost_usd"),
+                                 (limits.daily_tokens, "tokens", "daily_tokens")):
+            if value:
+                out.append(Budget(f"budgets.{key} on {day}", ("day", day), unit, float(value)))
+        return out
+
+    def spent(self, scope: tuple[str, ...]) -> dict[str, Any]:
+        """What ``scope`` (a :attr:`Budget.scope`) spent: ``{calls, input, output, cache_write,
+        cache_read, tokens, cost_usd, cost_unknown}`` (``tokens``: input and output;
+        ``cost_unknown``: some of it had no price)."""
+        kind = scope[0]
+        if kind == "day":
+            where, params = "WHERE day = ?", (scope[1],)
+        elif kind == "session":
+            where, params = "WHERE session = ? AND day = ?", (scope[1], scope[2])
+        elif (self.jobs.get(scope[1]) or {}).get("parent"):
+            where, params = "WHERE job IN (SELECT id FROM sub)", (scope[1],)
+        else:
+            where, params = "WHERE tree = ?", (scope[1],)
+        sub = ("WITH RECURSIVE sub(id) AS (SELECT ? UNION SELECT j.id FROM jobs j JOIN sub ON j.parent = sub.id) "
+               if "sub" in where else "")
+        row = self.store.one(f"{sub}SELECT {SUMS} FROM spend {where}", params)
+        return {**row, "tokens": row["input"] + row["output"], "cost_usd": round(float(row["cost_usd"]), 6),
+                "cost_unknown": bool(row["cost_unknown"])}
+
+    def used(self, budget: Budget) -> float:
+        """What ``budget``'s scope spent, in its unit."""
+        spent = self.spent(budget.scope)
+        return spent["cost_usd"] if budget.unit == "usd" else spent["tokens"]
+
+    def check(self, job_id: str, *, model: str | None = None, tokens: int = 0, cost: float | None = 0.0,
+              budgets: Iterable[Budget] | None = None) -> Refusal | None:
+        """The first budget of ``job_id`` that a call of ``tokens`` (at most) costing ``cost``
+        (None: no price) may not start under: spent plus in flight reaches the limit.
+        ``budgets``: those to check (default: all of the job's)."""
+        row = self.jobs.get(job_id)
+        if row is None:
+            return None
+        for budget in self.budgets_of(row) if budgets is None else budgets:
+            if budget.unit == "usd" and cost is None:
+                return Refusal(budget.name, 0.0, 0.0, budget.limit, budget.unit,
+                               f"the price of model {model or '(unknown)'} is unknown, so its cost cannot be "
+                               "kept within the limit (give it a price under prices: in the config)", budget.scope)
+            used = self.used(budget)
+            flight = sum((r.cost if budget.unit == "usd" else r.tokens) for r in self._inflight.values()
+                         if budget.scope in r.scopes)
+            if used + flight >= budget.limit:
+                return Refusal(budget.name, used, flight, budget.limit, budget.unit, scope=budget.scope)
+        return None
+
+    def reserve(self, job_id: str, model: str | None, provider: str | None, max_tokens: int,
+                input_estimate: int, *, grant_id: str | None = None) -> Refusal | None:
+        """Before a model call of ``job_id``: a :class:`Refusal` when a budget of the job does
+        not allow it (see the module doc), else None and the call is in flight (at most
+        ``input_estimate`` prompt and ``max_tokens`` output tokens, at ``model``'s price)
+        until :meth:`settle` with the same ``grant_id`` (or the job's oldest)."""
+        row = self.jobs.get(job_id)
+        if row is None:
+            return None
+        price = self.price(model or row.get("model"))
+        tokens = max(0, int(input_estimate)) + max(0, int(max_tokens))
+        cost = price.cost({"input": input_estimate, "output": max_tokens}) if price is not None else None
+        budgets = self.budgets_of(row)
+        refusal = self.check(job_id, model=model, tokens=tokens, cost=cost, budgets=budgets)
+        if refusal is None:
+            key = (job_id, grant_id or f"g{next(_grants)}")
+            self._inflight[key] = _Reservation(job_id, frozenset(b.scope for b in budgets), tokens, cost or 0.0)
+        return refusal
+
+    def settle(self, job_id: str, grant_id: str | None, model: str | None, usage: Any, *,
+               provider: str | None = None) -> None:
+        """After a model call of ``job_id``: its reservation ends and ``usage`` (tokens as
+        ``contract.TOKEN_KEYS``) is recorded — and counted as part of the child's next
+        running totals, so :meth:`observe` does not count it again."""
+        key = (job_id, grant_id) if (job_id, grant_id) in self._inflight else next(
+            (k for k in self._inflight if k[0] == job_id), None)
+        if key is not None:
+            del self._inflight[key]
+        if not isinstance(usage, dict):
+            return
+        tokens = {k: max(0, _int(usage.get(k))) for k in TOKEN_KEYS}
+        run = self._runs.setdefault(job_id, _Run())
+        run.tokens = {k: run.tokens[k] + tokens[k] for k in TOKEN_KEYS}
+        run.calls += 1
+        if any(tokens.values()):
+            self.record(job_id, tokens, provider=provider, model=model, calls=1)
+
+    def exhausted(self, job_id: str) -> Refusal | None:
+        """The first budget of ``job_id`` whose scope has spent its limit already (after a report)."""
+        row = self.jobs.get(job_id)
+        if row is None:
+            return None
+        for budget in self.budgets_of(row):
+            used = self.used(budget)
+            if used >= budget.limit:
+                return Refusal(budget.name, used, 0.0, budget.limit, budget.unit, scope=budget.scope)
+        return None
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+REPORT_BY = {"job": "job", "tree": "tree", "session": "session", "batch": "tree", "task": "tree", "model": "model",
+             "day": "day"}
+"""``hermesctl usage --by``: the ``spend`` column each grouping is by (``batch``: trees that are
+batch runs; ``task``: trees that are Kanban tasks; ``tree``: every tree, a delegation's root)."""
+
+_REPORT_WHERE = {"session": "session IS NOT NULL", "batch": "tree_kind = 'batch'", "task": "tree_kind = 'kanban_task'"}
+
+
+def report(store: Any, *, by: str = "day", since: str | None = None) -> dict[str, Any]:
+    """The bill grouped ``by`` (:data:`REPORT_BY`) from ``since`` (ISO 8601 UTC, inclusive):
+    ``{by, since, rows: [{key, kind?, calls, input, output, cache_write, cache_read, cost_usd,
+    cost_unknown}], total: {...}}``, rows in key order.  ``cost_usd`` counts what had a price;
+    ``cost_unknown`` is true when some tokens had none."""
+    column = REPORT_BY[by]
+    where, params = [], []
+    if since:
+        where.append("time >= ?")
+        params.append(since)
+    if by in _REPORT_WHERE:
+        where.append(_REPORT_WHERE[by])
+    clause = (" WHERE " + " AND ".join(where)) if where else ""
+    kind = ", MAX(kind) AS kind" if by == "job" else ", MAX(tree_kind) AS kind" if column == "tree" else ""
+    rows = store.all(f"SELECT {column} AS key{kind}, {SUMS} FROM spend{clause} GROUP BY {column} ORDER BY {column}",
+                     params)
+    total = store.one(f"SELECT {SUMS} FROM spend{clause}", params)
+    for row in [*rows, total]:
+        row["cost_unknown"] = bool(row["cost_unknown"])
+        row["cost_usd"] = round(float(row["cost_usd"]), 6)
+    return {"by": by, "since": since, "rows": rows, "total": total}

@@ -1,0 +1,90 @@
+"""The bill's plugin (no job kind: it sees every job) and the ``usage`` op.
+
+The plugin makes the :class:`hermesd.billing.ledger.Ledger` (``ctx.service(Ledger)``);
+the child ops ``child.progress`` and ``child.result`` hand it each child's running
+totals (:func:`observe`).  A job whose report shows one of its budgets spent is
+stopped (``failed``, ``budget_exceeded``, the error naming the budget, what was spent
+and the limit) — but an item of a batch run over its run's budget is left to finish:
+the run stops dispatching instead (:mod:`batch.job`).  Each such budget is announced
+once with a ``budget.exceeded`` event.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from hermesd.billing.ledger import REPORT_BY, Ledger, Refusal, report
+from hermesd.context import Context
+from hermesd.plugin import Plugin
+from hermesd.protocol import ProtocolError, arg
+from hermesd.router import op
+
+class BillingPlugin(Plugin):
+    """The ledger's owner (see the module doc); no job kind."""
+
+    def __init__(self, ctx: Any):
+        super().__init__(ctx)
+        self.ledger = ctx.provide(Ledger(ctx.store, ctx.jobs, lambda: ctx.config))
+        self.announced: set[str] = set()
+        ctx.provide(self)
+
+    def after_exit(self, row: dict[str, Any] | None) -> None:
+        """A job ended and its process is gone: the ledger forgets its run (what it spent stays)."""
+        if row is not None:
+            self.ledger.forget(row["id"])
+
+    def exceeded(self, job_id: str, refusal: Refusal) -> None:
+        """``job_id``'s report shows ``refusal``'s budget spent: stop the job (unless it is a batch
+        item under its run's budget) and announce the budget once."""
+        if refusal.budget not in self.announced:
+            self.announced.add(refusal.budget)
+            self.ctx.events.emit("budget.exceeded", job=job_id, data=refusal.details())
+        scope_row = self.ctx.jobs.get(refusal.scope[1]) if refusal.scope[:1] == ("tree",) else None
+        if scope_row is not None and scope_row["kind"] == "batch":
+            return  # the run stops dispatching; what runs finishes
+        try:
+            self.ctx.runner.stop(job_id, "budget_exceeded", error=refusal.text())
+        except ProtocolError:
+            pass  # it ended meanwhile
+
+
+def observe(ctx: Context, job: str, args: dict[str, Any], *, final: bool = False) -> None:
+    """Hand a child report's running totals to the ledger (``child.progress``; ``child.result``
+    with ``final``), and stop the job when they show a budget of it spent (not after its
+    final report: it has ended)."""
+    ledger = ctx.service(Ledger)
+    doing = ctx.runner.doing(job)
+    if ledger.observe(job, args.get("tokens"), provider=args.get("provider") or doing.provider,
+                      model=args.get("model") or doing.model, api_calls=args.get("api_calls")) and not final:
+        refusal = ledger.exhausted(job)
+        if refusal is not None:
+            ctx.service(BillingPlugin).exceeded(job, refusal)
+
+
+def since_of(args: dict[str, Any]) -> str | None:
+    """The ``since`` argument (an ISO 8601 date or time; a naive one is UTC) as UTC ISO 8601
+    text comparable with the ledger's times.  Raises ``ProtocolError(bad_request)``."""
+    text = arg(args, "since", str, None)
+    if text is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ProtocolError("bad_request", f"argument 'since' must be an ISO 8601 date or time such as "
+                            f"2026-12-01 or 2026-12-01T09:00:00Z, not {text!r}", {"field": "since"}) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+@op("usage")
+async def usage(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """The bill: tokens and cost of every model call, grouped ``by`` ``job``, ``tree`` (a
+    delegation's root and everything below it), ``session``, ``batch`` (runs), ``task``
+    (Kanban tasks), ``model`` or ``day`` (UTC; the default), from ``since`` (ISO 8601; a
+    date is its midnight UTC).  Returns ``{by, since, rows: [{key, kind?, calls, input,
+    output, cache_write, cache_read, cost_usd, cost_unknown}], total}``: ``input`` counts
+    every prompt token, the cache's writes and reads among them; ``cost_usd`` what had a
+    price; ``cost_unknown`` true when some tokens' model had none."""
+    return report(ctx.store, by=arg(args, "by", str, "day", choices=tuple(REPORT_BY)), since=since_of(args))

@@ -1,0 +1,90 @@
+"""The bill through a real daemon: tokens and cost per job from the fake API's usage (cache tokens
+included), rolled up, shown by ps/result/usage, kept across a restart; budgets that stop a job."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.fakes import scrub_env
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.cache import PromptCache
+
+PRICES = {"claude-test": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}
+LOOP = [{"tool_calls": [{"name": "terminal", "input": {"command": "echo hi"}}]}] * 20
+
+
+@pytest.fixture
+def api(monkeypatch):
+    scrub_env(monkeypatch)
+    with FakeAnthropic(cache=PromptCache(min_tokens=64)) as server:
+        yield server
+
+
+def fake_daemon(make_daemon, api, **config):
+    return make_daemon({"provider": "anthropic", "base_url": api.url, "model": "claude-test", "prices": PRICES,
+                        **config}, env={"ANTHROPIC_API_KEY": "test-key"})
+
+
+def test_tokens_and_cost_per_job_rolled_up_shown_and_kept(make_daemon, api):
+    api.reply_tool_use("terminal", {"command": "echo one"})
+    d = fake_daemon(make_daemon, api)
+    job = d.wait_job(d.delegate("run echo", toolsets=["terminal"])["id"])
+    assert job["status"] == "completed" and job["api_calls"] == 2
+    tokens = job["tokens"]
+    usages = [r.usage for r in api.requests]
+    assert tokens["cache_read"] == sum(u["cache_read_input_tokens"] for u in usages) > 0  # the 2nd call read the 1st
+    assert tokens["cache_write"] == sum(u["cache_creation_input_tokens"] for u in usages) > 0
+    assert tokens["input"] == sum(u["input_tokens"] + u["cache_creation_input_tokens"] + u["cache_read_input_tokens"]
+                                  for u in usages)
+    uncached = tokens["input"] - tokens["cache_write"] - tokens["cache_read"]
+    expected = (uncached * 3 + tokens["output"] * 15 + tokens["cache_write"] * 3.75 + tokens["cache_read"] * 0.3) / 1e6
+    assert job["cost_usd"] == pytest.approx(expected, abs=1e-6) and not job["cost_unknown"]
+    result = d.call("result", id=job["id"])
+    assert result["tree_usage"]["cost_usd"] == job["cost_usd"] and result["tree_usage"]["calls"] == 2
+
+    unpriced = d.wait_job(d.delegate("say hi", toolsets=[], model="claude-unpriced")["id"])
+    assert unpriced["cost_unknown"] and unpriced["cost_usd"] == 0 and unpriced["tokens"]["input"] > 0
+    listing = d.ctl("ps", "--all")
+    assert listing.returncode == 0 and "COST" in listing.stdout and "unknown" in listing.stdout
+    assert f"${job['cost_usd']:.4f}" in listing.stdout
+    shown = d.ctl("result", unpriced["id"])
+    assert "cost: unknown" in shown.stdout
+
+    by_model = json.loads(d.ctl("usage", "--by", "model", "--json").stdout)
+    rows = {r["key"]: r for r in by_model["rows"]}
+    assert rows["claude-test"]["cost_usd"] == job["cost_usd"] and rows["claude-test"]["calls"] == 2
+    assert rows["claude-unpriced"]["cost_unknown"] and by_model["total"]["cost_unknown"]
+    text = d.ctl("usage", "--by", "job").stdout.splitlines()
+    assert text[0].split() == ["JOB", "CALLS", "INPUT", "CACHE", "WRITE", "CACHE", "READ", "OUTPUT", "COST"]
+    assert any(line.startswith(job["id"]) and line.endswith(f"${job['cost_usd']:.4f}") for line in text)
+    assert text[-1].startswith("total") and text[-1].endswith("+ unknown")
+    assert d.ctl("usage", "--since", "2999-01-01").stdout.strip() == "nothing spent since 2999-01-01"
+    bad = d.ctl("usage", "--since", "yesterday")
+    assert bad.returncode != 0 and "argument 'since' must be an ISO 8601 date" in bad.stderr
+
+    d.stop()
+    d.start()  # a restart does not forget what was spent
+    assert json.loads(d.ctl("usage", "--by", "model", "--json").stdout) == by_model
+    assert d.call("job", id=job["id"])["cost_usd"] == job["cost_usd"]
+
+
+def test_a_budget_stops_the_job_naming_it(make_daemon):
+    d = make_daemon()  # the scripted provider: tokens, no price
+    job = d.wait_job(d.delegate("loop", toolsets=["terminal"], script=LOOP, max_tokens=300)["id"])
+    assert (job["status"], job["exit_reason"]) == ("failed", "budget_exceeded")
+    assert job["error"].startswith(f"budget exceeded: max_tokens of delegation tree of {job['id']}: spent ")
+    assert job["error"].endswith("of its limit 300 tokens")
+    assert 300 <= job["tokens"]["input"] + job["tokens"]["output"] and job["api_calls"] < 20
+    events = d.call("events_since", since=0, types=["budget.exceeded"])["events"]
+    assert [e["job"] for e in events] == [job["id"]] and events[0]["data"]["limit"] == 300
+    assert d.call("result", id=job["id"])["tree_usage"]["cost_unknown"]  # the scripted model has no price
+
+
+@pytest.mark.parametrize("value", [0, -1, "x"])
+def test_bad_limits_are_bad_requests(daemon, value):
+    with pytest.raises(Exception) as err:
+        daemon.delegate("x", max_cost_usd=value)
+    assert getattr(err.value, "code", None) == "bad_request" and "max_cost_usd" in str(err.value)
+    shown = daemon.ctl("delegate", "x", "--max-tokens", "0")
+    assert shown.returncode != 0 and "argument 'max_tokens' must be a number > 0" in shown.stderr

@@ -1,0 +1,149 @@
+"""The bill without a daemon: prices, the ledger over a real state database (records, rollups,
+budgets with calls in flight, a reopened database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hermesd import config
+from hermesd.billing.ledger import Ledger, budget_of, report
+from hermesd.events import EventLog
+from hermesd.jobs import JobTable
+from hermesd.prices import DEFAULT_PRICES, Price, model_key, price_of
+from hermesd.protocol import ProtocolError
+from hermesd.store import Store
+
+SONNET = "claude-sonnet-4-6"  # $3 in, $15 out, $3.75 cache write, $0.30 cache read per million
+
+
+def test_cost_from_the_table_and_unknown_models():
+    price = price_of(SONNET, DEFAULT_PRICES)
+    tokens = {"input": 1_000_000, "output": 1_000_000, "cache_write": 200_000, "cache_read": 500_000}
+    # uncached 300k at $3, 200k written at $3.75, 500k read at $0.30, 1M out at $15
+    assert price.cost(tokens) == pytest.approx(0.9 + 0.75 + 0.15 + 15)
+    assert price_of("anthropic/Claude-Sonnet-4.6", DEFAULT_PRICES) == price
+    assert model_key("claude-haiku-4-5-20251001") == "claude-haiku-4-5"
+    assert price_of("my-own-model", DEFAULT_PRICES) is None and price_of(None, DEFAULT_PRICES) is None
+
+
+def test_config_prices_override_and_name_their_problems(tmp_path):
+    cfg = config.parse("prices:\n  my-model: {input: 1, output: 2}\n  claude-sonnet-4-6: {input: 0, output: 0}\n")
+    assert cfg.price_table()["my-model"] == Price(1.0, 2.0, 1.0, 1.0)  # cache prices default to input's
+    assert cfg.price_table()[SONNET].cost({"input": 10, "output": 10}) == 0
+    path = tmp_path / "config.yaml"
+    path.write_text("prices:\n  a: {input: -1, output: 2}\n  b: {input: 1}\n  c: 3\n  d: {input: 1, output: 1, x: 1}\n"
+                    "budgets:\n  daily_cost_usd: 0\n")
+    with pytest.raises(config.ConfigError) as err:
+        config.load(path)
+    assert [str(p) for p in err.value.problems] == [
+        f"{path}:2: prices.a.input: must be a number >= 0 (USD per million tokens), not -1",
+        f"{path}:3: prices.b: needs output (USD per million tokens)",
+        f"{path}:4: prices.c: must be a mapping such as {{input: 3, output: 15, cache_write: 3.75, cache_read: 0.3}} "
+        "(USD per million tokens)",
+        f"{path}:5: prices.d.x: unknown key (known keys: input, output, cache_write, cache_read)",
+        f"{path}:7: budgets.daily_cost_usd: must be a number > 0, not 0.0"]
+
+
+@pytest.mark.parametrize("args, field", [({"max_cost_usd": 0}, "max_cost_usd"), ({"max_cost_usd": -1}, "max_cost_usd"),
+                                         ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": 1.5}, "max_tokens"),
+                                         ({"max_cost_usd": "1"}, "max_cost_usd"),
+                                         ({"max_cost_usd": float("nan")}, "max_cost_usd")])
+def test_bad_limits_are_refused_naming_the_field(args, field):
+    with pytest.raises(ProtocolError) as err:
+        budget_of(args)
+    assert err.value.code == "bad_request" and err.value.details == {"field": field}
+    assert budget_of({"max_cost_usd": 0.5, "max_tokens": 10}) == {"max_cost_usd": 0.5, "max_tokens": 10}
+
+
+class Bench:
+    """A ledger over a real state database in ``path``, with a config made of ``text``."""
+
+    def __init__(self, path, text=""):
+        self.store = Store(path / "state.db")
+        self.jobs = JobTable(self.store, EventLog(self.store))
+        self.cfg = config.parse(text or "{}\n")
+        self.ledger = Ledger(self.store, self.jobs, lambda: self.cfg)
+
+    def job(self, kind="delegation", **fields):
+        return self.jobs.create(kind, id=self.jobs.new_id(kind), dispatched_at="2026-12-01T00:00:00Z",
+                                **fields)["id"]
+
+
+def test_running_totals_recorded_once_and_rolled_up(tmp_path):
+    b = Bench(tmp_path)
+    root = b.job(model=SONNET, session="s1", spec={"budget": {"max_tokens": 10**9}})
+    child = b.job(parent=root, session="s1", model=SONNET)
+    other = b.job(kind="background", model="unpriced-model")
+    b.ledger.observe(root, {"input": 1000, "output": 100, "cache_read": 800}, model=SONNET, api_calls=1)
+    b.ledger.observe(root, {"input": 1000, "output": 100, "cache_read": 800}, model=SONNET, api_calls=1)  # again
+    b.ledger.observe(root, {"input": 3000, "output": 300, "cache_read": 2400, "cache_write": 100}, api_calls=2)
+    b.ledger.settle(child, "g1", SONNET, {"input": 500, "output": 50})
+    b.ledger.observe(child, {"input": 500, "output": 50}, api_calls=1)  # the settled call, not again
+    b.ledger.observe(other, {"input": 10, "output": 5}, api_calls=1)
+    b.ledger.forget(child)
+    b.ledger.observe(child, {"input": 20, "output": 2}, api_calls=1)  # a new run of it counts from zero
+
+    rec = b.jobs.get(root)
+    assert (rec["cache_read"], rec["cache_write"], bool(rec["cost_unknown"])) == (2400, 100, False)
+    price = price_of(SONNET, DEFAULT_PRICES)
+    assert rec["cost_usd"] == pytest.approx(price.cost({"input": 3000, "output": 300, "cache_read": 2400,
+                                                        "cache_write": 100}))
+    tree = b.ledger.spent(("tree", root))
+    assert (tree["input"], tree["output"], tree["calls"]) == (3520, 352, 4)
+    assert b.ledger.spent(("tree", child))["input"] == 520  # a subtree inside a tree
+    assert b.jobs.get(other)["cost_unknown"] == 1
+    by_tree = {r["key"]: r for r in report(b.store, by="tree")["rows"]}
+    assert by_tree[other]["cost_unknown"] and by_tree[other]["cost_usd"] == 0  # unknown, never a made-up 0
+    assert not by_tree[root]["cost_unknown"]
+    assert [r["key"] for r in report(b.store, by="session")["rows"]] == ["s1"]
+    assert {r["key"] for r in report(b.store, by="model")["rows"]} == {SONNET, "unpriced-model"}
+    total = report(b.store, by="day")
+    assert total["total"]["input"] == 3530 and total["total"]["cost_unknown"]
+    assert report(b.store, by="day", since="2999-01-01")["rows"] == []
+
+    # a restart does not forget what was spent
+    b.store.close()
+    again = Bench(tmp_path)
+    assert again.ledger.spent(("tree", root)) == tree
+    assert report(again.store, by="day") == total
+
+
+def test_parallel_children_overshoot_by_at_most_one_call_each(tmp_path):
+    b = Bench(tmp_path)
+    limit = 0.05
+    root = b.job(model=SONNET, spec={"budget": {"max_cost_usd": limit}})
+    children = [b.job(parent=root, model=SONNET) for _ in range(4)]
+    call = {"input": 2000, "output": 500}  # $0.0135 a call at most
+    worst = price_of(SONNET, DEFAULT_PRICES).cost(call)
+    refused, made = set(), 0
+    while len(refused) < len(children):
+        granted = []
+        for n, child in enumerate(children):  # every child asks at once ...
+            if child in refused:
+                continue
+            refusal = b.ledger.reserve(child, SONNET, "anthropic", 500, 2000, grant_id=f"{child}-{made}")
+            if refusal is None:
+                granted.append(child)
+            else:
+                refused.add(child)
+                assert refusal.budget == f"max_cost_usd of delegation tree of {root}"
+                assert "spent $" in refusal.text() and "of its limit $0.0500" in refusal.text()
+        for child in granted:  # ... then the calls end
+            b.ledger.settle(child, f"{child}-{made}", SONNET, {"input": 2000, "output": 500})
+            made += 1
+    spent = b.ledger.spent(("tree", root))["cost_usd"]
+    assert limit <= spent <= limit + len(children) * worst
+    assert made == 4  # with every call in flight counted at its max, the 4 first ones fill the limit
+
+
+def test_session_and_daily_budgets_and_a_model_without_price(tmp_path):
+    b = Bench(tmp_path, "budgets: {session_daily_tokens: 1000, daily_cost_usd: 1.0}\n")
+    turn = b.job(kind="session_turn", session="s1", model=SONNET)
+    lone = b.job(model="unpriced-model")
+    b.ledger.observe(turn, {"input": 900, "output": 200}, api_calls=1)
+    refusal = b.ledger.exhausted(turn)
+    assert refusal.budget.startswith("budgets.session_daily_tokens of session s1 on ")
+    assert refusal.text().endswith("spent 1,100 tokens of its limit 1,000 tokens")
+    assert b.ledger.exhausted(lone) is None
+    cost_blind = b.ledger.reserve(lone, "unpriced-model", "anthropic", 100, 100)
+    assert cost_blind.reason.startswith("the price of model unpriced-model is unknown")
