@@ -238,12 +238,15 @@ def job_text(rec: dict[str, Any]) -> str:
 
 def cost_text(rec: dict[str, Any]) -> str:
     """A record's ``cost_usd`` for people: ``$0.0123``; ``unknown`` (no price for its model, so
-    never a made-up 0) or ``$0.0123 + unknown`` when some of it had no price; ``-`` without tokens."""
+    never a made-up 0) or ``$0.0123 + unknown`` when some of it had no price; ``$0`` for tokens that
+    cost nothing (a local model); ``-`` without tokens."""
     cost, unknown = float(rec.get("cost_usd") or 0.0), bool(rec.get("cost_unknown"))
     if unknown:
         return f"${cost:.4f} + unknown" if cost else "unknown"
     tokens = rec.get("tokens") if isinstance(rec.get("tokens"), dict) else rec
-    return f"${cost:.4f}" if cost or any(tokens.get(k) for k in ("input", "output")) else "-"
+    if not cost:
+        return "$0" if any(tokens.get(k) for k in ("input", "output")) else "-"
+    return f"${cost:.4f}"
 
 
 def tokens_text(tokens: dict[str, Any]) -> str:

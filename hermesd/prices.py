@@ -86,6 +86,11 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 """Prices of current models by :func:`model_key` (USD per million tokens; sources in the comments)."""
 
+FREE_PROVIDERS = ("local", "scripted")
+"""Providers that run on this machine (the embedded model) or call no model: their calls cost nothing."""
+
+FREE = Price(0.0, 0.0, 0.0, 0.0)
+
 _DATE = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
 
 
@@ -95,10 +100,12 @@ def model_key(model: str) -> str:
     return _DATE.sub("", name)
 
 
-def price_of(model: str | None, table: Mapping[str, Price]) -> Price | None:
+def price_of(model: str | None, table: Mapping[str, Price], provider: str | None = None) -> Price | None:
     """The :class:`Price` of ``model`` in ``table`` (keys as :func:`model_key` makes them), or
-    None when it has none (its cost is unknown)."""
-    return table.get(model_key(model)) if model else None
+    None when it has none (its cost is unknown); :data:`FREE` for a provider of
+    :data:`FREE_PROVIDERS` unless the table prices the model."""
+    price = table.get(model_key(model)) if model else None
+    return FREE if price is None and provider in FREE_PROVIDERS else price
 
 
 FIELDS = ("input", "output", "cache_write", "cache_read")

@@ -146,12 +146,12 @@ class Ledger:
 
     # prices ---------------------------------------------------------------------
 
-    def price(self, model: str | None) -> Price | None:
-        """The price of ``model`` under the current config, or None (unknown)."""
+    def price(self, model: str | None, provider: str | None = None) -> Price | None:
+        """The price of ``model`` (of ``provider``) under the current config, or None (unknown)."""
         config = self.config()
         if self._prices[0] is not config:
             self._prices = (config, config.price_table())
-        return price_of(model, self._prices[1])
+        return price_of(model, self._prices[1], provider)
 
     # recording ------------------------------------------------------------------
 
@@ -180,15 +180,15 @@ class Ledger:
                calls: int = 1) -> None:
         """Write one ``spend`` row for ``job_id`` and add it to the job's totals (one transaction)."""
         row = self.jobs.get(job_id) or {"id": job_id}
-        model = model or row.get("model")
-        price = self.price(model)
+        model, provider = model or row.get("model"), provider or row.get("provider")
+        price = self.price(model, provider)
         cost = price.cost(tokens) if price is not None else None
         tree, tree_kind = self.tree_of(row)
         now = clock.now_iso()
         with self.store.transaction():
             self.store.insert("spend", {
                 "time": now, "day": now[:10], "job": job_id, "kind": row.get("kind"), "tree": tree,
-                "tree_kind": tree_kind, "session": row.get("session"), "provider": provider or row.get("provider"),
+                "tree_kind": tree_kind, "session": row.get("session"), "provider": provider,
                 "model": model, "calls": calls, **{k: int(tokens.get(k) or 0) for k in TOKEN_KEYS},
                 "cost_usd": cost})
             self.store.db.execute(
@@ -299,7 +299,7 @@ class Ledger:
         row = self.jobs.get(job_id)
         if row is None:
             return None
-        price = self.price(model or row.get("model"))
+        price = self.price(model or row.get("model"), provider or row.get("provider"))
         tokens = max(0, int(input_estimate)) + max(0, int(max_tokens))
         cost = price.cost({"input": input_estimate, "output": max_tokens}) if price is not None else None
         budgets = self.budgets_of(row)
