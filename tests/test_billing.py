@@ -88,3 +88,17 @@ def test_bad_limits_are_bad_requests(daemon, value):
     assert getattr(err.value, "code", None) == "bad_request" and "max_cost_usd" in str(err.value)
     shown = daemon.ctl("delegate", "x", "--max-tokens", "0")
     assert shown.returncode != 0 and "argument 'max_tokens' must be a number > 0" in shown.stderr
+
+
+def test_the_governors_grant_asks_the_ledger_first(make_daemon, api):
+    for _ in range(12):
+        api.reply_tool_use("terminal", {"command": "echo again"})
+    d = fake_daemon(make_daemon, api)
+    job = d.wait_job(d.delegate("loop", toolsets=["terminal"], max_cost_usd=0.004)["id"])
+    assert (job["status"], job["exit_reason"]) == ("failed", "budget_exceeded")
+    assert job["error"].startswith(f"budget exceeded: max_cost_usd of delegation tree of {job['id']}: spent $")
+    assert job["error"].endswith("of its limit $0.0040")
+    assert 0.004 <= job["cost_usd"] < 0.004 + 4096 * 15 / 1e6  # over by one call at most
+    assert job["api_calls"] == len(api.requests) < 12  # the refused call never reached the API
+    # what the grants reported and what the child's totals said are counted once
+    assert d.call("result", id=job["id"])["tree_usage"]["calls"] == job["api_calls"]

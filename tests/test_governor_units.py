@@ -118,7 +118,7 @@ def test_governor_keys_waiting_forget_and_ledger():
     class Ledger:
         settled: list = []
 
-        def reserve(self, job_id, model, provider, max_tokens, input_estimate):
+        def reserve(self, job_id, model, provider, max_tokens, input_estimate, *, grant_id=None):
             return {"error": "budget b exceeded", "budget": "b", "spent": 1.0, "limit": 1.0} if job_id == "poor" else None
 
         def settle(self, job_id, grant_id, model, usage):

@@ -102,7 +102,7 @@ class Refusal:
         return (f"budget exceeded: {self.budget}: spent {amount(self.spent, self.unit)}{flight} "
                 f"of its limit {amount(self.limit, self.unit)}")
 
-    def details(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, Any]:
         """The refusal as data (an event's, a grant's reply)."""
         return {"budget": self.budget, "spent": self.spent, "in_flight": self.in_flight, "limit": self.limit,
                 "unit": self.unit, "reason": self.reason, "scope": list(self.scope), "error": self.text()}
@@ -134,12 +134,14 @@ class Ledger:
 
     ``store``: the state database; ``jobs``: the job table (``get(id)`` → row);
     ``config``: a callable returning the current :class:`hermesd.config.Config`
-    (prices and budgets follow a reload).  Runs on the event loop; each record is
-    one small transaction.
+    (prices and budgets follow a reload); ``on_refusal(job, refusal)``: called when
+    :meth:`reserve` refuses.  Runs on the event loop; each record is one small transaction.
     """
 
-    def __init__(self, store: Any, jobs: Any, config: Callable[[], Any]):
-        self.store, self.jobs, self.config = store, jobs, config
+    def __init__(self, store: Any, jobs: Any, config: Callable[[], Any],
+                 on_refusal: Callable[[str, Refusal], None] | None = None):
+        self.store, self.jobs, self.config, self.on_refusal = store, jobs, config, on_refusal
+        self.asked: set[str] = set()  # live jobs whose calls ask before they start (the governor's grant)
         self._runs: dict[str, _Run] = {}
         self._inflight: dict[tuple[str, str], _Reservation] = {}
         self._prices: tuple[Any, dict[str, Price]] = (None, {})
@@ -200,6 +202,7 @@ class Ledger:
     def forget(self, job_id: str) -> None:
         """The job's process is gone: drop its run's totals and its calls in flight."""
         self._runs.pop(job_id, None)
+        self.asked.discard(job_id)
         for key in [k for k in self._inflight if k[0] == job_id]:
             del self._inflight[key]
 
@@ -303,10 +306,13 @@ class Ledger:
         tokens = max(0, int(input_estimate)) + max(0, int(max_tokens))
         cost = price.cost({"input": input_estimate, "output": max_tokens}) if price is not None else None
         budgets = self.budgets_of(row)
+        self.asked.add(job_id)
         refusal = self.check(job_id, model=model, tokens=tokens, cost=cost, budgets=budgets)
         if refusal is None:
             key = (job_id, grant_id or f"g{next(_grants)}")
             self._inflight[key] = _Reservation(job_id, frozenset(b.scope for b in budgets), tokens, cost or 0.0)
+        elif self.on_refusal is not None:
+            self.on_refusal(job_id, refusal)
         return refusal
 
     def settle(self, job_id: str, grant_id: str | None, model: str | None, usage: Any, *,

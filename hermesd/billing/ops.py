@@ -1,12 +1,16 @@
 """The bill's plugin (no job kind: it sees every job) and the ``usage`` op.
 
-The plugin makes the :class:`hermesd.billing.ledger.Ledger` (``ctx.service(Ledger)``);
-the child ops ``child.progress`` and ``child.result`` hand it each child's running
-totals (:func:`observe`).  A job whose report shows one of its budgets spent is
-stopped (``failed``, ``budget_exceeded``, the error naming the budget, what was spent
-and the limit) — but an item of a batch run over its run's budget is left to finish:
-the run stops dispatching instead (:mod:`batch.job`).  Each such budget is announced
-once with a ``budget.exceeded`` event.
+The plugin makes the :class:`hermesd.billing.ledger.Ledger` (``ctx.service(Ledger)``)
+and gives it to the governor: each model call of a metered provider asks the ledger
+first (``child.grant``: :meth:`Ledger.reserve`; a refusal ends the job ``failed``
+with ``budget_exceeded``, the error naming the budget, what was spent and the limit)
+and reports its usage (``child.grant_done``: :meth:`Ledger.settle`).  The child ops
+``child.progress`` and ``child.result`` hand it each child's running totals
+(:func:`observe`); a job whose calls do not ask first (a provider without grants)
+and whose report shows one of its budgets spent is stopped, ending the same way —
+but an item of a batch run over its run's budget is left to finish: the run stops
+dispatching instead (:mod:`batch.job`).  Each budget is announced once with a
+``budget.exceeded`` event.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from hermesd.billing.ledger import REPORT_BY, Ledger, Refusal, report
 from hermesd.context import Context
+from hermesd.governor.service import Governor
 from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op
@@ -25,9 +30,17 @@ class BillingPlugin(Plugin):
 
     def __init__(self, ctx: Any):
         super().__init__(ctx)
-        self.ledger = ctx.provide(Ledger(ctx.store, ctx.jobs, lambda: ctx.config))
+        self.ledger = ctx.provide(Ledger(ctx.store, ctx.jobs, lambda: ctx.config, on_refusal=self.announce))
         self.announced: set[str] = set()
         ctx.provide(self)
+        if Governor in ctx.services:  # each model call's grant asks the ledger first, and reports to it
+            ctx.service(Governor).ledger = self.ledger
+
+    def announce(self, job_id: str, refusal: Refusal) -> None:
+        """A ``budget.exceeded`` event, once per budget."""
+        if refusal.budget not in self.announced:
+            self.announced.add(refusal.budget)
+            self.ctx.events.emit("budget.exceeded", job=job_id, data=refusal.to_wire())
 
     def after_exit(self, row: dict[str, Any] | None) -> None:
         """A job ended and its process is gone: the ledger forgets its run (what it spent stays)."""
@@ -37,9 +50,7 @@ class BillingPlugin(Plugin):
     def exceeded(self, job_id: str, refusal: Refusal) -> None:
         """``job_id``'s report shows ``refusal``'s budget spent: stop the job (unless it is a batch
         item under its run's budget) and announce the budget once."""
-        if refusal.budget not in self.announced:
-            self.announced.add(refusal.budget)
-            self.ctx.events.emit("budget.exceeded", job=job_id, data=refusal.details())
+        self.announce(job_id, refusal)
         scope_row = self.ctx.jobs.get(refusal.scope[1]) if refusal.scope[:1] == ("tree",) else None
         if scope_row is not None and scope_row["kind"] == "batch":
             return  # the run stops dispatching; what runs finishes
@@ -56,7 +67,8 @@ def observe(ctx: Context, job: str, args: dict[str, Any], *, final: bool = False
     ledger = ctx.service(Ledger)
     doing = ctx.runner.doing(job)
     if ledger.observe(job, args.get("tokens"), provider=args.get("provider") or doing.provider,
-                      model=args.get("model") or doing.model, api_calls=args.get("api_calls")) and not final:
+                      model=args.get("model") or doing.model, api_calls=args.get("api_calls")) and not final \
+            and job not in ledger.asked:  # a job whose calls ask first is refused its next call instead
         refusal = ledger.exhausted(job)
         if refusal is not None:
             ctx.service(BillingPlugin).exceeded(job, refusal)

@@ -23,8 +23,10 @@ class Ledger(Protocol):
     """What the governor asks of the bill before and after each call (``hermesd`` sets
     :attr:`Governor.ledger` when a ledger is kept)."""
 
-    def reserve(self, job_id: str, model: str, provider: str, max_tokens: int, input_estimate: int) -> Any:
-        """A refusal (``budget_exceeded``: which budget, spent, limit) or None to go."""
+    def reserve(self, job_id: str, model: str, provider: str, max_tokens: int, input_estimate: int, *,
+                grant_id: str | None = None) -> Any:
+        """A refusal (``budget_exceeded``: which budget, spent, limit) or None to go (the call of
+        ``grant_id`` is then in flight until :meth:`settle`)."""
 
     def settle(self, job_id: str, grant_id: str, model: str, usage: dict[str, Any]) -> None:
         """What the granted call used (``input``, ``output``, ``cache_write``, ``cache_read`` tokens)."""
@@ -78,7 +80,7 @@ class Governor:
             return {"wait": round(seconds, 3), "reason": f"{limiter.label}: {reason}"}
         self.waiting.pop(job, None)
         if self.ledger is not None:
-            refusal = self.ledger.reserve(job, model, provider, max_tokens, input_tokens)
+            refusal = self.ledger.reserve(job, model, provider, max_tokens, input_tokens, grant_id=answer.id)
             if refusal is not None:
                 limiter.release(answer.id)
                 return {"refused": "budget_exceeded", **_plain(refusal)}
