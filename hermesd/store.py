@@ -180,6 +180,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN resumed_at TEXT;
     ALTER TABLE jobs ADD COLUMN idempotency_key TEXT;
     CREATE UNIQUE INDEX jobs_idempotency_key ON jobs(idempotency_key) WHERE idempotency_key IS NOT NULL
+    """,
     # 7: the bill (hermesd.billing): what each job's model calls spent, kept when retention removes the job;
     # each job's cache tokens and cost beside its tokens_in/tokens_out
     """
