@@ -300,24 +300,44 @@ def _print_log(job_id: str, follow: bool) -> None:
 @json_option
 @click.option("--since", type=click.IntRange(min=0), default=None,
               help="Only events with seq greater than this, oldest first.")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new events, oldest first (survives daemon restarts).")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events as they come (survives daemon "
+              "restarts); starts with the last 10 (-n) unless --since says where.")
+@click.option("-n", "--lines", "lines", type=click.IntRange(min=0), default=None, metavar="N",
+              help="The last N events, oldest first (with --follow: then the new ones; default 10).")
 @click.option("--type", "types", multiple=True, help="Only events of this type (repeatable).")
 @oldest_first_option
 @limit_option("events")
-def events(since: int | None, follow: bool, types: tuple[str, ...], oldest_first: bool, limit: int | None) -> None:
+def events(since: int | None, follow: bool, lines: int | None, types: tuple[str, ...], oldest_first: bool,
+           limit: int | None) -> None:
     """Print events from the log (each with seq, type, time, job), newest first;
-    --since, --follow or --oldest-first: in order.  Where retention removed
-    events a line says so (type events.removed)."""
+    --since, -n or --oldest-first: in order.  --follow starts at the end, as
+    journalctl -f does (the last 10, or -n N).  Where retention removed events
+    a line says so (type events.removed)."""
+    if since is None and (follow or lines is not None):
+        connection = conn()
+        end = connection.call("events_since", since=0, limit=1)["last_seq"]
+        last = []
+        for event in connection.events_newest_first(list(types) or None):
+            if len(last) >= (10 if lines is None else lines):
+                break
+            if event["seq"] <= end:
+                last.append(event)
+        for event in reversed(last):
+            _print_event(event)
+        if not follow:
+            return
+        since = end
     if since is None and not follow and not oldest_first:
         stream = conn().events_newest_first(list(types) or None)
     else:
         stream = (e for e in conn().follow(since or 0, follow=follow)
                   if not types or e["type"] in types or e["type"] == GAP_EVENT)
     for event in (stream if follow else take(stream, limit, "events")):
-        if is_json():
-            render.emit_json(event)
-        else:
-            out(render.event_text(event))
+        _print_event(event)
+
+
+def _print_event(event: dict[str, Any]) -> None:
+    render.emit_json(event) if is_json() else out(render.event_text(event))
 
 
 class Duration(click.ParamType):

@@ -24,14 +24,31 @@ def _author() -> str:
     return os.environ.get("USER") or "user"
 
 
-def task_line(task: dict[str, Any]) -> str:
-    """One task as one line: id, status, assignee, priority, title (and why it is blocked)."""
-    line = f"{task['id']:<8} {task['status']:<8} {task['assignee']:<14} p{task['priority']:<3} {task['title']}"
+COLUMNS = ("id", "status", "assignee", "priority")
+"""The columns of a task line before its title."""
+
+
+def _cells(task: dict[str, Any]) -> list[str]:
+    return [render.short(task[key]) if key != "priority" else f"p{task[key]}" for key in COLUMNS]
+
+
+def task_line(task: dict[str, Any], widths: list[int] | None = None) -> str:
+    """One task as one line: id, status, assignee, priority, title (and why it is blocked);
+    ``widths``: of the columns (:func:`column_widths` of a list, so that they line up), else each
+    cell's own, two spaces apart either way."""
+    cells = _cells(task)
+    widths = widths or [len(c) for c in cells]
+    line = "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + render.short(task["title"], 200)
     if task.get("parents"):
         line += f"  (after {', '.join(task['parents'])})"
     if task["status"] == "blocked" and task.get("block_reason"):
-        line += f"\n         blocked: {render.short(task['block_reason'], 200)}"
+        line += f"\n{'':<{widths[0] + 2}}blocked: {render.short(task['block_reason'], 200)}"
     return line
+
+
+def column_widths(tasks: list[dict[str, Any]]) -> list[int]:
+    """The width of each column of :data:`COLUMNS` over ``tasks`` (the longest cell)."""
+    return [max(len(cells[i]) for cells in map(_cells, tasks)) for i in range(len(COLUMNS))]
 
 
 def task_text(task: dict[str, Any]) -> str:
@@ -113,7 +130,9 @@ unlink = _link_command("unlink", "Make task CHILD stop waiting for task PARENT (
 def list_(board: str | None, status: str | None, assignee: str | None, archived: bool) -> None:
     """List tasks, highest priority first (with --json: one task per line)."""
     args = {k: v for k, v in (("board", board), ("status", status), ("assignee", assignee)) if v is not None}
-    print_all(conn().call("kanban.list", archived=archived, **args)["tasks"], task_line, "no tasks")
+    tasks = conn().call("kanban.list", archived=archived, **args)["tasks"]
+    widths = column_widths(tasks) if tasks else None
+    print_all(tasks, lambda task: task_line(task, widths), "no tasks")
 
 
 @kanban_group.command("show")

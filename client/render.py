@@ -8,6 +8,7 @@ a terminal — so cron mail stays readable.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Iterable
@@ -105,6 +106,24 @@ def waiting_text(rec: dict[str, Any]) -> str:
     return f"[waiting {waiting.get('seconds', 0):.1f}s for {waiting.get('endpoint')}: {waiting.get('reason')}] "
 
 
+STATE_COLOURS = {"queued": "33", "starting": "36", "running": "36", "completed": "32", "failed": "31",
+                 "timed_out": "31", "lost": "31", "interrupted": "35", "cancelled": "35"}
+"""SGR colour of each job state (ECMA-48: 31 red, 32 green, 33 yellow, 35 magenta, 36 cyan)."""
+
+
+def colour_on() -> bool:
+    """True when stdout is a terminal that takes colour: not with ``NO_COLOR`` set to anything
+    (https://no-color.org) or ``TERM=dumb``, never into a pipe or a file."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def state_cell(status: str, width: int, colour: bool) -> str:
+    """A job state padded to ``width``, in its :data:`STATE_COLOURS` colour when ``colour``."""
+    cell = status.ljust(width)
+    code = STATE_COLOURS.get(status)
+    return f"\033[{code}m{status}\033[0m{cell[len(status):]}" if colour and code else cell
+
+
 def jobs_table(records: Iterable[dict[str, Any]]) -> None:
     """Print job records as a table: id, kind, status, age/duration, calls, goal.
 
@@ -125,10 +144,14 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
     widths = [max([len(col), *(len(cells[i]) for cells, _ in rows)]) for i, col in enumerate(head)]
     goal_width = max(20, shutil.get_terminal_size().columns - sum(widths) - 2 * len(widths) - 1)
 
-    def line(cells: tuple[str, ...], goal: str) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + goal
+    colour = colour_on()
 
-    print(line(head, "GOAL"))
+    def line(cells: tuple[str, ...], goal: str, head: bool = False) -> str:
+        padded = [c.ljust(w) if i != 2 or head else state_cell(c, w, colour)
+                  for i, (c, w) in enumerate(zip(cells, widths))]
+        return "  ".join(padded) + "  " + goal
+
+    print(line(head, "GOAL", head=True))
     for cells, goal in rows:
         goal = escaped(goal)  # as `events` and `job` show it: what is there, never what it would do
         print(line(cells, goal if len(goal) <= goal_width else goal[:goal_width - 1] + "…").rstrip())

@@ -65,3 +65,51 @@ def test_shutdown_wait_returns_once_the_daemon_exited(daemon):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"hermesd (pid {daemon.proc.pid}) stopped"
     assert daemon.proc.poll() is not None  # exited: only the reaping was left to its parent, the test
+
+
+def test_events_follow_starts_at_the_end_as_journalctl_does(daemon):
+    for i in range(3):
+        daemon.wait_job(daemon.delegate(f"before {i}")["id"])
+    last = daemon.call("events_since", since=0, limit=1)["last_seq"]
+    assert [int(x.split()[0]) for x in daemon.ctl("events", "-n", "3").stdout.splitlines()] == [last - 2, last - 1, last]
+    follow = subprocess.Popen([sys.executable, "-m", "client", "events", "-f", "-n", "2"], env=daemon.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seqs = [int(follow.stdout.readline().split()[0]) for _ in range(2)]
+        assert seqs == [last - 1, last]
+        daemon.delegate("after", background=True)
+        assert int(follow.stdout.readline().split()[0]) == last + 1  # then the new ones, none skipped
+    finally:
+        follow.kill()
+        follow.wait(10)
+
+
+def _on_a_terminal(daemon, *args: str, env: dict[str, str] | None = None) -> str:
+    """What ``hermesctl ARGS`` writes to a terminal (a pty as its stdout), raw."""
+    import os
+    import pty
+
+    mine, theirs = pty.openpty()
+    try:
+        subprocess.run([sys.executable, "-m", "client", *args], env={**daemon.env, "TERM": "xterm", **(env or {})},
+                       stdout=theirs, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, timeout=60)
+        os.close(theirs)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(mine, 65536)
+            except OSError:  # EIO: the terminal's other side is closed and read to its end
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks).decode()
+    finally:
+        os.close(mine)
+
+
+def test_states_in_colour_on_a_terminal_only(daemon):
+    daemon.wait_job(daemon.delegate("done")["id"])
+    assert "\x1b[32mcompleted\x1b[0m" in _on_a_terminal(daemon, "ps", "--all")
+    assert "\x1b[" not in _on_a_terminal(daemon, "ps", "--all", env={"NO_COLOR": "1"})
+    assert "\x1b[" not in daemon.ctl("ps", "--all").stdout  # a pipe: never

@@ -136,3 +136,16 @@ def test_can_move_sees_through_chains_of_todo_tasks():
     assert can_move(board) == ["b", "c", "d"]
     assert can_move([t("a", "done"), t("b", "todo", "a")]) == ["b"]  # about to become ready
     assert can_move([t("a", "done"), t("x", "blocked"), t("y", "review")]) == []
+
+
+def test_kanban_list_keeps_its_columns_apart(make_daemon):
+    d = make_daemon()
+    for name in ("a-rather-long-profile-name", "x"):
+        assert d.ctl("profile", "create", name, "--description", "works").returncode == 0
+    d.ctl("pause")  # the dispatcher claims nothing: the tasks stay ready
+    for title, who, priority in (("first task", "x", "1"), ("second", "a-rather-long-profile-name", "10")):
+        assert d.ctl("kanban", "create", title, "--assignee", who, "--priority", priority).returncode == 0
+    lines = d.ctl("kanban", "list").stdout.splitlines()
+    assert len(lines) == 2 and len({line.index(title) for line, title in zip(lines, ("second", "first task"))}) == 1
+    for line in lines:
+        assert "a-rather-long-profile-name  p" in line or "x  " in line
