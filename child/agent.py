@@ -39,7 +39,8 @@ from child.container import ContainerError, opened
 from child.governor import PACED, BudgetExceeded, Grants, estimate_tokens
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
-from hermesd.contract import TOKEN_KEYS, JobResult, JobSpec
+from child.window import Window
+from hermesd.contract import TOKEN_KEYS, JobResult, JobSpec, context_window
 from hermesd.protocol import one_line, timed_out_text
 
 def log(text: str) -> None:
@@ -98,6 +99,7 @@ class Agent:
         self.api_calls, self.tokens, self.trace = 0, dict.fromkeys(TOKEN_KEYS, 0), []
         self.provider: Any = None
         self.grants: Any = None
+        self.window = Window(None)
         self.container: Any = None
         self.system, self.model_system, self.tools = "", "", []
         prefill = [p for p in self.spec.prefill_messages or [] if isinstance(p, dict)]
@@ -124,6 +126,7 @@ class Agent:
             self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
             self.begin(registry)
             self.provider = make_provider(self.spec, stop=self.stop)
+            self.window = Window(self.spec.context_window or context_window(getattr(self.provider, "model", None)))
             self.provider.activity = self.liveness
             self.grants = Grants(self.channel, self.provider, self.stop, self.liveness, log)
             if self.resumed is not None and hasattr(self.provider, "resume"):  # a script goes on where it was
@@ -224,7 +227,7 @@ class Agent:
         delays = list(RETRY_DELAYS)
         max_tokens = int(self.spec.max_tokens)
         while not self.stop.is_set():
-            messages = self.prefill + self.history + self.new
+            messages = self.sent()
             estimate = estimate_tokens(self.model_system, messages, self.tools) if self.grants.asking else 0
             grant = self.grants.acquire(max_tokens, estimate)
             if grant is None:
@@ -256,6 +259,12 @@ class Agent:
                 self.progress(turn, None)
             return reply
         return None
+
+    def sent(self) -> list[dict[str, Any]]:
+        """The conversation as the next model call gets it: prefill, history, this run's
+        messages, with older tool results shortened once it nears the context window
+        (:class:`child.window.Window`; this run's messages themselves stay whole)."""
+        return self.window.view(self.prefill + self.history + self.new, estimate_tokens(self.model_system, [], self.tools))
 
     def execute(self, registry: Any, ctx: Any, call: dict[str, Any], turn: int) -> dict[str, Any]:
         """Run one tool_use block and return its tool_result block (never raises)."""

@@ -15,12 +15,11 @@ the child paces itself: after a 429/529 it waits what ``retry-after`` said, else
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import time
 from typing import Any, Callable
 
+from hermesd import contract
 from hermesd.contract import PROVIDER_WAIT as WAITING
 from hermesd.protocol import ProtocolError
 
@@ -66,8 +65,8 @@ def retry_after_of(headers: dict[str, str]) -> float | None:
 
 
 def estimate_tokens(system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-    """A call's input tokens, estimated before it is made: its text as JSON, four characters a token."""
-    return max(1, math.ceil(len(json.dumps([system, messages, tools], ensure_ascii=False, default=str)) / 4))
+    """A call's input tokens, estimated before it is made (:func:`hermesd.contract.estimate_tokens`)."""
+    return max(1, contract.estimate_tokens([system, messages, tools]))
 
 
 class Grants:

@@ -239,7 +239,7 @@ def _summary_line(row: dict[str, Any]) -> str:
 @json_option
 @click.pass_context
 def sessions(ctx: click.Context) -> None:
-    """Sessions of the persistent agent: list (the default), show, toolsets, reset, delete."""
+    """Sessions of the persistent agent: list (the default), show, compact, toolsets, reset, delete."""
     if ctx.invoked_subcommand is None:
         ctx.invoke(sessions_list)
 
@@ -257,6 +257,28 @@ def sessions_list() -> None:
 def sessions_show(session: str) -> None:
     """Show SESSION: its counts, toolsets and working directory."""
     show(conn().call("session.get", session=session), render.fields_text)
+
+
+@sessions.command("compact")
+@json_option
+@click.argument("session")
+def sessions_compact(session: str) -> None:
+    """Summarise the older part of SESSION's history now (after a running turn, before the next):
+    its turns are then sent the summary and the most recent turns; every message stays in
+    `history`.  Waits for the compaction and prints the tokens a turn is sent before and after."""
+    job = conn().call("session.compact", session=session)["compaction"]
+    rec = wait_job(job["id"])
+    marks = conn().call("session.history", session=session, limit=1).get("compactions") or []
+    done = next((c for c in marks if c["job"] == job["id"]), None)
+    if is_json():
+        render.emit_json({"session": session, "compaction": rec, "result": done})
+    elif done is not None:
+        out(f"session {session}: compacted by {job['id']}: a turn is sent {done['tokens_before']} → "
+            f"{done['tokens_after']} tokens of history")
+    else:
+        out(f"session {session}: compaction {job['id']} ended {rec['status']}; the session is as it was"
+            + (f": {rec['error']}" if rec.get("error") else ""))
+    exit_for(rec if done is not None else {"status": "failed"})
 
 
 @sessions.command("toolsets")
@@ -289,13 +311,26 @@ def sessions_delete(session: str) -> None:
 @json_option
 @click.argument("session")
 def history(session: str) -> None:
-    """Print SESSION's messages in order (with --json: one per line, with role, content, time, notification)."""
-    for msg in conn().call("session.history", session=session)["messages"]:
+    """Print SESSION's messages in order (with --json: one per line, with id, role, content, time,
+    notification; then one line per compaction).  A line marks where a compaction summarised the
+    messages above it for the turns after it (every message stays here)."""
+    reply = conn().call("session.history", session=session)
+    marks = {c["upto"]: c for c in reply.get("compactions") or []}
+    for msg in reply["messages"]:
         if is_json():
             render.emit_json(msg)
         else:
             mark = f" (delivered {msg['notification']})" if msg["notification"] else ""
             out(f"[{msg['time']}] {msg['role']}{mark}: {msg['content']}")
+        if msg.get("id") in marks and not is_json():
+            out(_compaction_line(marks[msg["id"]]))
+    for compaction in reply.get("compactions") or [] if is_json() else []:
+        render.emit_json({"compaction": compaction})
+
+
+def _compaction_line(c: dict[str, Any]) -> str:
+    return (f"── [{c['time']}] compacted by {c['job']}: the messages above are summarised for the turns after "
+            f"this line ({c['tokens_before']} → {c['tokens_after']} tokens sent) ──")
 
 
 COMMANDS = (send, chat, sessions, history)

@@ -167,6 +167,19 @@ class Kanban:
 
 
 @dataclass(frozen=True)
+class Sessions:
+    """``sessions:``: what a session's turn is sent (:mod:`hermesd.sessions.compaction`).  Past
+    ``compact_at_tokens`` (default: ``compact_share`` of the model's context window — the known
+    window of ``model``, or ``context_window_tokens``) the older turns are summarised; the most
+    recent ``keep_recent_tokens`` (default: a quarter of the limit) stay verbatim."""
+
+    compact_at_tokens: int | None = field(default=None, metadata=_min(256))
+    compact_share: float = field(default=0.6, metadata=_min(0.05, 0.95))
+    keep_recent_tokens: int | None = field(default=None, metadata=_min(1))
+    context_window_tokens: int | None = field(default=None, metadata=_min(1024))
+
+
+@dataclass(frozen=True)
 class Retention:
     """``retention:`` — which finished jobs go, with their folders and events (see
     :mod:`hermesd.upkeep.retention`); both rules off by default (nothing is removed)."""
@@ -276,6 +289,7 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     batch: Batch = field(default_factory=Batch)
     kanban: Kanban = field(default_factory=Kanban)
+    sessions: Sessions = field(default_factory=Sessions)
     retention: Retention = field(default_factory=Retention)
     logs: Logs = field(default_factory=Logs)
     child_limits: ChildLimits = field(default_factory=ChildLimits)

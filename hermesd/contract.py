@@ -21,6 +21,7 @@ read from the database and maps read from the wire compare with them directly.
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -165,6 +166,44 @@ PROVIDER_WAIT = "waiting for the provider's rate limit"
 """How a child told to wait by the governor (``hermesd.governor``) says so in its activity
 (``child.progress``; ``ps``, ``top`` and a timeout's error show it)."""
 
+CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
+    ("claude-", 200_000),   # https://docs.anthropic.com/en/docs/build-with-claude/context-windows (1M only with a beta)
+    ("gpt-4.1", 1_047_576),  # https://platform.openai.com/docs/models/gpt-4.1
+    ("gpt-4o", 128_000),     # https://platform.openai.com/docs/models/gpt-4o
+    ("o3", 200_000), ("o4-mini", 200_000),  # https://platform.openai.com/docs/models
+    ("smollm2", 8_192),      # SmolLM2's trained context (the embedded model runs with less: child.providers.local)
+)
+"""Known context windows in tokens, by model-name prefix (read 2026-12-01); the config's
+``sessions.context_windows`` comes first, :data:`DEFAULT_CONTEXT_WINDOW` for the rest."""
+
+DEFAULT_CONTEXT_WINDOW = 128_000
+"""The context window assumed for a model no table knows (tokens): the smallest of the current
+large models', so that a session compacts early rather than too late."""
+
+BYTES_PER_TOKEN = 4
+"""The estimate of text per token hermesd uses before a provider has counted (about four
+characters of English per token: https://help.openai.com/en/articles/4936856)."""
+
+
+def context_window(model: str | None, configured: dict[str, int] | None = None) -> int:
+    """The context window of ``model`` in tokens: ``configured`` (model name or prefix → tokens),
+    then :data:`CONTEXT_WINDOWS`, else :data:`DEFAULT_CONTEXT_WINDOW`; the longest prefix wins."""
+    name = (model or "").strip().lower()
+    for table in ((configured or {}).items(), CONTEXT_WINDOWS):
+        hits = sorted(((p, n) for p, n in table if name.startswith(str(p).lower())), key=lambda h: -len(h[0]))
+        if hits:
+            return int(hits[0][1])
+    return DEFAULT_CONTEXT_WINDOW
+
+
+def estimate_tokens(value: Any) -> int:
+    """Estimated tokens of ``value`` (messages, content blocks, text) as sent: its compact JSON's
+    UTF-8 bytes over :data:`BYTES_PER_TOKEN`.  Only an estimate, for deciding when to shorten;
+    what a call really cost is what the provider's usage reports."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return len(text.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN
+
+
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 """The ``reasoning_effort`` values a task or a batch may ask for."""
 
@@ -248,6 +287,9 @@ class JobSpec(Wire):
     ``child.approval``).
     ``journal``: the path of the job's journal (``hermesd.journal``), which the child
     replays when it holds steps of an earlier child and appends to; None: none kept.
+    ``context_window``: the model's context window in tokens (:func:`context_window`), past a
+    share of which older tool results are shortened in what is sent (:mod:`child.window`);
+    None: the child looks its model up itself.
     """
 
     job: str = ""
@@ -283,6 +325,7 @@ class JobSpec(Wire):
     container: dict[str, Any] | None = None
     ray: dict[str, Any] | None = None
     journal: str | None = None
+    context_window: int | None = None
 
 
 @functools.cache

@@ -211,6 +211,21 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN cost_unknown INTEGER NOT NULL DEFAULT 0
     """,
+    # 8: each summary of a session's messages up to `upto` (a messages.id), the job that made it, and
+    # the estimated tokens a turn was sent before and after (hermesd.sessions.compaction)
+    """
+    CREATE TABLE compactions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session TEXT NOT NULL,
+        upto INTEGER NOT NULL,
+        summary TEXT NOT NULL,
+        job TEXT,
+        tokens_before INTEGER NOT NULL,
+        tokens_after INTEGER NOT NULL,
+        time TEXT NOT NULL
+    );
+    CREATE INDEX compactions_session ON compactions(session, id)
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,6 +13,7 @@ from hermesd.jobs import JobKind
 from hermesd.plugin import Plugin
 from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg, expand_toolsets
+from hermesd.sessions import compaction
 from hermesd.sessions.service import Sessions, display_text
 
 MAX_TEXT_BYTES = 256 * 1024
@@ -20,6 +21,8 @@ SLASH_COMMANDS = {"/background": "/background PROMPT — run PROMPT as a fresh b
                                  "comes back to this session as a new turn",
                   "/stop": "/stop — interrupt this session's current turn and its children",
                   "/tasks": "/tasks — list this session's running children",
+                  "/compact": "/compact — summarise the older part of this session's history now (what a turn "
+                              "is sent; every message stays in the history)",
                   "/help": "/help — this list"}
 
 
@@ -29,18 +32,23 @@ class SessionsPlugin(Plugin):
     ends; completions of the session's background jobs are delivered as new turns.
     A queued turn runs after a restart."""
 
-    kinds = (JobKind("session_turn", "turn", at_restart="journal"),)
+    kinds = (JobKind("session_turn", "turn", at_restart="journal"), JobKind(compaction.KIND, "cmp"))
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
         self.sessions = ctx.provide(Sessions(ctx))
 
     def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
-        """The turn's child gets the session's history."""
-        self.sessions.spec_hook(row, spec)
+        """The turn's child gets the session's history; a compaction's the transcript to summarise."""
+        if row["kind"] == compaction.KIND:
+            self.sessions.compactor.spec_hook(row, spec)
+        else:
+            self.sessions.spec_hook(row, spec)
 
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        """The turn's messages are stored with its end."""
+        """The turn's messages are stored with its end; a compaction's summary with its own."""
+        if row["kind"] == compaction.KIND:
+            return self.sessions.compactor.on_terminal(row, self.ctx.runner.results.get(row["id"]))
         return self.sessions.on_turn_terminal(row)
 
     def on_event(self, event: dict[str, Any]) -> None:
@@ -77,6 +85,8 @@ def _slash(ctx: Context, service: Sessions, session: str, text: str) -> dict[str
         return {"command": "stop", "stopped": stopped}
     if command == "/tasks":
         return {"command": "tasks", "tasks": [jobs_mod.record(j) for j in service.children(session)]}
+    if command == "/compact":
+        return {"command": "compact", "compaction": jobs_mod.record(service.compactor.submit(session, "requested"))}
     if command == "/help":
         return {"command": "help", "commands": list(SLASH_COMMANDS.values())}
     raise ProtocolError("bad_request", f"unknown command {command!r}; commands: {', '.join(SLASH_COMMANDS)}",
@@ -143,14 +153,31 @@ async def session_get(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("session.history")
 async def session_history(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    """The messages of ``session`` in order: ``{messages: [{role, content (text), blocks,
-    time, job, notification}]}``; a delivered completion has ``notification: <job id>``."""
+    """The messages of ``session`` in order: ``{messages: [{id, role, content (text), blocks,
+    time, job, notification}], compactions: [{upto, time, job, tokens_before, tokens_after}]}``;
+    a delivered completion has ``notification: <job id>``; each compaction summarised the
+    messages up to ``upto`` (a message ``id``) for the turns after it."""
     service: Sessions = ctx.service(Sessions)
     session = arg(args, "session", str)
     service.require(session)
-    return {"messages": [{"role": m["role"], "content": display_text(m["content"]), "blocks": m["content"],
-                          "time": m["time"], "job": m["job"], "notification": m["notification"]}
-                         for m in service.history(session, arg(args, "limit", int, 10000, lo=1))]}
+    return {"messages": [{"id": m["id"], "role": m["role"], "content": display_text(m["content"]),
+                          "blocks": m["content"], "time": m["time"], "job": m["job"], "notification": m["notification"]}
+                         for m in service.history(session, arg(args, "limit", int, 10000, lo=1))],
+            "compactions": service.compactor.history_marks(session)}
+
+
+@op("session.compact")
+async def session_compact(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """Compact ``session`` now: queue a ``session_compact`` job (in the session's pool: after a
+    running turn, before the next) that summarises the older part of what a turn is sent, the
+    most recent turns kept verbatim; every message stays in the history.  Returns ``{session,
+    compaction: job record}`` (the pending one when one is queued already; ``not_found``).  Its
+    end is a ``session.compacted`` event (``upto``: the last message it covers, ``tokens_before``,
+    ``tokens_after``: the estimated tokens a turn is sent) or ``session.compaction_failed`` (``error``;
+    the session unchanged)."""
+    service: Sessions = ctx.service(Sessions)
+    session = arg(args, "session", str)
+    return {"session": session, "compaction": jobs_mod.record(service.compactor.submit(session, "requested"))}
 
 
 @op("session.configure")

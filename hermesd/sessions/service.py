@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from hermesd import clock
 from hermesd.contract import ACTIVE, LIVE, TERMINAL, JobSpec
 from hermesd.protocol import ProtocolError
+from hermesd.sessions.compaction import Compactor
 
 if TYPE_CHECKING:
     from hermesd.context import Context
@@ -84,6 +85,7 @@ class Sessions:
 
     def __init__(self, d: Context):
         self.d = d
+        self.compactor = Compactor(d, self)
 
     # sessions and messages -------------------------------------------------
 
@@ -148,6 +150,7 @@ class Sessions:
         self.require_quiet(session, "reset")
         with self.d.store.transaction() as db:
             removed = db.execute("DELETE FROM messages WHERE session = ?", (session,)).rowcount
+            self.compactor.forget(db, session)
             self.d.store.update("sessions", "id", session, {"updated_at": clock.now_iso()})
         return removed
 
@@ -156,6 +159,7 @@ class Sessions:
         self.require_quiet(session, "delete")
         with self.d.store.transaction() as db:
             removed = db.execute("DELETE FROM messages WHERE session = ?", (session,)).rowcount
+            self.compactor.forget(db, session)
             db.execute("DELETE FROM sessions WHERE id = ?", (session,))
         return removed
 
@@ -176,7 +180,9 @@ class Sessions:
                 "cwd": row["spec"].get("cwd"),
                 "busy": self.busy_turn(sid) is not None, "toolsets": row["spec"].get("toolsets"),
                 "pending_notifications": len(self.d.delivery.pending(sid)),
-                "running_children": len(self.children(sid))}
+                "running_children": len(self.children(sid)),
+                "sent_tokens": self.compactor.sent_tokens(sid), "compact_at_tokens": self.compactor.limit(),
+                "compactions": len(self.compactor.history_marks(sid))}
 
     def children(self, session: str) -> list[dict[str, Any]]:
         """This session's live children (background and foreground delegations)."""
@@ -191,6 +197,11 @@ class Sessions:
         ``resume`` false: a restart ends it ``lost`` instead of resuming it (``hermesd.resume``);
         ``idempotency_key``: its stored form (``hermesd.idempotency``)."""
         row = self.require(session)
+        if self.compactor.due(session):  # the compaction runs first: it is ahead in the session's pool
+            try:
+                self.compactor.submit(session, "limit")
+            except ProtocolError:
+                pass  # nothing older than the last turn to compact: the turn is sent as it is
         spec: dict[str, Any] = {"system_prompt": MAIN_SYSTEM_PROMPT}
         if notification:
             spec["notification"] = notification
@@ -201,8 +212,9 @@ class Sessions:
                                     cwd=row["spec"].get("cwd"), spec=spec, idempotency_key=idempotency_key)
 
     def spec_hook(self, row: dict[str, Any], spec: JobSpec) -> None:
-        """The spec of a turn's child: the session's history (roles alternating)."""
-        stored = [{"role": m["role"], "content": m["content"]} for m in self.history(row["session"])]
+        """The spec of a turn's child: the session's history as a turn is sent it (the latest
+        summary and what came after it: :meth:`Compactor.sent`), roles alternating."""
+        stored = [{"role": m["role"], "content": m["content"]} for m in self.compactor.sent(row["session"])]
         spec.history = merge_roles(stored)
 
     def on_turn_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
