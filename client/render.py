@@ -172,6 +172,10 @@ def slash_text(answer: dict[str, Any]) -> str:
         return "\n".join(f"{t['id']}  {t.get('status')}  {short(t.get('goal'), 60)}" for t in tasks) or "no tasks"
     if command == "help":
         return "\n".join(str(c) for c in answer.get("commands") or [])
+    if command == "compact":
+        job = answer.get("compaction") or {}
+        return (f"compaction {job.get('id')} {job.get('status')}: the older turns are summarised before the next "
+                "turn (every message stays in the history)")
     return fields_text(answer)
 
 

@@ -59,7 +59,7 @@ def _send(session: str, text: str, toolsets: list[str] | None = None, **extra: A
 def send(session: str, text: str | None, text_file: Any, wait_: bool, toolsets: str | None, no_resume: bool,
          idempotency_key: str | None) -> None:
     """Send TEXT to SESSION (created if new; '-' or --text-file reads it).
-    Slash commands: /background PROMPT, /stop, /tasks, /help."""
+    Slash commands: /background PROMPT, /stop, /tasks, /compact, /help."""
     answer = _send(session, read_text(text, text_file, "text"), toolset_names(toolsets),
                    **({"resume": False} if no_resume else {}),
                    **({"idempotency_key": idempotency_key} if idempotency_key else {}))

@@ -64,6 +64,11 @@ EVENT_MEANINGS = {
     "daemon.reload_failed": "A reload was refused; the running config is kept. `data`: `error`, `file`, "
     "`line`, `key`, `reason`.",
     "session.created": "A session was created. `data.session`: its id.",
+    "session.compacted": "A compaction stored its summary: the turns after it are sent the summary and the messages "
+    "after `upto`. `data`: `session`, `upto` (the last message id it covers), `tokens_before`, `tokens_after` "
+    "(the estimated tokens of history a turn is sent).",
+    "session.compaction_failed": "A compaction ended without a summary; the session is as it was. `data`: "
+    "`session`, `status`, `error`.",
     "session.reset": "A session's messages were forgotten. `data`: `session`, `messages_removed`.",
     "session.deleted": "A session and its messages were deleted. `data`: `session`, `messages_removed`.",
     "session.turn": "A session turn ended and its messages were stored. `data`: `status`, `reply`, "
