@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from hermesd.config import Config
-from hermesd.delegation.delivery import Delivery
 from hermesd.events import EventLog
 from hermesd.jobs import JobTable
 from hermesd.scheduler import Scheduler
@@ -60,7 +59,6 @@ class Context:
     scheduler: Scheduler
     procs: "ProcessManager"
     runner: "Runner"
-    delivery: Delivery
     plugins: "Plugins"
     router: "Router"
     loop: asyncio.AbstractEventLoop

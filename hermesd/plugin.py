@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 from hermesd.jobs import JobKind
+from hermesd.store import CORE_MIGRATIONS, schema
 
 if TYPE_CHECKING:
     from hermesd.context import Context
@@ -57,6 +58,8 @@ class Plugin:
     """
 
     kinds: ClassVar[tuple[JobKind, ...]] = ()
+    migrations: ClassVar[dict[int, str]] = {}
+    """Its tables: schema version → the statements that version adds (:func:`hermesd.store.schema`)."""
 
     def __init__(self, ctx: "Context"):
         self.ctx = ctx
@@ -106,6 +109,11 @@ class Plugin:
         """Any event, after it is published (in process; an ``EventLog`` listener)."""
 
     @every
+    def status(self) -> dict[str, Any]:
+        """Fields this plugin adds to the ``status`` reply (only reads)."""
+        return {}
+
+    @every
     def restore(self) -> None:
         """Start-up, after the jobs are reconciled: resume work."""
 
@@ -141,6 +149,10 @@ class Plugins:
         self._owner: dict[str, Plugin] = {}
         self._nobody = Plugin.__new__(Plugin)  # the owner of a kind no plugin declares: the default hooks
 
+    def migrations(self) -> list[str]:
+        """The whole schema's migrations: the core's, then each plugin's, by version."""
+        return schema(CORE_MIGRATIONS, *(cls.migrations for cls in self.classes))
+
     def op_modules(self) -> list[ModuleType]:
         """Every plugin's op modules, in plugin order."""
         return [m for cls in self.classes for m in cls.op_modules()]
@@ -169,11 +181,11 @@ def _call(name: str, scope: str) -> Any:
         def call(self: Plugins, row: Row | None, *args: Any) -> Any:
             return getattr(self.owner(row), name)(row, *args)
     else:
-        def call(self: Plugins, *args: Any) -> None:
-            for plugin in self.instances:
-                getattr(plugin, name)(*args)
+        def call(self: Plugins, *args: Any) -> list[Any]:
+            return [getattr(plugin, name)(*args) for plugin in self.instances]
     call.__name__ = call.__qualname__ = name
-    call.__doc__ = f":meth:`Plugin.{name}` of " + ("the job's plugin." if scope == "own" else "every plugin, in order.")
+    call.__doc__ = f":meth:`Plugin.{name}` of " + ("the job's plugin." if scope == "own" else
+                                                     "every plugin, in order; their answers, in order.")
     return call
 
 

@@ -37,7 +37,6 @@ from hermesd.control import ops as control
 from hermesd.control.approvals import ApprovalsPlugin
 from hermesd.control.hooks import JobEndHooks
 from hermesd.delegation import ops as delegation
-from hermesd.delegation.delivery import Delivery
 from hermesd.endpoint import NOBLOCK, Endpoint
 from hermesd.events import EventLog
 from hermesd.handlers import admin, children, jobs
@@ -154,11 +153,10 @@ class Daemon:
         paths.ensure_private_dir(state_dir)
         self._lock_state_dir(state_dir)
         paths.ensure_private_dir(self.config.log_dir())
-        self.store = Store(state_dir / "state.db")
+        self.store = Store(state_dir / "state.db", self.plugins.migrations())
         self.supervisor_id = str((state_dir / "state.db").resolve())
         self.events = EventLog(self.store, self._publish)
         self.jobs = JobTable(self.store, self.events, self.plugins.kinds)
-        self.delivery = Delivery(self.store, self.events)
         deleg, sup = self.config.delegation, self.config.supervisor
         self.scheduler = Scheduler({"global": sup.max_children, "async": deleg.max_async_children},
                                    {"session:": 1, "group:": deleg.max_concurrent_children})
@@ -173,7 +171,7 @@ class Daemon:
                              hooks=self.plugins)
         self.context = Context(control=self, store=self.store, events=self.events, jobs=self.jobs,
                                scheduler=self.scheduler, procs=self.procs, runner=self.runner,
-                               delivery=self.delivery, plugins=self.plugins, router=ROUTER, loop=self.loop)
+                               plugins=self.plugins, router=ROUTER, loop=self.loop)
         self.plugins.start(self.context)
         self.jobs.terminal_hooks.append(self.plugins.on_terminal)
         self.events.listeners.append(self.plugins.on_event)

@@ -5,7 +5,8 @@ One file, ``state.db``, owned by the daemon's single event-loop thread.
 notification that was committed survives ``kill -9`` and power loss.  Structured
 columns hold JSON text, so the file stays readable with the ``sqlite3`` shell.
 
-The schema version lives in ``PRAGMA user_version``; :data:`MIGRATIONS` are
+The schema version lives in ``PRAGMA user_version``; the migrations (:func:`schema`:
+the core's, :data:`CORE_MIGRATIONS`, and what each plugin declares of its tables) are
 applied in order at open, each in its own transaction.  A database written by
 a newer hermesd is refused rather than guessed at.
 """
@@ -16,16 +17,16 @@ import json
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from hermesd import private
 
 JSON_COLUMNS = {"toolsets", "pools", "spec", "trace", "data", "content", "artifacts", "result_data", "chain",
                 "arguments"}
 
-MIGRATIONS: list[str] = [
-    # 1: jobs, events, notifications, sessions, messages
-    """
+CORE_MIGRATIONS: dict[int, str] = {
+    # 1: jobs and events (the plugins' first tables come with it: notifications, sessions, messages)
+    1: """
     CREATE TABLE jobs (
         id TEXT PRIMARY KEY,
         kind TEXT NOT NULL,
@@ -68,114 +69,22 @@ MIGRATIONS: list[str] = [
         job TEXT,
         session TEXT,
         data TEXT NOT NULL DEFAULT '{}'
-    );
-    CREATE TABLE notifications (
-        job TEXT PRIMARY KEY,
-        session TEXT,
-        block TEXT NOT NULL,
-        state TEXT NOT NULL DEFAULT 'pending',
-        turn TEXT,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        created_at TEXT NOT NULL,
-        delivered_at TEXT
-    );
-    CREATE INDEX notifications_state ON notifications(state);
-    CREATE TABLE sessions (
-        id TEXT PRIMARY KEY,
-        title TEXT,
-        origin TEXT,
-        spec TEXT NOT NULL DEFAULT '{}',
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL
-    );
-    CREATE TABLE messages (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        session TEXT NOT NULL,
-        role TEXT NOT NULL,
-        content TEXT NOT NULL,
-        time TEXT NOT NULL,
-        job TEXT,
-        notification TEXT
-    );
-    CREATE INDEX messages_session ON messages(session, id);
-    """,
-    # 2: the Kanban board (hermesd.kanban): tasks, parent links, comments
-    """
-    CREATE TABLE kanban_tasks (
-        num INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT GENERATED ALWAYS AS ('kb_' || num) STORED,
-        board TEXT NOT NULL DEFAULT 'default',
-        title TEXT NOT NULL,
-        body TEXT NOT NULL DEFAULT '',
-        assignee TEXT NOT NULL,
-        priority INTEGER NOT NULL DEFAULT 0,
-        status TEXT NOT NULL,
-        cwd TEXT,
-        result TEXT,
-        artifacts TEXT NOT NULL DEFAULT '[]',
-        block_reason TEXT,
-        created_by TEXT,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        completed_at TEXT,
-        claimed_by TEXT,
-        claimed_at TEXT,
-        heartbeat_at TEXT,
-        last_worker TEXT,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        failures INTEGER NOT NULL DEFAULT 0,
-        last_error TEXT
-    );
-    CREATE UNIQUE INDEX kanban_tasks_id ON kanban_tasks(id);
-    CREATE INDEX kanban_tasks_status ON kanban_tasks(status, board);
-    CREATE INDEX kanban_tasks_claim ON kanban_tasks(claimed_by);
-    CREATE TABLE kanban_links (
-        parent TEXT NOT NULL,
-        child TEXT NOT NULL,
-        PRIMARY KEY (parent, child)
-    );
-    CREATE INDEX kanban_links_child ON kanban_links(child);
-    CREATE TABLE kanban_comments (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        task TEXT NOT NULL,
-        author TEXT NOT NULL,
-        text TEXT NOT NULL,
-        time TEXT NOT NULL
-    );
-    CREATE INDEX kanban_comments_task ON kanban_comments(task, id)
+    )
     """,
     # 3: retention (hermesd.upkeep.retention) finds a job's first event without reading them all
-    """
+    3: """
     CREATE INDEX events_job ON events(job, seq)
     """,
     # 4: daemon-wide settings an operator changes at run time (the queue's pause)
-    """
+    4: """
     CREATE TABLE settings (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL
     )
     """,
-    # 5: tool calls waiting for a person (hermesd.control.approvals)
-    """
-    CREATE TABLE approvals (
-        id TEXT PRIMARY KEY,
-        job TEXT NOT NULL,
-        chain TEXT NOT NULL DEFAULT '[]',
-        tool TEXT NOT NULL,
-        arguments TEXT NOT NULL DEFAULT '{}',
-        why TEXT NOT NULL,
-        state TEXT NOT NULL,
-        reason TEXT,
-        answered_by TEXT,
-        created_at TEXT NOT NULL,
-        deadline REAL NOT NULL,
-        answered_at TEXT
-    );
-    CREATE INDEX approvals_state ON approvals(state)
-    """,
     # 6: jobs resumed after a restart (hermesd.resume): how often and when last; a submission's
     # idempotency key (hermesd.idempotency), unique while its job is kept
-    """
+    6: """
     ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN resumed_at TEXT;
     ALTER TABLE jobs ADD COLUMN idempotency_key TEXT;
@@ -183,7 +92,7 @@ MIGRATIONS: list[str] = [
     """,
     # 7: the bill (hermesd.billing): what each job's model calls spent, kept when retention removes the job;
     # each job's cache tokens and cost beside its tokens_in/tokens_out
-    """
+    7: """
     CREATE TABLE spend (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         time TEXT NOT NULL,
@@ -211,24 +120,19 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN cost_unknown INTEGER NOT NULL DEFAULT 0
     """,
-    # 8: each summary of a session's messages up to `upto` (a messages.id), the job that made it, and
-    # the estimated tokens a turn was sent before and after (hermesd.sessions.compaction)
-    """
-    CREATE TABLE compactions (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        session TEXT NOT NULL,
-        upto INTEGER NOT NULL,
-        summary TEXT NOT NULL,
-        job TEXT,
-        tokens_before INTEGER NOT NULL,
-        tokens_after INTEGER NOT NULL,
-        time TEXT NOT NULL
-    );
-    CREATE INDEX compactions_session ON compactions(session, id)
-    """,
-]
+}
+"""The core's part of the schema: version number → its statements (``;``-separated)."""
 
-SCHEMA_VERSION = len(MIGRATIONS)
+
+def schema(*parts: Mapping[int, str]) -> list[str]:
+    """The migrations of the whole schema from what the core and each plugin declare
+    (:attr:`hermesd.plugin.Plugin.migrations`): ``parts`` are ``{version: statements}``;
+    migration *N* (the one that brings a database to ``user_version`` *N*) is every part's
+    statements for *N*, in the order given (the core first), and is empty where no part has
+    any.  A version's statements are fixed once released: a database at version *N* has them
+    all, so a new table is a new version, never an addition to an old one."""
+    top = max((n for part in parts for n in part), default=0)
+    return [";\n".join(part[n].strip().rstrip(";") for part in parts if n in part) for n in range(1, top + 1)]
 
 
 class StoreError(Exception):
@@ -262,8 +166,11 @@ class Store:
     0600 from its first byte, as are its ``-wal``, ``-shm`` and ``-journal`` files
     (:mod:`hermesd.private`: the file is made before SQLite opens it, SQLite's own under umask 077)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, migrations: list[str] | None = None):
         self.path = Path(path)
+        self.migrations = migrations if migrations is not None else schema(CORE_MIGRATIONS)
+        self.version = len(self.migrations)
+        """The schema version of this hermesd (``migrations``: :func:`schema`'s; None: the core's alone)."""
         try:
             with private.umask():
                 self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -287,13 +194,13 @@ class Store:
 
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
+        if version > self.version:
             raise StoreError(f"{self.path} has schema version {version}, newer than this hermesd "
-                             f"({SCHEMA_VERSION}); upgrade hermesd or use another HERMES_HOME")
-        for number in range(version, SCHEMA_VERSION):
+                             f"({self.version}); upgrade hermesd or use another HERMES_HOME")
+        for number in range(version, self.version):
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                for statement in MIGRATIONS[number].split(";"):
+                for statement in self.migrations[number].split(";"):
                     if statement.strip():
                         self.db.execute(statement)
                 self.db.execute(f"PRAGMA user_version={number + 1}")

@@ -9,7 +9,7 @@ from hermesd.events import EventLog
 from hermesd.jobs import InvalidTransition, JobTable
 from hermesd.protocol import ProtocolError
 from hermesd.scheduler import Scheduler
-from hermesd.store import SCHEMA_VERSION, Store, StoreError
+from hermesd.store import Store, StoreError
 
 
 @pytest.fixture
@@ -126,8 +126,8 @@ def test_after_commit_runs_every_callback_then_raises_the_first_error(tmp_path):
 
 def test_schema_version_and_newer_db_refused(tmp_path):
     store = Store(tmp_path / "s.db")
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-    store.db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == store.version
+    store.db.execute(f"PRAGMA user_version={store.version + 1}")
     store.close()
     with pytest.raises(StoreError) as info:
         Store(tmp_path / "s.db")

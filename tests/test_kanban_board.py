@@ -12,7 +12,7 @@ from hermesd.kanban import board as kanban, profiles
 from hermesd.events import EventLog
 from hermesd.kanban import PERSON, Actor, Board
 from hermesd.protocol import ProtocolError
-from hermesd.store import Store
+from hermesd.store import CORE_MIGRATIONS, Store, schema
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def board(tmp_path, monkeypatch):
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
     for name in ("coder", "researcher"):
         profiles.save(name, {"description": f"a {name}"})
-    store = Store(tmp_path / "state.db")
+    store = Store(tmp_path / "state.db", schema(CORE_MIGRATIONS, kanban.MIGRATIONS))
     published = []
     events = EventLog(store, published.append)
     kicks = []

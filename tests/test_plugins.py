@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from hermesd import contract, jobs
+from hermesd.delegation.notifications import Notifications
 from hermesd.events import EventLog
 from hermesd.handlers import jobs as job_ops
 from hermesd.jobs import InvalidTransition, JobKind, JobTable
@@ -96,7 +97,7 @@ def test_the_hooks_are_declared_once_and_plugins_derives_its_calls():
     from hermesd.plugin import HOOKS
 
     assert HOOKS == {"spec": "own", "on_result": "own", "on_terminal": "own", "on_exit": "own", "stop": "own",
-                     "admit": "every", "after_exit": "every", "on_event": "every", "restore": "every",
+                     "admit": "every", "after_exit": "every", "on_event": "every", "status": "every", "restore": "every",
                      "shutdown": "every"}
     assert all(getattr(Plugins, name).__name__ == name for name in HOOKS)
 
@@ -173,3 +174,35 @@ def test_every_kanban_status_is_reachable():
     reached = {"triage", "todo"} | {new for news in TRANSITIONS.values() for new in news}
     assert reached == set(contract.KanbanStatus) == set(TRANSITIONS)
     assert set(jobs.TRANSITIONS) | {s for news in jobs.TRANSITIONS.values() for s in news} == set(contract.JobStatus)
+
+
+def test_the_schema_is_what_the_core_and_the_plugins_declare(tmp_path):
+    store = Store(tmp_path / "state.db", Plugins(PLUGINS).migrations())
+    try:
+        tables = {r["name"] for r in store.all("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"jobs", "events", "settings", "notifications", "sessions", "messages", "kanban_tasks",
+                "kanban_links", "kanban_comments", "approvals", "spend", "compactions"} <= tables
+        assert store.version == 8  # as before the plugins declared their tables: a state.db written then opens unchanged
+    finally:
+        store.close()
+
+
+def test_notification_states_change_only_along_their_transitions(tmp_path):
+    store = Store(tmp_path / "state.db", Plugins(PLUGINS).migrations())
+    try:
+        notes = Notifications(store)
+        notes.store_new("bg_1", "main", "block")
+        assert [n["job"] for n in notes.pending("main")] == ["bg_1"] and notes.pending_count() == 1
+        notes.queue("bg_1", "turn_1", 1)
+        notes.requeue("bg_1")  # its turn was gone at start-up
+        notes.queue("bg_1", "turn_2", 2)
+        notes.acknowledge("bg_1")
+        assert notes.get("bg_1")["state"] == "delivered" and notes.get("bg_1")["delivered_at"]
+        with pytest.raises(ProtocolError, match="is delivered and cannot become queued"):
+            notes.queue("bg_1", "turn_3", 3)
+        notes.store_new("bg_2", None, "block")  # no session: its event delivers it
+        assert notes.get("bg_2")["state"] == "delivered" and notes.pending_count() == 0
+        with pytest.raises(ProtocolError, match="not stored"):
+            notes.acknowledge("bg_3")
+    finally:
+        store.close()

@@ -42,6 +42,25 @@ from hermesd.system.procs import SUPERVISOR_ENV
 STATES = ("pending", "approved", "denied", "timed_out", "cancelled")
 """A request's states: ``pending`` until answered, then one of the others, for good."""
 
+MIGRATIONS = {5: """
+    CREATE TABLE approvals (
+        id TEXT PRIMARY KEY,
+        job TEXT NOT NULL,
+        chain TEXT NOT NULL DEFAULT '[]',
+        tool TEXT NOT NULL,
+        arguments TEXT NOT NULL DEFAULT '{}',
+        why TEXT NOT NULL,
+        state TEXT NOT NULL,
+        reason TEXT,
+        answered_by TEXT,
+        created_at TEXT NOT NULL,
+        deadline REAL NOT NULL,
+        answered_at TEXT
+    );
+    CREATE INDEX approvals_state ON approvals(state)
+    """}
+"""The ``approvals`` table: tool calls waiting for a person (schema version 5, :func:`hermesd.store.schema`)."""
+
 FOLLOW_SECONDS = 30.0
 """A client that listed the approvals with ``follow: true`` this recently counts as a person to ask."""
 
@@ -200,6 +219,8 @@ class Approvals:
 
 class ApprovalsPlugin(Plugin):
     """Approvals (no job kind): the requests of every job."""
+
+    migrations = MIGRATIONS
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)

@@ -8,18 +8,18 @@ its history to understand it), and an ``async_delegation`` event is recorded.
 Delivery: a notification with no originating session is delivered by its
 event (clients read it with ``events``/``wait``) and acknowledged at once.  One
 with a session is handed to that session as a new turn when the session is
-idle (see ``hermesd.sessions.service``), and acknowledged (``state='delivered'``) in the
+idle (see ``hermesd.sessions.service``), and acknowledged (``delivered``) in the
 same transaction that stores the turn — exactly once, across restarts too.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from hermesd import clock
+from hermesd.delegation.notifications import Notifications
 from hermesd.events import EventLog
 from hermesd.store import Store
-
 
 
 def _duration(seconds: float | None) -> str:
@@ -77,46 +77,19 @@ def event_data(job: dict[str, Any], block: str) -> dict[str, Any]:
 
 
 class Delivery:
-    """Writes notifications at completion and tracks their delivery.
-
-    ``deliver_to_session`` is set by the sessions service: called with a
-    session id after commit, it delivers that session's pending notifications
-    when the session is idle.
-    """
+    """The delegation plugin's service (``ctx.service(Delivery)``): writes a background job's
+    notification at completion; :attr:`notifications` holds their states
+    (:mod:`hermesd.delegation.notifications`), which the sessions service moves as it delivers."""
 
     def __init__(self, store: Store, events: EventLog):
         self.store = store
         self.events = events
-        self.deliver_to_session: Callable[[str], None] | None = None
+        self.notifications = Notifications(store)
 
     def on_terminal(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """Store the notification of background ``job``, now terminal (inside the
         transition's transaction); returns the events to publish."""
         block = render_block(job)
         session = job.get("session")
-        self.store.insert("notifications", {
-            "job": job["id"], "session": session, "block": block, "created_at": clock.now_iso(),
-            "state": "pending" if session else "delivered",
-            "delivered_at": None if session else clock.now_iso()}, replace=True)
+        self.notifications.store_new(job["id"], session, block)
         return [self.events.record("async_delegation", job=job["id"], session=session, data=event_data(job, block))]
-
-    def pending(self, session: str | None = None) -> list[dict[str, Any]]:
-        """Undelivered notifications, oldest first (of one session, or all)."""
-        if session is None:
-            return self.store.all("SELECT * FROM notifications WHERE state = 'pending' ORDER BY created_at")
-        return self.store.all("SELECT * FROM notifications WHERE state = 'pending' AND session = ? "
-                              "ORDER BY created_at", (session,))
-
-    def pending_count(self) -> int:
-        """How many notifications are undelivered (``status``: a count, not the rows)."""
-        row = self.store.one("SELECT COUNT(*) AS n FROM notifications WHERE state = 'pending'")
-        return int((row or {}).get("n") or 0)
-
-    def acknowledge(self, job: str) -> None:
-        """Mark the notification of ``job`` delivered (call inside the transaction that delivers it)."""
-        self.store.update("notifications", "job", job, {"state": "delivered", "delivered_at": clock.now_iso()})
-
-    def kick(self, session: str | None) -> None:
-        """Try to deliver what is pending for ``session`` (after a commit)."""
-        if session and self.deliver_to_session is not None:
-            self.deliver_to_session(session)

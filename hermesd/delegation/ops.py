@@ -11,6 +11,8 @@ from typing import Any
 from hermesd import idempotency
 from hermesd.context import Context
 from hermesd.contract import TERMINAL
+from hermesd.delegation import notifications
+from hermesd.delegation.delivery import Delivery
 from hermesd.delegation.service import (Inbox, delegate_from_child, list_children, steer_child, stop_child,
                                 stop_foreground_children)
 from hermesd.handlers.jobs import submitted
@@ -30,14 +32,20 @@ class DelegationPlugin(Plugin):
 
     kinds = (JobKind("delegation", "deleg", at_shutdown="stop", at_restart="journal"),
              JobKind("background", "bg", at_restart="journal"))
+    migrations = notifications.MIGRATIONS
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
         ctx.provide(Inbox())  # steer messages waiting for their subagent
+        self.delivery = ctx.provide(Delivery(ctx.store, ctx.events))
 
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """A background job's notification, stored with its terminal state."""
-        return self.ctx.delivery.on_terminal(row) if row.get("background") else []
+        return self.delivery.on_terminal(row) if row.get("background") else []
+
+    def status(self) -> dict[str, Any]:
+        """``pending_notifications``: how many completions wait for their session."""
+        return {"pending_notifications": self.delivery.notifications.pending_count()}
 
     def after_exit(self, row: dict[str, Any] | None) -> None:
         """Any job ended: its foreground children end too (background ones live on)."""

@@ -37,14 +37,14 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``paused_seconds`` and ``reason`` while paused, ``calls`` by outcome, ``configured``
     limits, ``waiting`` jobs).  Only reads."""
     ctx.events.flush()  # buffered progress events count in last_seq
-    counts, last_seq, pending = ctx.store.memo("status", lambda: (
+    counts, last_seq, added = ctx.store.memo("status", lambda: (
         {row["status"]: row["n"] for row in ctx.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")},
-        ctx.events.last_seq(), ctx.delivery.pending_count()))
+        ctx.events.last_seq(), ctx.plugins.status()))
     out = {"version": __version__, "pid": os.getpid(), "uptime_seconds": ctx.control.uptime(),
            "started_at": ctx.control.started_at, "stopping": ctx.stopping, "runtime_dir": str(ctx.control.sockets.dir),
            "state_db": str(ctx.store.path), "config": ctx.config.source, "children": len(ctx.procs.children),
            "queued": len(ctx.scheduler.queue), "caps": ctx.scheduler.usage(), "jobs": dict(counts),
-           "last_seq": last_seq, "pending_notifications": pending,
+           "last_seq": last_seq, **{key: value for part in added for key, value in part.items()},
            "start": ctx.procs.spawner.describe(), "queue": ctx.runner.queue_state(),
            "hooks": {"on_job_end": bool(ctx.config.hooks.on_job_end)},
            "governor": ctx.service(Governor).describe()}

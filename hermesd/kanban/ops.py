@@ -18,7 +18,7 @@ from typing import Any, Callable
 from hermesd.context import Context
 from hermesd.kanban import actors, profiles
 from hermesd.kanban.actors import PERSON, Actor
-from hermesd.kanban.board import STATUSES, Board, board_arg
+from hermesd.kanban.board import MIGRATIONS, STATUSES, Board, board_arg
 from hermesd.kanban.dispatcher import WORKER_KIND, Dispatcher
 from hermesd.jobs import JobKind
 from hermesd.plugin import Plugin
@@ -36,6 +36,7 @@ class KanbanPlugin(Plugin):
     claim gives the task back in the same transaction."""
 
     kinds = (JobKind(WORKER_KIND, "kbw", at_shutdown="stop", at_restart="journal"),)
+    migrations = MIGRATIONS
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)

@@ -14,7 +14,7 @@ from hermesd.plugin import Plugin
 from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg, expand_toolsets
 from hermesd.sessions import compaction
-from hermesd.sessions.service import Sessions, display_text
+from hermesd.sessions.service import MIGRATIONS, Sessions, display_text
 
 MAX_TEXT_BYTES = 256 * 1024
 SLASH_COMMANDS = {"/background": "/background PROMPT — run PROMPT as a fresh background agent; its result "
@@ -33,6 +33,7 @@ class SessionsPlugin(Plugin):
     A queued turn runs after a restart."""
 
     kinds = (JobKind("session_turn", "turn", at_restart="journal"), JobKind(compaction.KIND, "cmp"))
+    migrations = MIGRATIONS
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)

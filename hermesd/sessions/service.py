@@ -26,11 +26,49 @@ from typing import TYPE_CHECKING, Any
 
 from hermesd import clock
 from hermesd.contract import ACTIVE, LIVE, TERMINAL, JobSpec
+from hermesd.delegation.delivery import Delivery
 from hermesd.protocol import ProtocolError
 from hermesd.sessions.compaction import Compactor
 
 if TYPE_CHECKING:
     from hermesd.context import Context
+
+MIGRATIONS = {1: """
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        title TEXT,
+        origin TEXT,
+        spec TEXT NOT NULL DEFAULT '{}',
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session TEXT NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        time TEXT NOT NULL,
+        job TEXT,
+        notification TEXT
+    );
+    CREATE INDEX messages_session ON messages(session, id);
+    """,
+    # each summary of a session's messages up to `upto` (a messages.id), the job that made it, and
+    # the estimated tokens a turn was sent before and after (hermesd.sessions.compaction)
+    8: """
+    CREATE TABLE compactions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session TEXT NOT NULL,
+        upto INTEGER NOT NULL,
+        summary TEXT NOT NULL,
+        job TEXT,
+        tokens_before INTEGER NOT NULL,
+        tokens_after INTEGER NOT NULL,
+        time TEXT NOT NULL
+    );
+    CREATE INDEX compactions_session ON compactions(session, id)
+    """}
+"""The ``sessions`` and ``messages`` tables (schema version 1), ``compactions`` (8) (:func:`hermesd.store.schema`)."""
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAIN_TOOLSETS_EXTRA = ("delegation",)
@@ -85,6 +123,7 @@ class Sessions:
 
     def __init__(self, d: Context):
         self.d = d
+        self.notes = d.service(Delivery).notifications  # the delegation plugin's (it comes first)
         self.compactor = Compactor(d, self)
 
     # sessions and messages -------------------------------------------------
@@ -138,7 +177,7 @@ class Sessions:
         turns = self.d.jobs.list(session=session, kinds=("session_turn",), statuses=LIVE)
         busy = [t["id"] for t in turns]
         if what == "delete":
-            busy += [c["id"] for c in self.children(session)] + [n["job"] for n in self.d.delivery.pending(session)]
+            busy += [c["id"] for c in self.children(session)] + [n["job"] for n in self.notes.pending(session)]
         if busy:
             raise ProtocolError("invalid_state", f"cannot {what} session {session!r} while {', '.join(busy)} "
                                 f"{'is' if len(busy) == 1 else 'are'} not finished (stop them with /stop, or wait)",
@@ -179,7 +218,7 @@ class Sessions:
         return {"id": sid, "created_at": row["created_at"], "updated_at": row["updated_at"], "messages": count,
                 "cwd": row["spec"].get("cwd"),
                 "busy": self.busy_turn(sid) is not None, "toolsets": row["spec"].get("toolsets"),
-                "pending_notifications": len(self.d.delivery.pending(sid)),
+                "pending_notifications": len(self.notes.pending(sid)),
                 "running_children": len(self.children(sid)),
                 "sent_tokens": self.compactor.sent_tokens(sid), "compact_at_tokens": self.compactor.limit(),
                 "compactions": len(self.compactor.history_marks(sid))}
@@ -233,7 +272,7 @@ class Sessions:
                                              "content": content or [], "time": now, "job": row["id"],
                                              "notification": notification if i == 0 else None})
         if notification:
-            self.d.delivery.acknowledge(notification)
+            self.notes.acknowledge(notification)
         self.d.store.update("sessions", "id", row["session"], {"updated_at": now})
         reply = text_of(messages[-1]["content"]) if messages[-1].get("role") == "assistant" else ""
         return [self.d.events.record("session.turn", job=row["id"], session=row["session"],
@@ -245,10 +284,9 @@ class Sessions:
         """Give every pending notification of ``session`` its delivery turn (FIFO)."""
         if self.d.stopping or self.get(session) is None:
             return
-        for note in self.d.delivery.pending(session):
+        for note in self.notes.pending(session):
             turn = self.start_turn(session, note["block"], notification=note["job"])
-            self.d.store.update("notifications", "job", note["job"], {"state": "queued", "turn": turn["id"],
-                                                                      "attempts": note["attempts"] + 1})
+            self.notes.queue(note["job"], turn["id"], note["attempts"] + 1)
 
     def on_event(self, event: dict[str, Any]) -> None:
         """Event listener: a background completion for a session → deliver (after this commit)."""
@@ -257,10 +295,10 @@ class Sessions:
 
     def restore(self) -> None:
         """At start-up: re-deliver what a dead daemon left undelivered."""
-        for note in self.d.store.all("SELECT * FROM notifications WHERE state = 'queued'"):
+        for note in self.notes.queued():
             turn = self.d.jobs.get(note["turn"]) if note["turn"] else None
             if turn is None or turn["status"] in TERMINAL:
-                self.d.store.update("notifications", "job", note["job"], {"state": "pending"})
-        sessions = {n["session"] for n in self.d.delivery.pending() if n["session"]}
+                self.notes.requeue(note["job"])
+        sessions = {n["session"] for n in self.notes.pending() if n["session"]}
         for session in sorted(sessions):
             self.deliver(session)

@@ -32,15 +32,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from hermesd.events import EventLog
 from hermesd.contract import TERMINAL
+from hermesd.delegation.notifications import DELIVERED
+from hermesd.events import EventLog
 from hermesd.store import Store
 
 log = logging.getLogger("hermesd")
 
 _TERMINAL = ", ".join("'" + str(getattr(s, 'value', s)) + "'" for s in sorted(TERMINAL))
 _KEEP = f"""
-    AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.job = j.id AND n.state != 'delivered')
+    AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.job = j.id AND n.state != '{DELIVERED}')
     AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.id = j.parent AND p.status NOT IN ({_TERMINAL}))"""
 
 
@@ -155,7 +156,7 @@ class Retention:
         """Delete the rows of ``ids`` (jobs and their delivered notifications) in one transaction."""
         marks = ", ".join("?" for _ in ids)
         with self.store.transaction() as db:
-            db.execute(f"DELETE FROM notifications WHERE job IN ({marks}) AND state = 'delivered'", ids)
+            db.execute(f"DELETE FROM notifications WHERE job IN ({marks}) AND state = ?", [*ids, DELIVERED])
             db.execute(f"DELETE FROM jobs WHERE id IN ({marks}) AND status IN ({_TERMINAL})", ids)
 
     def remove_events(self, floor: int) -> int:
