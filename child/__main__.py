@@ -94,7 +94,8 @@ def _run(crash_log: Any) -> int:
     redact.install()  # the job's log and all it sends hold no secret value
     restore_umask()  # the daemon's is 077; the tools write with the user's
     faulthandler.enable(crash_log)  # a crash in native code (llama.cpp) leaves the Python stack in the job's log
-    _title(job)
+    _title(job)  # first: setproctitle finds its room next to the environment as the kernel left it
+    redact.hide_from_proc()  # the /proc/PID/environ its tools can read holds no key
     stop = StopFlag()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: stop.set(signal.Signals(signum).name))

@@ -134,6 +134,24 @@ class _RedactingStream(io.TextIOBase):
         return self.inner.isatty()
 
 
+def hide_from_proc() -> bool:
+    """Rewrite this process's ``/proc/PID/environ`` without :func:`hidden_names` (the provider
+    keys, the config's secrets, the job's token), which stay in ``os.environ`` and libc's
+    environment (on the heap, where only this process reads them): a tool that reads its
+    parent's ``/proc/PID/environ`` finds none.  Everything else stays there (the daemon finds
+    a job's processes by ``HERMES_JOB_ID`` and ``HERMES_SUPERVISOR``).  Returns True when
+    rewritten (False: nothing to hide, or not Linux)."""
+    hidden = hidden_names(os.environ) & set(os.environ)
+    if not hidden:
+        return False
+    from child import spare  # how a warm spare writes its job's environment there, reused
+
+    env = dict(os.environ)
+    area = spare.blank_environment()
+    os.environ.update(env)
+    return spare.publish_environ({k: v for k, v in env.items() if k not in hidden}, area)
+
+
 def install() -> Redactor:
     """Make this process's redactor from its environment (a child's, once it has its job's)
     and redact what it prints on ``stdout``/``stderr`` (the job's log)."""

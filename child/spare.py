@@ -212,7 +212,7 @@ def _spare_main(cmd_fd: int, sock: socket.socket, middle: int | None) -> None:
         title("hermes-zygote (spare)")
         _fresh_process()  # before the request: it costs the job nothing
         _prepare()
-        area = _blank_environment()
+        area = blank_environment()
         request = read_request(cmd_fd)
         if request is None:
             os._exit(0)
@@ -275,7 +275,7 @@ def _max_fd() -> int:
         return 65536
 
 
-def _blank_environment() -> tuple[int, int] | None:
+def blank_environment() -> tuple[int, int] | None:
     """In a spare, before its job: drop the zygote's environment (``os.environ`` and
     ``putenv``) and zero the area ``/proc/PID/environ`` shows, so that the job only
     writes its own variables there, into pages already copied.  Returns the area
@@ -331,7 +331,7 @@ def environ_area() -> tuple[int, int] | None:
 
 def publish_environ(env: dict[str, str], area: tuple[int, int] | None) -> bool:
     """Make ``/proc/self/environ`` show ``env``: write it into ``area``, which
-    :func:`_blank_environment` zeroed.
+    :func:`blank_environment` zeroed.
 
     Only safe once nothing points into the area any more (``os.environ`` was
     cleared first).  False, changing nothing, when ``env`` does not fit or the

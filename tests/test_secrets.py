@@ -28,23 +28,27 @@ def test_tool_environment_keeps_the_jobs_env_and_drops_keys_and_config_secrets()
 
 def test_a_terminal_command_has_no_key_and_what_leaks_is_redacted_everywhere(make_daemon):
     d = make_daemon(config={"secrets": ["DB_PASSWORD"]}, env=KEYS)
+    (d.work / "leaked.txt").write_text("\n".join(f"{k}={v}" for k, v in KEYS.items()))  # keys a tool comes upon
     script = [
-        {"tool_calls": [{"name": "terminal", "input": {"command": "echo $$ > cmd.pid; sleep 3"}}]},
-        # the child's own environment holds the keys: read through /proc, they come back redacted
-        {"tool_calls": [{"name": "terminal", "input": {"command": "env; tr '\\0' '\\n' < /proc/$PPID/environ"}}]},
+        {"tool_calls": [{"name": "terminal", "input": {"command": "echo $$ $PPID > cmd.pid; sleep 3"}}]},
+        # not even the child's own /proc/PID/environ holds a key; a file that does comes back redacted
+        {"tool_calls": [{"name": "terminal", "input": {
+            "command": "env; tr '\\0' '\\n' < /proc/$PPID/environ; cat leaked.txt"}}]},
         {"text": "done"},
     ]
     rec = d.delegate("print the environment", script=script, toolsets=["terminal"], env=JOB_ENV)
     pid_file = d.work / "cmd.pid"
-    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the command's pid"))
-    environ = dict(e.split("=", 1) for e in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in e)
-    assert not set(KEYS) & set(environ) and "HERMES_CHILD_TOKEN" not in environ
-    assert environ["JOB_TOKEN"] == JOB_ENV["JOB_TOKEN"]  # given to the job for its tools
+    pids = wait_for(lambda: pid_file.exists() and pid_file.read_text().split(), what="the command's pid")
+    for pid, whose in zip(pids, ("command", "child")):
+        environ = dict(e.split("=", 1) for e in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in e)
+        assert not set(KEYS) & set(environ) and "HERMES_CHILD_TOKEN" not in environ, whose
+        assert environ["JOB_TOKEN"] == JOB_ENV["JOB_TOKEN"], whose  # given to the job for its tools
+        assert environ["HERMES_JOB_ID"] == rec["id"], whose  # how the daemon finds what a job left
     job = d.wait_job(rec["id"])
     assert job["status"] == "completed"
     folder = d.home / "jobs" / rec["id"]
     trajectory = (folder / "trajectory.json").read_text()
-    for name in (*KEYS, "JOB_TOKEN", "HERMES_CHILD_TOKEN"):
+    for name in (*KEYS, "JOB_TOKEN"):
         assert f"[REDACTED:{name}]" in trajectory, name
     events = json.dumps(d.call("events_since", since=0)["events"])
     stored = {"trajectory": trajectory, "log": (folder / "log").read_text(), "events": events,
