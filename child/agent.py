@@ -31,7 +31,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from child import journal
+from child import approval, journal
 from child import messages as m
 from child import output
 from child.activity import Activity
@@ -343,7 +343,7 @@ class Agent:
         self.journal = journal.open_for(self.spec)
         if self.journal is not None:
             self.resumed = journal.replay(self.journal.path, lambda name: bool(
-                getattr(registry.get_tool(name), "repeatable", False)))
+                getattr(registry.get_tool(name), "repeatable", False)), lambda call: approval.waiting(self.channel, call))
         if self.resumed is None:
             self.add(m.user(first_message(self.spec)))
             return

@@ -23,6 +23,20 @@ NO_DAEMON = ("there is no hermesd to ask a person; dangerous commands run only w
 """The refusal without a daemon (a tool run outside a job)."""
 
 
+def waiting(channel: Any, call: dict[str, Any]) -> bool:
+    """Whether tool call ``call`` (a ``tool_use`` block) of this job has a request still waiting
+    for a person (``child.approval_find``): a call a restart interrupted while it waited never
+    ran, so it may run again — it asks again and waits for the same answer.  False without a
+    channel or when the daemon cannot say."""
+    if channel is None or not isinstance(call.get("input"), dict):
+        return False
+    try:
+        return bool(channel.call("child.approval_find", timeout=10.0, tool=call.get("name"),
+                                 arguments=call["input"]).get("pending"))
+    except Exception:  # noqa: BLE001 - not known: the call counts as interrupted, as without approvals
+        return False
+
+
 def ask(ctx: ToolContext, tool: str, arguments: dict[str, Any], why: str) -> str | None:
     """Wait for a person's answer to the call of ``tool`` with ``arguments`` (``why``: what holds it).
 

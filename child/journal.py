@@ -93,11 +93,14 @@ class Resumed:
     interrupted: list[str] = field(default_factory=list)
 
 
-def replay(path: str, repeatable: Callable[[str], bool]) -> Resumed | None:
+def replay(path: str, repeatable: Callable[[str], bool],
+           waiting: Callable[[dict[str, Any]], bool] = lambda call: False) -> Resumed | None:
     """The run recorded at ``path``, or None when it holds no message (a fresh start).
 
     ``repeatable(name)``: whether tool ``name`` may run again when it was
-    interrupted.  Raises :class:`hermesd.journal.JournalError`.
+    interrupted; ``waiting(call)``: whether the interrupted ``call`` (a ``tool_use``
+    block) never ran because it was waiting for a person (:func:`child.approval.waiting`):
+    it runs again, and waits for the same answer.  Raises :class:`hermesd.journal.JournalError`.
     """
     state, started = Resumed(), set()
 
@@ -130,7 +133,8 @@ def replay(path: str, repeatable: Callable[[str], bool]) -> Resumed | None:
             else:
                 state.messages.append(m.user(entry["block"]))
     for call in state.open_calls:
-        if call["id"] in started and call["id"] not in state.results and not repeatable(call["name"]):
+        if call["id"] in started and call["id"] not in state.results and not repeatable(call["name"]) \
+                and not waiting(call):
             state.results[call["id"]] = interrupted_result(call)
             state.interrupted.append(call["name"])
             state.trace.append({"name": call["name"], "ok": False, "bytes": len(INTERRUPTED.encode())})

@@ -106,8 +106,11 @@ def test_a_request_survives_kill_9_and_restart(make_daemon):
     request = _pending(d, job)
     d.kill9()
     d.start()
+    # the job resumes (from its journal) still waiting: the same request, still pending
+    wait_for(lambda: d.call("job", id=job)["status"] == "running", what="the job resumed")
+    time.sleep(1.0)
     (after,) = d.call("approvals.list", state="all")["approvals"]
-    assert after["id"] == request["id"] and after["arguments"] == {"command": HELD}
-    # the job did not survive the daemon (no job resumes after a restart yet): its request is settled
-    assert d.call("job", id=job)["status"] == "lost"
-    assert after["state"] == "cancelled" and job in after["reason"]
+    assert after["id"] == request["id"] and after["state"] == "pending" and after["arguments"] == {"command": HELD}
+    assert d.ctl("approve", request["id"]).returncode == 0
+    assert d.wait_job(job)["status"] == "completed"
+    assert "ran-it" in _tool_result(d, job)

@@ -107,6 +107,14 @@ class Approvals:
         rows = self.ctx.store.all(f"{sql} ORDER BY created_at DESC, id DESC LIMIT {MAX_LIST}", params)
         return [self.record(r) for r in reversed(rows)]
 
+    def pending_for(self, job: str, tool: str, arguments: Any) -> dict[str, Any] | None:
+        """The pending request of ``job`` for the call of ``tool`` with ``arguments``, or None."""
+        for row in self.ctx.store.all("SELECT * FROM approvals WHERE job = ? AND tool = ? AND state = 'pending'",
+                                      (job, tool)):
+            if row["arguments"] == arguments:
+                return self.record(row)
+        return None
+
     def nobody(self) -> str | None:
         """Why no person can be asked now, or None when one can (a hook, or a follower)."""
         if self.ctx.config.hooks.on_approval_request:
@@ -120,7 +128,12 @@ class Approvals:
     # changing --------------------------------------------------------------
 
     def request(self, job: str, tool: str, arguments: dict[str, Any], why: str) -> dict[str, Any]:
-        """A new request of ``job`` (or, with nobody to ask, its refusal: ``state`` ``denied``, not stored)."""
+        """A new request of ``job`` (or, with nobody to ask, its refusal: ``state`` ``denied``, not stored).
+        A pending request of the job for the same call is that request: a job resumed after a
+        restart of the daemon (its journal) asks again, and still waits for the same answer."""
+        again = self.pending_for(job, tool, arguments)
+        if again is not None:  # the same call asked again: a job resumed after a restart
+            return again
         nobody = self.nobody()
         if nobody is not None:
             return {"id": None, "job": job, "tool": tool, "state": "denied", "reason": nobody}
@@ -295,6 +308,14 @@ async def child_approval(ctx: Context, job: str, args: dict[str, Any]) -> dict[s
     ctx.runner.activity.seen(job)
     arguments = arg(args, "arguments", dict, {})
     return ctx.service(Approvals).request(job, arg(args, "tool", str), arguments, arg(args, "why", str, ""))
+
+
+@op("child.approval_find", child=True)
+async def child_approval_find(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Whether this job has a request waiting for the call of ``tool`` with ``arguments`` (a job
+    resumed after a restart asks it of a call the restart interrupted): ``{pending, request}``."""
+    found = ctx.service(Approvals).pending_for(job, arg(args, "tool", str), arg(args, "arguments", dict, {}))
+    return {"pending": found is not None, "request": found}
 
 
 @op("child.approval_wait", child=True)
