@@ -31,7 +31,7 @@ def _tool_result(d, job: str) -> str:
 
 
 def test_a_held_command_waits_for_a_person_and_runs_once_approved(make_daemon):
-    d = make_daemon(config={**HOOK, "delegation": {"stale_after_seconds": 1.0}})
+    d = make_daemon(config={**HOOK, "delegation": {"stale_after_seconds": 3.0}})
     job = d.delegate("run it", script=SCRIPT, toolsets=["terminal"])["id"]
     request = _pending(d, job)
     assert request["tool"] == "terminal" and request["arguments"] == {"command": HELD}
@@ -41,7 +41,7 @@ def test_a_held_command_waits_for_a_person_and_runs_once_approved(make_daemon):
     assert record["id"] == request["id"] and record["arguments"]["command"] == HELD
     listed = d.ctl("approvals")
     assert listed.returncode == 0 and request["id"] in listed.stdout and "curl-x" in listed.stdout
-    time.sleep(2.5)  # longer than stale_after_seconds: a waiting job is not stale
+    time.sleep(4.0)  # longer than stale_after_seconds: a waiting job is not stale
     assert d.call("job", id=job)["status"] == "running"
     done = d.ctl("approve", request["id"])
     assert done.returncode == 0, done.stderr
