@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import (bench_batch, bench_batch_ray, bench_batch_scheduling, bench_containers, bench_control, bench_events,  # noqa: E402
-                   bench_local_model, bench_longrun, bench_memory, bench_peers, bench_spawn, bench_warm_start)
+                   bench_governor, bench_local_model, bench_longrun, bench_memory, bench_peers, bench_spawn,
+                   bench_warm_start)
 from child.providers import local  # noqa: E402
 from bench.common import machine  # noqa: E402
 
@@ -53,6 +54,7 @@ def main() -> None:
     rows = bench_batch.run(prompts, 1, 1.0, [4, 16], ["forkserver", "spawn"])
     print(bench_batch.report(rows, prompts, 1, 1.0) + "\n", flush=True)
     print(bench_batch_scheduling.report(bench_batch_scheduling.run()) + "\n", flush=True)
+    print(bench_governor.report(bench_governor.run(prompts=48 if args.quick else 120)) + "\n", flush=True)
     if local.available():
         print(bench_local_model.report(bench_local_model.run({"installed": sys.executable}, 3, 128, 1), 128, 1),
               flush=True)

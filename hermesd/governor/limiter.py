@@ -13,7 +13,8 @@ Three things decide, all on monotonic seconds (``now`` passed in, so tests drive
   child for the ``retry-after`` given (else an exponential backoff from 1 s up to 60 s); the
   rate-limit headers of every response say what remains and when it is replenished, and a
   dimension with nothing left waits for its reset.  What remains is counted down by the calls
-  granted after the one whose response said it;
+  granted after the one whose response said it, and its reset pushed back by what each grant
+  takes at the refill rate the headers imply;
 * **concurrency**, adaptive, as TCP's congestion window (RFC 5681 §3.1): it starts at one call
   in flight — the first response's headers say what the provider allows before a burst can be
   refused — and grows by one per call that went well (slow start) until the first refusal; from
@@ -94,6 +95,14 @@ class Learning:
     reset_at: float
     seq: int
     limit: int | None = None
+    per_unit: float | None = None
+    """Seconds the provider takes to refill one unit (from the headers), when known."""
+
+    def take(self, amount: float) -> None:
+        """A call granted: ``amount`` less remains, and the dimension is full that much later."""
+        self.remaining -= amount
+        if self.per_unit is not None and self.reset_at != float("inf"):
+            self.reset_at += amount * self.per_unit
 
 
 @dataclass
@@ -147,7 +156,7 @@ class Limiter:
         for name, bucket in self.buckets.items():
             bucket.level -= {"requests": 1, "input_tokens": input_tokens, "output_tokens": max_tokens}[name]
         for name, learning in self.learned.items():
-            learning.remaining -= _charge(name, input_tokens)
+            learning.take(_charge(name, input_tokens))
         self.seq += 1
         self.granted_input += input_tokens
         grant = Grant(grant_id, job, self.seq, input_tokens, max_tokens, now, self.granted_input)
@@ -216,7 +225,16 @@ class Limiter:
             known = self.learned.get(name)
             if known is not None and known.seq > seq and known.reset_at > now:
                 continue  # a later call already told more
-            self.learned[name] = Learning(dim.remaining - since.get(name, 0), now + dim.reset, seq, dim.limit)
+            per_unit = known.per_unit if known is not None else None
+            deficit = (dim.limit or 0) - dim.remaining
+            if dim.limit and deficit >= max(1.0, dim.limit / 4) and dim.reset > 0:
+                # the refill rate, averaged (a reset rounded up to the second overstates it, a
+                # remaining rounded down understates it)
+                seen = dim.reset / deficit
+                per_unit = seen if per_unit is None else 0.8 * per_unit + 0.2 * seen
+            learning = Learning(dim.remaining, now + dim.reset, seq, dim.limit, per_unit)
+            learning.take(since.get(name, 0))  # what the calls granted since take is refilled after
+            self.learned[name] = learning
 
     def _refused(self, outcome: str, learned: Learned, now: float) -> None:
         wait = learned.retry_after

@@ -184,7 +184,7 @@ def anthropic_headers(snapshot: Snapshot) -> dict[str, str]:
     headers = {}
     for dim, (limit, remaining, reset_in) in snapshot.dims.items():
         prefix = f"anthropic-ratelimit-{ANTHROPIC_DIMS[dim]}"
-        reset = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=math.ceil(reset_in))
+        reset = datetime.datetime.fromtimestamp(math.ceil(time.time() + reset_in), datetime.timezone.utc)
         headers.update({f"{prefix}-limit": str(limit), f"{prefix}-remaining": str(remaining),
                         f"{prefix}-reset": reset.isoformat(timespec="seconds").replace("+00:00", "Z")})
     return headers
