@@ -43,7 +43,7 @@ GOALS = {"failed": 0, "refused_per_success": 0.2, "wall_over_ideal": 1.15}
 def one_case(case: str, prompts: int, workers: int, limit: int, window: float, latency: float) -> dict:
     """Run one case to the end; returns its figures."""
     with FakeAnthropic(delay=latency) as api:
-        api.default = Message([thinking_block("one step"), text_block("done")])
+        api.default = Message([thinking_block("One short step to the answer."), text_block("done")])
         config = {"provider": "anthropic", "base_url": api.url, "model": "claude-bench",
                   "supervisor": {"max_children": max(16, workers)}}
         if case == "configured":

@@ -21,7 +21,7 @@ def test_failed_prompts_exit_11_with_the_commonest_errors_and_resume_runs_them_a
             refused.add(prompt)
         if first:  # refused once, for good: not a rate limit
             return Error(400, "this prompt is refused")
-        return Message([thinking_block("fine"), text_block("done")])
+        return Message([thinking_block("This prompt is fine to answer."), text_block("done")])
 
     dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in ("good 1", "bad 1", "good 2", "bad 2")])
     with FakeAnthropic() as api:
