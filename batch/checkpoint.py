@@ -1,4 +1,4 @@
-"""``checkpoint.json``: what a batch run has settled, for resume (SPEC §6).
+"""``checkpoint.json``: what a batch run has settled, for resume.
 
 Shape (written atomically, fsynced; see ``batch.job.SAVE_EVERY`` for when); the keys of
 Hermes Agent's batch_runner.py checkpoint come first, with its meanings::

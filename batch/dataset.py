@@ -1,4 +1,4 @@
-"""Reading a batch dataset: JSONL, one prompt per line (SPEC §6, §11).
+"""Reading a batch dataset: JSONL, one prompt per line (the keys: ``docs/protocol.md``, ``batch.run``).
 
 Each line is a JSON object with ``prompt`` (a non-empty string) and optionally:
 

@@ -1,4 +1,4 @@
-"""Toolset distributions: which toolsets each batch prompt gets (SPEC §6).
+"""Toolset distributions: which toolsets each batch prompt gets.
 
 A distribution gives every toolset it names an independent inclusion
 probability.  For each prompt every toolset is drawn on its own; when none is

@@ -1,5 +1,5 @@
 """Batch ops: ``batch.run``, ``batch.status``, ``batch.cancel``, ``batch.list``,
-``batch.distributions`` (SPEC §6), the child op ``child.batch_sync`` (a batch's Ray
+``batch.distributions``, the child op ``child.batch_sync`` (a batch's Ray
 driver), and the hooks that keep batches going over restarts.
 
 The job type's insides live in ``batch/`` (``batch.service.BatchService``, the
@@ -51,7 +51,7 @@ class BatchPlugin(Plugin):
     @property
     def service(self) -> "BatchService":
         """The service of every run, made at its first use: until a batch runs, the daemon
-        holds none of ``batch``'s insides (half a MiB of an idle daemon, issue 22)."""
+        holds none of ``batch``'s insides (half a MiB of an idle daemon: bench/README.md)."""
         if self._service is None:
             from batch.service import BatchService
 

@@ -1,4 +1,4 @@
-"""``statistics.json``: the counts of a whole batch run, resumed parts included (SPEC §6).
+"""``statistics.json``: the counts of a whole batch run, resumed parts included.
 
 Counted from the files, so a run resumed after a crash reports exactly what its
 files hold: a :class:`Tally` of the batch files' lines is read from them when the

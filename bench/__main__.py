@@ -5,8 +5,8 @@ First hermesd beside circus and supervisord (:mod:`bench.bench_peers`, issue
 PyPI into ``--venv`` on first use), then the rest.  ``--quick`` shrinks the
 batch benchmarks (96 prompts instead of 1,024: whole rounds of 16 workers) and the long-run one
 (200 prompts instead of 2,000) for a look that takes minutes, not the better
-part of an hour; ``--only-peers`` runs only the figures of issue 22,
-``--only-default`` only those of issue 15 (:mod:`bench.bench_warm_start`: batch
+part of an hour; ``--only-peers`` runs only the comparison with its peers (:mod:`bench.bench_peers`),
+``--only-default`` only the default configuration's figures (:mod:`bench.bench_warm_start`: batch
 overhead with the default configuration, event-loop stalls while the zygote is
 killed).  Each benchmark can also be run on its own (``bench/bench_*.py --help``).
 """

@@ -69,7 +69,7 @@ def throughput(runtime: Path, clients: int, seconds: float) -> float:
 
 def hermesctl_argv() -> list[str]:
     """``hermesctl status``: the console script beside this Python, else ``python -m client status``.
-    Raises ``RuntimeError`` when the script predates the entry point ``client:main`` (issue 22:
+    Raises ``RuntimeError`` when the script predates the entry point ``client:main`` (then
     it would measure the slow path; ``pip install -e .`` writes it anew)."""
     exe = shutil.which("hermesctl", path=str(Path(sys.executable).parent))
     if exe and "from client import main" not in Path(exe).read_text(errors="replace"):

@@ -1,4 +1,4 @@
-"""hermesd beside circus and supervisord: every figure of issue 22 in one run, as ratios, goals met or not.
+"""hermesd beside circus and supervisord: every figure of the comparison in bench/README.md in one run, as ratios, goals met or not.
 
 The peers are installed from PyPI into a virtual environment of this
 benchmark's own (``--venv``, default ``$HERMES_BENCH_PEERS`` or
@@ -298,7 +298,7 @@ def report(r: dict[str, Any]) -> str:
           "rtt": {k: _p50(client[k]["rtt"]) * 1e3 for k in kinds},
           "start": {k: _p50(client[k]["starts"]) * 1e3 for k in kinds}}
     lines = [
-        "hermesd beside circus and supervisord (issue 22)", machine(),
+        "hermesd beside circus and supervisord", machine(),
         f"  circus {v['circus']}, supervisor {v['supervisor']} (PyPI, in {r['venv']}); hermesd {v['hermesd']}, "
         "default configuration",
         f"  {'figure (p50)':<38}{'circus':>14}{'supervisord':>14}{'hermesd':>14}{'/circus':>10}{'/superv.':>10}  floor",

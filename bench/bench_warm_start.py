@@ -1,6 +1,6 @@
 """Warm start by default: batch overhead with the default configuration, and event-loop stalls.
 
-Two figures (issue 15), one run:
+Two figures, one run:
 
 * **Batch overhead at 16 workers, default configuration.**  A daemon whose
   config names no ``start_method`` (so the default, ``forkserver``) runs
@@ -131,7 +131,7 @@ def report(result: dict) -> str:
     """The figures as text."""
     b, s = result["batch"], result["stalls"]
     return "\n".join([
-        "warm start by default (issue 15)", machine(),
+        "warm start by default", machine(),
         f"  batch overhead, default configuration (start_method {b['method']}): {b['prompts']} prompts x 1s, "
         f"{b['workers']} workers: ideal {b['ideal']:.1f}s, measured {b['wall']:.1f}s, overhead {b['overhead']:.1%} "
         f"(goal <= 5%)",

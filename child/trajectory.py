@@ -1,4 +1,4 @@
-"""A run's messages as training data: Hermes' ShareGPT turns and a model-neutral view (SPEC §6).
+"""A run's messages as training data: Hermes' ShareGPT turns and a model-neutral view.
 
 Input: the internal messages of :mod:`child.messages` — ``{"role": "user" |
 "assistant", "content": [blocks]}`` with Anthropic-style blocks ``text``,
@@ -255,8 +255,8 @@ def _assistant_blocks(messages: list[dict], kind: str):
 
 def has_reasoning(messages: list[dict]) -> bool:
     """True when any assistant turn shows reasoning: a non-empty ``thinking``
-    block, or text containing one of :data:`REASONING_MARKERS` (SPEC §6: samples
-    without reasoning are discarded)."""
+    block, or text containing one of :data:`REASONING_MARKERS` (batch output
+    discards samples without reasoning: :mod:`batch.output`)."""
     if any(str(b.get("thinking", "")).strip() for b in _assistant_blocks(messages, "thinking")):
         return True
     texts = (str(b.get("text", "")) for b in _assistant_blocks(messages, "text"))

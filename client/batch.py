@@ -1,4 +1,4 @@
-"""``hermes-batch`` and ``hermesctl batch run|status|cancel|list``: the batch front end (SPEC §6).
+"""``hermes-batch`` and ``hermesctl batch run|status|cancel|list``: the batch front end.
 
 Thin, like every client: the flags become one ``batch.run`` request (paths are
 made absolute here because the daemon runs elsewhere; the daemon reads the

@@ -36,7 +36,7 @@ LIVENESS_SECONDS = 0.5
 
 SPIN_SECONDS = 0.0003
 """How long :meth:`Connection.call` watches its socket for the reply before it sleeps
-in ``poll`` (bounded busy-polling, issue 22).  A local reply mostly comes within this;
+in ``poll`` (bounded busy-polling; bench/bench_control.py measures it).  A local reply mostly comes within this;
 a thread woken from sleep costs more than the reply's own path on a small machine
 (on 2 cores, p50 of a round trip 190 µs sleeping, 130 µs watching).  Watching is
 ``ZMQ_EVENTS``, which also takes in the commands libzmq's I/O thread posted
@@ -200,7 +200,7 @@ def _answered_soon(sock: zmq.Socket) -> bool:
 class Connection:
     """A connection to one daemon.
 
-    ``runtime_dir``: socket directory (default from the environment, SPEC §2);
+    ``runtime_dir``: socket directory (default from the environment: ``hermesd.paths.runtime_dir``);
     ``timeout``: seconds to wait for a reply before :class:`ClientError` (``timeout``).
     """
 

@@ -1,7 +1,7 @@
 """The commonest read-only commands without click or pyzmq: ``hermesctl status`` and ``hello``.
 
 A whole ``hermesctl status`` used to spend most of its time importing click
-and pyzmq, not asking (issue 22).  When the command line is exactly one of
+and pyzmq, not asking (bench/bench_control.py).  When the command line is exactly one of
 :data:`FAST` (the command alone, or with ``--json`` before or after it), the
 request goes over :class:`client.zmtp.Dealer` and the reply is printed by the
 :mod:`client.render` function the click command of that name uses (one
@@ -34,7 +34,7 @@ FAST: dict[str, tuple[dict[str, Any], Callable[[Any, bool], None]]] = {
 
 
 def ask(op: str, args: dict[str, Any], timeout: float = DEFAULT_TIMEOUT) -> Any:
-    """The result of one request over the control socket of the runtime directory (SPEC §2).
+    """The result of one request over the control socket of the runtime directory.
 
     Raises ``OSError`` or :class:`client.zmtp.WireError` (no daemon, no answer
     within ``timeout`` seconds, a broken wire) and

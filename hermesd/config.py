@@ -1,4 +1,4 @@
-"""Load and validate ``config.yaml`` into typed settings (SPEC §9).
+"""Load and validate ``config.yaml`` into typed settings (every key: ``docs/operations.md``).
 
 The file is read with ``yaml.safe_load`` semantics; every error names the
 file, the line and the dotted key (``config.yaml:7: delegation.max_async_children:
@@ -76,7 +76,7 @@ ENV_NAMES = {"env_names": True}
 
 @dataclass(frozen=True)
 class Delegation:
-    """``delegation:`` — caps and rules of SPEC §4.
+    """``delegation:`` — the caps and rules of delegation.
 
     ``child_timeout_seconds``: an opt-in wall-clock limit of every child (none by
     default); ``stale_after_seconds``: a child that shows no activity (model call,

@@ -29,7 +29,7 @@ from typing import Any, Self
 
 
 class JobStatus(StrEnum):
-    """The states of a job (SPEC §3)."""
+    """The states of a job (the state machine: :mod:`hermesd.jobs`)."""
 
     QUEUED = "queued"
     STARTING = "starting"
@@ -52,7 +52,7 @@ LIVE = (JobStatus.QUEUED, *ACTIVE)
 
 
 class KanbanStatus(StrEnum):
-    """The states of a Kanban task (SPEC §7); how a task moves: :mod:`hermesd.kanban.board`."""
+    """The states of a Kanban task; how a task moves: :mod:`hermesd.kanban.board`."""
 
     TRIAGE = "triage"
     TODO = "todo"

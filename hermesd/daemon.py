@@ -13,7 +13,7 @@ checked config as JSON (``{"path", "source", "log_level", "config"}``;
 reads it, rebuilds the config with :func:`hermesd.config.from_data` and runs
 :func:`hermesd.server.run`.
 
-Why (issue 22, an idle daemon's memory): the daemon never holds argparse or
+Why (an idle daemon's memory, bench/README.md): the daemon never holds argparse or
 PyYAML (about 1.3 MiB; a ``reload`` imports PyYAML when it re-reads the file),
 nor docstrings and asserts (``-OO``: about 1.5 MiB of code objects across the
 standard library, pyzmq and hermesd, none of which the daemon reads; its
@@ -84,7 +84,7 @@ def keep_tls_out() -> None:
     The daemon speaks only over unix sockets, never TLS, yet asyncio imports
     ``ssl`` when it can (``asyncio.base_events``, ``asyncio.sslproto``: both
     fall back to ``ssl = None``), which maps libssl and libcrypto, about 5 MiB
-    of an idle daemon's 33 (issue 22).  A ``None`` in ``sys.modules`` makes the
+    of an idle daemon's 33 (bench/README.md).  A ``None`` in ``sys.modules`` makes the
     import raise ``ImportError`` (the import system's documented rule).  Its
     children (zygote, child processes) are new interpreters and keep ``ssl``.
     """

@@ -3,7 +3,7 @@
 Most requests are answered without awaiting anything (``status``, ``ps``,
 ``delegate``: SQLite is synchronous).  A Task per request costs the Task, one
 more turn of the event loop before it starts and a ``select`` in between: on a
-2-core machine about a tenth of a control round trip (issue 22).
+2-core machine about a tenth of a control round trip (bench/bench_control.py).
 :func:`start` runs the coroutine up to its first suspension in the caller; one
 that finishes there needs no Task at all; one that suspends is handed, as it
 stands, to a Task that goes on from there (:class:`Resumed`).

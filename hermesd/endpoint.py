@@ -2,7 +2,7 @@
 
 ``zmq.asyncio`` wraps every receive and send in a future, with poller
 bookkeeping and enum flag arithmetic on each: most of the daemon's CPU for a
-``status`` request went there (issue 22).  Here the socket is a plain
+``status`` request went there (bench/bench_control.py).  Here the socket is a plain
 ``zmq.Socket``: the loop watches its ``ZMQ_FD`` (``loop.add_reader``) and
 :meth:`Endpoint.drain` takes the messages waiting with non-blocking receives
 while ``ZMQ_EVENTS`` says ``POLLIN``.  That descriptor is edge-triggered and

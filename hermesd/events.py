@@ -1,4 +1,4 @@
-"""Events: persist, then publish (SPEC §2).
+"""Events: persist, then publish.
 
 Every event gets a strictly increasing ``seq`` from the ``events`` table and is
 committed before it is sent on ``events.sock``.  Durable events (transitions,

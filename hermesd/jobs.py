@@ -1,4 +1,4 @@
-"""Jobs and their state machine (SPEC §3).
+"""Jobs and their state machine.
 
 ::
 
@@ -93,7 +93,7 @@ def check_transition(job_id: str, old: str, new: str, *, process: bool = True) -
 
 
 def record(row: dict[str, Any]) -> dict[str, Any]:
-    """The public job record of SPEC §11 from a ``jobs`` row."""
+    """The public job record (the ``job`` op's reply, ``docs/protocol.md``) from a ``jobs`` row."""
     out = {k: row.get(k) for k in RECORD_FIELDS if k != "tokens"}
     out["tokens"] = {"input": row.get("tokens_in") or 0, "output": row.get("tokens_out") or 0,
                      "cache_write": row.get("cache_write") or 0, "cache_read": row.get("cache_read") or 0}

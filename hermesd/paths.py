@@ -2,7 +2,7 @@
 
 * ``HERMES_HOME`` (default ``~/.hermes``): ``config.yaml``, ``state.db``,
   ``profiles/NAME/``, ``jobs/ID/`` (each job's log and scratch space).
-* Runtime directory (SPEC §2): ``$HERMES_RUNTIME_DIR``, else
+* Runtime directory: ``$HERMES_RUNTIME_DIR``, else
   ``$XDG_RUNTIME_DIR/hermes``, else ``$HERMES_HOME/run``; mode 0700, holding
   ``hermesd.sock`` (requests), ``events.sock`` (events), ``children.sock``
   (child processes), all 0600, and ``hermesd.lock``.
@@ -27,7 +27,7 @@ def hermes_home() -> Path:
 
 
 def runtime_dir() -> Path:
-    """Return the runtime directory of SPEC §2 (not created)."""
+    """Return the runtime directory (not created)."""
     env = os.environ.get("HERMES_RUNTIME_DIR")
     if env:
         return Path(env).expanduser()

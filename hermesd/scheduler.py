@@ -1,4 +1,4 @@
-"""Capacity caps and the queue in front of them (SPEC §4).
+"""Capacity caps and the queue in front of them.
 
 Caps are *pools* with a limit: ``global`` (``supervisor.max_children``: every
 child process of every kind), ``async`` (``delegation.max_async_children``:

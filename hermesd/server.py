@@ -137,7 +137,7 @@ class Daemon:
         paths.ensure_private_dir(self.sockets.dir)
         fd = os.open(self.sockets.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._lock_fd = self._hold(fd, self.sockets.lock, f"runtime directory {self.sockets.dir}")
-        # The lock is free, so no live daemon owns these sockets; still probe, as SPEC §2 asks.
+        # The lock is free, so no live daemon owns these sockets; still probe it (a socket file outlives a kill -9ed daemon).
         if self.sockets.control.exists() and _probe(self.sockets.control):
             raise AlreadyRunning(f"a live hermesd answers on {self.sockets.control}")
         for path in (self.sockets.control, self.sockets.events, self.sockets.children):
@@ -245,7 +245,7 @@ class Daemon:
         if self.loop_lag is not None:
             self._spawn(self.loop_lag.run())
         self.events.emit("daemon.started", data={"pid": os.getpid(), "version": __version__})
-        release_free_heap()  # what start-up freed goes back to the kernel (idle RSS, issue 22)
+        release_free_heap()  # what start-up freed goes back to the kernel (idle RSS, bench/README.md)
         self.notifier.notify(READY="1", STATUS=self.status_line(), MAINPID=str(os.getpid()))
         log.info("hermesd %s ready (pid %d, runtime %s)", __version__, os.getpid(), self.sockets.dir)
         await self._done.wait()

@@ -1,4 +1,4 @@
-"""What an idle daemon keeps resident (issue 22): no TLS library, since it speaks only over unix
+"""What an idle daemon keeps resident (bench/README.md): no TLS library, since it speaks only over unix
 sockets (``hermesd.daemon.keep_tls_out``; ids and tokens from ``os.urandom``, not ``secrets``, whose
 ``hmac`` would load libcrypto); the processes it starts are new interpreters and keep ``ssl``
 (the zygote imports the provider SDKs, which need it)."""
@@ -45,7 +45,7 @@ def test_the_zygote_imports_only_the_sdks_in_use_and_learns_a_new_one(daemon):
              "the zygote importing the openai SDK (and ssl) for the spares to come")
 
 NOT_RESIDENT = re.compile(r"_psutil_linux|_bz2\.cpython|_lzma\.cpython|libbz2|liblzma")
-"""What the idle daemon does without (issue 22): psutil (``hermesd.system.procfs`` reads ``/proc``), and
+"""What the idle daemon does without (bench/README.md): psutil (``hermesd.system.procfs`` reads ``/proc``), and
 bz2/lzma, which ``shutil`` imports (it is imported where a folder is removed or a program looked
 up, not at start)."""
 

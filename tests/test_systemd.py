@@ -1,4 +1,4 @@
-"""systemd integration: the units verify and say what SPEC §10 asks; sd_notify works end to end.
+"""systemd integration: the units verify and say what docs/operations.md says; sd_notify works end to end.
 
 The notify test plays systemd's part: it binds its own datagram socket, starts
 a real daemon with ``NOTIFY_SOCKET`` and ``WATCHDOG_USEC`` pointing at it, and

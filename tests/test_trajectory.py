@@ -1,4 +1,4 @@
-"""ShareGPT conversion of a run's messages (SPEC §6) and the counts the batch job keeps."""
+"""ShareGPT conversion of a run's messages and the counts the batch job keeps."""
 
 from __future__ import annotations
 

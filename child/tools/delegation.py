@@ -1,5 +1,5 @@
 """The ``delegation`` toolset: ``delegate_task`` and its aliases ``spawn_agent``
-and ``spawn_parallel`` (SPEC §4), and the control of the subagents an agent
+and ``spawn_parallel``, and the control of the subagents an agent
 started: ``list_subagents``, ``steer_subagent``, ``stop_subagent``.
 
 The child never starts a subagent itself: it sends ``child.delegate`` to hermesd,

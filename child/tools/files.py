@@ -7,8 +7,8 @@ are accepted too).
 Every path is taken relative to ``ctx.cwd`` and resolved (symbolic links
 followed, ``..`` collapsed) before use; a path that resolves outside the working
 directory is refused, whether it was written as ``../x``, as an absolute path
-elsewhere, or reaches out through a symlink (SPEC §9: "its file tools stay
-inside it").  Files larger than ``max_file_bytes`` are refused for reading and
+elsewhere, or reaches out through a symlink (a job's file tools
+stay inside its working directory).  Files larger than ``max_file_bytes`` are refused for reading and
 writing.  Text is UTF-8; undecodable bytes are replaced when reading.
 
 Listing walks the tree without following symlinked directories, so a link to

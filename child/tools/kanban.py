@@ -1,4 +1,4 @@
-"""The ``kanban`` toolset (SPEC §7): schemas, and forwarding to hermesd.
+"""The ``kanban`` toolset: schemas, and forwarding to hermesd.
 
 The board lives in the daemon.  Every tool here sends
 ``child.call {op: "kanban.<verb>", args}`` (the verb is the tool name without

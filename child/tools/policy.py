@@ -1,4 +1,4 @@
-"""Which shell commands count as dangerous (SPEC §8: denied in children unless
+"""Which shell commands count as dangerous (denied in children unless
 ``delegation.subagent_auto_approve: true``).
 
 This is a tripwire against well-known destructive one-liners, not a sandbox:

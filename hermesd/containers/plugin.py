@@ -85,7 +85,7 @@ def find_engine(terminal: Terminal) -> tuple[list[str], str]:
     """
     names = [terminal.engine_path] if terminal.engine_path else (
         [terminal.backend] if terminal.backend != "local" else ["podman", "docker"])
-    import shutil  # here: shutil imports bz2 and lzma, a megabyte of the idle daemon (issue 22)
+    import shutil  # here: shutil imports bz2 and lzma, a megabyte of the idle daemon (bench/README.md)
 
     path = next((found for found in map(shutil.which, names) if found), None)
     if path is None:

@@ -1,4 +1,4 @@
-"""Completion notifications of background delegations (SPEC §4).
+"""Completion notifications of background delegations.
 
 When a background job reaches any terminal state, a notification row is
 written *in the same transaction* as the transition, holding the rendered,

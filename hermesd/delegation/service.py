@@ -1,4 +1,4 @@
-"""Delegation from an agent: the daemon side of ``delegate_task`` (SPEC §4).
+"""Delegation from an agent: the daemon side of ``delegate_task``.
 
 A child's tool call arrives as ``child.delegate {tasks, background}``.  The
 rules, checked here and nowhere else:

@@ -1,4 +1,4 @@
-"""The Kanban job type (SPEC §7), one package with one owner of the board.
+"""The Kanban job type, one package with one owner of the board.
 
 * :mod:`hermesd.kanban.board`: tasks, links, comments; the task status rules and
   every change (claims included) through the board's own transitions;

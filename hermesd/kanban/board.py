@@ -1,4 +1,4 @@
-"""The Kanban board (SPEC §7): tasks, parent links, comments and claims in the state database.
+"""The Kanban board: tasks, parent links, comments and claims in the state database.
 
 Task statuses and how a task moves between them::
 

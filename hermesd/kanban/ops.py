@@ -1,4 +1,4 @@
-"""The Kanban plugin and its ops (SPEC §7): the board for people (``kanban.*``),
+"""The Kanban plugin and its ops: the board for people (``kanban.*``),
 worker profiles (``profile.*``), and the child ops ``kanban.<verb>`` through which
 an agent's ``kanban`` tools reach the same board.
 

@@ -1,4 +1,4 @@
-"""Worker profiles (SPEC §7): ``HERMES_HOME/profiles/NAME/config.yaml``.
+"""Worker profiles: ``HERMES_HOME/profiles/NAME/config.yaml``.
 
 A profile names a kind of Kanban worker and says what it is good at; the
 description is what an orchestrator reads to route work (``kanban.list``

@@ -1,4 +1,4 @@
-"""Persistent sessions of the main agent, their turns, and delivery into them (SPEC §5).
+"""Persistent sessions of the main agent, their turns, and delivery into them.
 
 A session is a conversation stored in ``messages``.  Each turn is a
 ``session_turn`` job: a child that receives the history, runs the agent loop

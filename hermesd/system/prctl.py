@@ -58,7 +58,7 @@ def is_subreaper() -> bool:
 
 def release_free_heap() -> bool:
     """``malloc_trim(0)``: return the free memory at the top and inside of the malloc heap
-    to the kernel (glibc; issue 22: the imports, the config and the reconcile leave about
+    to the kernel (glibc; bench/README.md: the imports, the config and the reconcile leave about
     1 MiB free but resident at start).  True when glibc released something; False
     elsewhere or when there was nothing to release."""
     libc = _libc()

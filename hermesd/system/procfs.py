@@ -5,7 +5,7 @@ bookkeeping: a process's children, whether its environment holds a given
 ``KEY=value``, its start time, the list of every process (the sweep of
 leftovers at start) and the memory a job's processes use (a memory limit
 without a cgroup).  psutil would answer all five, but importing it costs the
-idle daemon about a megabyte of resident memory (issue 22), for five reads of
+idle daemon about a megabyte of resident memory (bench/README.md), for five reads of
 documented files.  Clients, children and tests keep using psutil.
 
 Every function raises nothing for a process that is gone or unreadable (it

@@ -173,7 +173,7 @@ class Retention:
         path = self.job_dir(job)
         if not path.exists():
             return False
-        import shutil  # here: shutil imports bz2 and lzma, a megabyte of the idle daemon (issue 22)
+        import shutil  # here: shutil imports bz2 and lzma, a megabyte of the idle daemon (bench/README.md)
 
         shutil.rmtree(path, ignore_errors=True)
         return True
