@@ -2,15 +2,20 @@
 
 ``datasets.load_dataset(RUN_DIR)`` reads a local folder's ``README.md`` YAML
 header (https://huggingface.co/docs/hub/datasets-manual-configuration): its
-``configs`` name the data files — ``trajectories.jsonl`` (config ``default``,
-the merged and filtered samples) and ``batch_*.jsonl`` (config ``batches``,
-every written sample) — so ``checkpoint.json`` and ``statistics.json`` are not
-read as data; its ``dataset_info`` gives the features (the line's declaration,
-:data:`batch.line.LINE`) with the keys whose shape depends on the tools or the dataset
-(``tool_stats``, ``tool_error_counts``, ``tools``, ``metadata.extra``) typed
-``json`` (``datasets.Json``: stored as JSON text, read back as objects), so
-runs with different tool sets, datasets and hermesd versions load with one
-schema and concatenate.
+``configs`` name the data files, so ``checkpoint.json`` and ``statistics.json``
+are not read as data, and its ``dataset_info`` gives each config's features:
+
+* ``default``: ``messages.jsonl``, the model-neutral view of the samples kept
+  (:mod:`batch.view`: ``messages``, ``tools``, scores, metadata — no
+  ``conversations``), what TRL and axolotl read as it is; every key of a plain
+  type, so it loads on every ``datasets`` release from 3.0;
+* ``hermes``: ``trajectories.jsonl``, Hermes' full lines of the samples kept, and
+  ``batches``: ``batch_*.jsonl``, every written sample — without features in the card
+  (see :data:`CONFIGS`); their declared features (:data:`FEATURES`, from the line's
+  declaration :data:`batch.line.LINE`) type the keys whose shape depends on the tools
+  or the dataset ``json`` (``datasets.Json``, from ``datasets`` 4.7: stored as JSON
+  text, read back as objects), so with them runs with different tool sets, datasets
+  and hermesd versions load with one schema and concatenate.
 """
 
 from __future__ import annotations
@@ -19,16 +24,19 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from batch import files, line
+from batch import files, line, view
 
 NAME = "README.md"
-CONFIGS = (("default", "trajectories.jsonl"), ("batches", "batch_*.jsonl"))
-"""``(config name, data files)`` of the card."""
-
-
 FEATURES: list[dict[str, Any]] = line.features()
 """The features of a trajectory line, in the card's YAML form (``datasets.Features._to_yaml_list``),
 derived from its declaration (:data:`batch.line.LINE`)."""
+
+CONFIGS = (("default", view.NAME, view.features()), ("hermes", "trajectories.jsonl", None),
+           ("batches", "batch_*.jsonl", None))
+"""``(config name, data files, features)`` of the card.  Hermes' lines have none in the card:
+their ``json`` keys (:data:`FEATURES`) are a type ``datasets`` has only from 4.7, and an older one
+fails on the whole card when any config names it; there ``datasets`` infers their features, and
+with 4.7 or newer ``features=datasets.Features._from_yaml_list(FEATURES)`` loads them typed."""
 
 
 Sizes = dict[str, tuple[int, int]]
@@ -52,12 +60,12 @@ def header(sizes: tuple[tuple[str, int, int], ...] = ()) -> str:
 
     counted = {name: (lines, size) for name, lines, size in sizes}
     info = []
-    for name, _ in CONFIGS:
-        entry: dict[str, Any] = {"config_name": name, "features": FEATURES}
+    for name, _, features in CONFIGS:
+        entry: dict[str, Any] = {"config_name": name, **({"features": features} if features else {})}
         if name in counted:
             entry["download_size"] = counted[name][1]
         info.append(entry)
-    data = {"configs": [{"config_name": c, "data_files": [{"split": "train", "path": p}]} for c, p in CONFIGS],
+    data = {"configs": [{"config_name": c, "data_files": [{"split": "train", "path": p}]} for c, p, _ in CONFIGS],
             "dataset_info": info}
     return yaml.safe_dump(data, sort_keys=False)
 
@@ -65,7 +73,7 @@ def header(sizes: tuple[tuple[str, int, int], ...] = ()) -> str:
 def sizes_of(run_dir: Path) -> Sizes:
     """Lines and bytes of each config's data files in ``run_dir`` (what ``datasets`` reads)."""
     out = {}
-    for name, pattern in CONFIGS:
+    for name, pattern, _ in CONFIGS:
         lines = size = 0
         for path in sorted(run_dir.glob(pattern)):
             with open(path, "rb") as fh:  # in blocks: a run's files may be larger than memory should hold
@@ -81,14 +89,18 @@ def text(run_name: str, sizes: Sizes | None = None) -> str:
     then a short description of the files."""
     key = tuple((name, lines, size) for name, (lines, size) in sorted((sizes or {}).items()))
     return (f"---\n{header(key)}---\n\n# hermesd batch run `{run_name}`\n\n"
-            "Agent trajectories written by hermesd's batch job type. `trajectories.jsonl` holds the samples "
-            "that passed the filters, `batch_N.jsonl` every sample written; `checkpoint.json` and "
-            "`statistics.json` are the run's bookkeeping (not data).\n\n"
-            "Each line has Hermes Agent's ShareGPT `conversations` and the model-neutral `messages` "
-            "(roles system/user/assistant/tool, structured `tool_calls`, `reasoning_content`) with the "
-            "offered `tools` as JSON schemas:\n\n```python\nfrom datasets import load_dataset\n"
+            "Agent trajectories written by hermesd's batch job type. The default config, `messages.jsonl`, is "
+            "the model-neutral view of the samples that passed the filters — `messages` (roles "
+            "system/user/assistant/tool, structured `tool_calls`, `reasoning_content`), `tools` (the offered "
+            "tools' JSON schemas, as JSON text), `reward`, `passed`, `group_id`, `metadata` — what TRL's "
+            "SFTTrainer and axolotl read as it is. Config `hermes` is `trajectories.jsonl` (Hermes Agent's "
+            "full lines, with ShareGPT `conversations`), config `batches` every sample written "
+            "(`batch_N.jsonl`); `checkpoint.json`, `statistics.json` and `groups.jsonl` are the run's "
+            "bookkeeping and its RL export (not data of a config).\n\n```python\nimport json\n"
+            "from datasets import load_dataset\n"
             "ds = load_dataset(\"path/to/this/folder\", split=\"train\")\n"
-            "text = tokenizer.apply_chat_template(ds[0][\"messages\"], tools=ds[0][\"tools\"], tokenize=False)\n```\n")
+            "text = tokenizer.apply_chat_template(ds[0][\"messages\"], tools=json.loads(ds[0][\"tools\"]), "
+            "tokenize=False)\nhermes = load_dataset(\"path/to/this/folder\", \"hermes\", split=\"train\")\n```\n")
 
 
 def write(run_dir: Path, run_name: str, *, finished: bool = False) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
-from batch import card, distributions, files, groups, output, statistics, verify
+from batch import card, distributions, files, groups, output, statistics, verify, view
 from batch.checkpoint import Checkpoint
 from batch.dataset import Dataset, Prompt
 from batch.runner_iface import ItemExecutor, ItemOutcome, ItemRequest, SubmitError
@@ -326,6 +326,7 @@ class BatchRun:
         """Merge the batch files into ``trajectories.jsonl`` (filtered), write
         ``statistics.json`` and the checkpoint; returns the statistics.  Raises ``OSError``."""
         merged = output.merge(self.run_dir, self.written, **self.settings.filters)
+        view.write(self.run_dir, self.run_dir / output.TRAJECTORIES)
         card.write(self.run_dir, self.settings.run_name, finished=True)
         self.checkpoint.finished = finished
         self.save()

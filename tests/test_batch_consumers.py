@@ -14,6 +14,9 @@ import types
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from batch import card
 from tests.test_batch_daemon import THINK, finish, start, write_dataset
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -105,32 +108,46 @@ def test_datasets_and_transformers_read_the_runs(make_daemon, tmp_path):
         assert {"completed_prompts", "batch_stats", "last_updated"} <= set(json.loads(
             (run_dir / "checkpoint.json").read_text()))
 
-    # the folder: README.md's configs and features (checkpoint.json is not read as data)
+    # the folder: README.md's configs and features (checkpoint.json is not read as data); the default
+    # config is the model-neutral view (no conversations: TRL would prefer them), Hermes' lines are "hermes"
     term = datasets.load_dataset(str(term_dir), split="train", cache_dir=cache)
     files = datasets.load_dataset(str(files_dir), split="train", cache_dir=cache)
     both = datasets.concatenate_datasets([term, files])
-    assert len(both) == 5 and [r["metadata"]["extra"] for r in both][2:4] == [{"task_id": "T/2"}, {
-        "source": "notes", "difficulty": 0}]
-    assert [t["function"]["name"] for t in both[0]["tools"]] == ["terminal"]
-    assert {t["function"]["name"] for t in both[4]["tools"]} == {"read_file", "write_file", "patch_file", "list_files"}
-    assert both[0]["tool_stats"]["terminal"] == {"count": 1, "success": 1, "failure": 0}
-    assert both[4]["tool_usage"] == [{"name": n, "count": int(n == "write_file"), "success": int(n == "write_file"),
-                                      "failure": 0} for n in ("list_files", "patch_file", "read_file", "write_file")]
+    assert "conversations" not in both.column_names and {"messages", "tools", "reward", "metadata"} <= set(
+        both.column_names)
+    assert len(both) == 5 and [json.loads(r["metadata"]["fields"]) for r in both][2:4] == [{"task_id": "T/2"}, {
+        "difficulty": 0, "source": "notes"}]
+    assert [t["function"]["name"] for t in json.loads(both[0]["tools"])] == ["terminal"]
+    assert {t["function"]["name"] for t in json.loads(both[4]["tools"])} == {"read_file", "write_file", "patch_file",
+                                                                            "list_files"}
+    typed = datasets.Features._from_yaml_list(card.FEATURES)  # Hermes' lines, typed (datasets >= 4.7)
+    hermes = datasets.concatenate_datasets([datasets.load_dataset(str(d), "hermes", split="train", cache_dir=cache,
+                                                                  features=typed) for d in (term_dir, files_dir)])
+    assert len(datasets.load_dataset(str(files_dir), "hermes", split="train", cache_dir=cache)) == 2  # inferred
+    assert [r["metadata"]["extra"] for r in hermes][2:4] == [{"task_id": "T/2"}, {"source": "notes", "difficulty": 0}]
+    assert hermes[0]["tool_stats"]["terminal"] == {"count": 1, "success": 1, "failure": 0}
+    assert hermes[4]["tool_usage"] == [{"name": n, "count": int(n == "write_file"), "success": int(n == "write_file"),
+                                        "failure": 0} for n in ("list_files", "patch_file", "read_file", "write_file")]
+    assert hermes[0]["messages"] == both[0]["messages"]
     assert len(datasets.load_dataset(str(term_dir), "batches", split="train", cache_dir=cache)) == 3
-    # the files: each loads with the plain JSON loader; together, with the card's features
-    plain = datasets.load_dataset("json", data_files=str(files_dir / "trajectories.jsonl"), split="train",
+    # the files: each loads with the plain JSON loader, and together
+    plain = datasets.load_dataset("json", data_files=str(files_dir / "messages.jsonl"), split="train",
                                   cache_dir=cache)
     assert plain["prompt_index"] == [0, 1] and plain[0]["messages"][0]["role"] == "system"
-    together = datasets.load_dataset("json", data_files=[str(term_dir / "trajectories.jsonl"),
-                                                         str(files_dir / "trajectories.jsonl")],
-                                     features=term.features, split="train", cache_dir=cache)
+    together = datasets.load_dataset("json", data_files=[str(term_dir / "messages.jsonl"),
+                                                         str(files_dir / "messages.jsonl")],
+                                     split="train", cache_dir=cache)
     assert len(together) == 5 and together[4]["tools"] == both[4]["tools"]
+    hermes_files = datasets.load_dataset("json", data_files=[str(term_dir / "trajectories.jsonl"),
+                                                             str(files_dir / "trajectories.jsonl")],
+                                         features=hermes.features, split="train", cache_dir=cache)
+    assert len(hermes_files) == 5
 
     # the model-neutral view through SmolLM2's own chat template
     tok = _smollm2_tokenizer()
     assert "<|im_start|>" in tok.chat_template
     for row in (both[0], both[4]):
-        messages, tools = row["messages"], row["tools"]
+        messages, tools = row["messages"], json.loads(row["tools"])
         assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
         call = messages[2]["tool_calls"][0]
         assert call["id"] == messages[3]["tool_call_id"] and json.loads(call["function"]["arguments"])
@@ -175,3 +192,68 @@ def test_datasets_never_serves_one_run_folder_for_another(make_daemon, tmp_path,
     assert finish(daemon, record)["status"] == "completed"
     assert len(datasets.load_dataset(str(runs[0]), split="train", cache_dir=cache)) == 4
     assert "dataset_info" not in capfd.readouterr().err  # the finished card is one datasets reads whole
+
+
+LOAD_ALL = '''
+import json, sys
+import datasets
+with_calls, without, cache = sys.argv[1:4]
+folders = [datasets.load_dataset(d, split="train", cache_dir=cache) for d in (with_calls, without)]
+both = datasets.concatenate_datasets(folders)
+plain = datasets.load_dataset("json", data_files=[with_calls + "/messages.jsonl", without + "/messages.jsonl"],
+                              split="train", cache_dir=cache)
+print(json.dumps({"version": datasets.__version__, "both": len(both), "plain": len(plain),
+                  "columns": sorted(both.column_names), "calls": [len(m["tool_calls"]) for m in both[0]["messages"]],
+                  "tools": json.loads(both[-1]["tools"])}))
+'''
+"""Loads two run folders — with tool calls and without — as folders, concatenated, and with
+the plain JSON loader; prints what it found as JSON (run by the ``datasets`` under test)."""
+
+
+def two_runs(make_daemon, tmp_path: Path) -> list[Path]:
+    """Run folders: with tool calls (terminal) and without any."""
+    daemon = make_daemon()
+    plans = {"calls": ([THINK, {"thinking": "It worked fine.", "text": "ok"}], "terminal_only"),
+             "none": ([{"thinking": "I just answer it.", "text": "42"}], "terminal_only")}
+    dirs = []
+    for name, (script, dist) in plans.items():
+        entries = [{"prompt": f"{name} {i}", "script": script} for i in range(2)]
+        record = start(daemon, write_dataset(tmp_path / f"{name}.jsonl", entries), name, allow_synthetic=True,
+                       distribution=dist)
+        assert finish(daemon, record)["status"] == "completed"
+        dirs.append(Path(record["run_dir"]))
+    return dirs
+
+
+def _load_all(python: str, dirs: list[Path], cache: Path) -> dict[str, Any]:
+    import subprocess
+
+    done = subprocess.run([python, "-c", LOAD_ALL, *map(str, dirs), str(cache)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _check_loaded(found: dict[str, Any]) -> None:
+    assert (found["both"], found["plain"]) == (4, 4), found
+    assert "conversations" not in found["columns"] and found["calls"] == [0, 0, 1, 0, 0]
+    assert [t["function"]["name"] for t in found["tools"]] == ["terminal"]
+
+
+def test_runs_with_and_without_tool_calls_load_and_concatenate(make_daemon, tmp_path):
+    _check_loaded(_load_all(sys.executable, two_runs(make_daemon, tmp_path), tmp_path / "hf"))
+
+
+@pytest.mark.slow
+def test_the_card_loads_on_the_oldest_datasets_release_it_supports(make_daemon, tmp_path):
+    """``datasets`` 3.0 in a throwaway venv (from PyPI) loads the folders as the newest does."""
+    import subprocess
+    import venv
+
+    where = tmp_path / "venv"
+    venv.create(where, with_pip=True)
+    python = str(where / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", "datasets==3.0.*"], check=True, timeout=900)
+    found = _load_all(python, two_runs(make_daemon, tmp_path), tmp_path / "hf")
+    assert found["version"].startswith("3.0.")
+    _check_loaded(found)

@@ -146,7 +146,9 @@ def run_mixed(make_daemon, tmp_path: Path, n: int, load_with_datasets: bool) -> 
         loaded = datasets.load_dataset(final["run_dir"], split="train", cache_dir=str(tmp_path / "hf"))
         assert len(loaded) == len(run["trajectories"])
         assert loaded[0]["prompt_index"] == run["trajectories"][0]["prompt_index"]
-        assert loaded[0]["tool_stats"] == run["trajectories"][0]["tool_stats"]
+        assert loaded[0]["messages"] == run["trajectories"][0]["messages"] and "conversations" not in loaded.column_names
+        hermes = datasets.load_dataset(final["run_dir"], "hermes", split="train", cache_dir=str(tmp_path / "hf"))
+        assert hermes[0]["tool_stats"] == run["trajectories"][0]["tool_stats"]
 
 
 def test_mixed_run_files_filters_statistics_and_datasets_loader(make_daemon, tmp_path):
@@ -345,7 +347,7 @@ def test_hermes_batch_command_line(daemon, tmp_path):
     assert "batch_cli: 4/4 · done 4" in done.stdout  # the plain progress line (stdout is not a TTY)
     assert "prompt 1 (item_" in done.stderr and ": written: completed" in done.stderr  # --verbose
     assert sorted(p.name for p in (daemon.work / "data" / "cli").iterdir()) == [
-        "README.md", "batch_0.jsonl", "batch_1.jsonl", "batch_2.jsonl", "checkpoint.json", "statistics.json",
+        "README.md", "batch_0.jsonl", "batch_1.jsonl", "batch_2.jsonl", "checkpoint.json", "messages.jsonl", "statistics.json",
         "trajectories.jsonl"]
     detached = hermes_batch(daemon, "--dataset_file", str(dataset), "--batch-size", "2", "--run-name", "cli2",
                             "--detach", "--json")

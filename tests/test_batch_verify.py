@@ -85,7 +85,7 @@ def test_verifiers_rewards_groups_and_min_reward(make_daemon, tmp_path):
     import datasets
 
     loaded = datasets.load_dataset(str(run_dir), split="train", cache_dir=str(tmp_path / "hf"))
-    assert loaded["reward"] == [1.0, 1.0, 0.5, 0.75] and loaded[0]["verifier"]["passed"] is True
+    assert loaded["reward"] == [1.0, 1.0, 0.5, 0.75] and loaded["passed"] == [True, True, False, True]
 
 
 def test_groups_resume_exactly_across_kill9(make_daemon, tmp_path):

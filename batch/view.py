@@ -1,0 +1,97 @@
+"""The model-neutral view of a run: ``messages.jsonl``, the folder's default config.
+
+What trainers read as it is: TRL's ``SFTTrainer`` and axolotl's ``chat_template``
+take ``messages`` (roles system/user/assistant/tool, structured ``tool_calls``,
+``reasoning_content``) and ``tools``; TRL reads a ``tools`` that is JSON text
+with ``json.loads`` (``trl.trainer.sft_trainer``), which is what it is here.
+There is no ``conversations`` key: TRL prefers it over ``messages`` and keeps its
+roles ``human``/``gpt``, so a folder holding both trains on the wrong text.
+Hermes' full lines stay in ``trajectories.jsonl`` and the batch files (the
+card's named configs ``hermes`` and ``batches``).
+
+Every key has a plain type (no ``datasets.Json``, which ``datasets`` has only
+since 4.7): what varies by tool or dataset (``tools``, ``metadata.fields``) is JSON
+text, so views of runs with different tools, with and without tool calls, and of
+any hermesd version load with one schema on every ``datasets`` release from 3.0.
+
+Written at the end of a run from the lines of ``trajectories.jsonl``, each line
+becoming one (:func:`view_of`), in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from batch import files
+from batch.line import LINE, Key, feature
+
+NAME = "messages.jsonl"
+
+_LINE = {key.name: key for key in LINE}
+
+VIEW: tuple[Key, ...] = (
+    _LINE["messages"],
+    Key("tools", "string", "The tools offered: a JSON list of OpenAI function schemas, as text."),
+    *(_LINE[name] for name in ("prompt_index", "group_id", "attempt", "reward")),
+    Key("passed", "bool", "Whether the verifier passed it (null: no verdict)."),
+    *(_LINE[name] for name in ("completed", "partial")),
+    Key("metadata", tuple(Key(name, type_) for name, type_ in (
+        ("run_name", "string"), ("job", "string"), ("model", "string"), ("provider", "string"),
+        ("exit_reason", "string"), ("synthetic", "bool"), ("api_calls", "int64"), ("fields", "string"))),
+        "Where it came from; ``fields``: the dataset line's other fields as JSON text."),
+)
+"""The keys of a view line, in order."""
+
+
+def features() -> list[dict[str, Any]]:
+    """The view's features in the card's YAML form (:mod:`batch.card`)."""
+    return [feature(k) for k in VIEW]
+
+
+def _message(m: dict[str, Any]) -> dict[str, Any]:
+    calls = [{"id": str(c.get("id") or ""), "type": str(c.get("type") or "function"),
+              "function": {"name": str((c.get("function") or {}).get("name") or ""),
+                           "arguments": str((c.get("function") or {}).get("arguments") or "")}}
+             for c in m.get("tool_calls") or []]
+    return {"role": str(m.get("role") or ""), "content": str(m.get("content") or ""),
+            "reasoning_content": str(m.get("reasoning_content") or ""), "tool_calls": calls,
+            "tool_call_id": str(m.get("tool_call_id") or ""), "name": str(m.get("name") or "")}
+
+
+def view_of(line: dict[str, Any]) -> dict[str, Any]:
+    """The view line of trajectory line ``line`` (see :data:`VIEW`)."""
+    meta = line.get("metadata") or {}
+    verdict = line.get("verifier") or {}
+    reward = line.get("reward")
+    return {"messages": [_message(m) for m in line.get("messages") or []],
+            "tools": json.dumps(line.get("tools") or [], ensure_ascii=False),
+            "prompt_index": int(line.get("prompt_index") or 0),
+            "group_id": int(line.get("group_id", line.get("prompt_index")) or 0),
+            "attempt": int(line.get("attempt") or 0),
+            "reward": float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
+            "passed": verdict.get("passed") if isinstance(verdict.get("passed"), bool) else None,
+            "completed": bool(line.get("completed")), "partial": bool(line.get("partial")),
+            "metadata": {"run_name": str(meta.get("run_name") or ""), "job": str(meta.get("job") or ""),
+                         "model": str(meta.get("model") or ""), "provider": str(meta.get("provider") or ""),
+                         "exit_reason": str(meta.get("exit_reason") or ""), "synthetic": bool(meta.get("synthetic")),
+                         "api_calls": int(line.get("api_calls") or 0),
+                         "fields": json.dumps(meta.get("extra") or {}, ensure_ascii=False, sort_keys=True)}}
+
+
+def write(run_dir: Path, trajectories: Path) -> int:
+    """Write ``RUN_DIR/messages.jsonl``: the view of every line of ``trajectories`` (a
+    ``trajectories.jsonl``), in order; returns how many.  Atomic; raises ``OSError``."""
+    count = 0
+
+    def lines() -> Iterator[bytes]:
+        nonlocal count
+        with open(trajectories, "rb") as fh:
+            for raw in fh:
+                if raw.strip():
+                    count += 1
+                    yield (files.dumps(view_of(json.loads(raw))) + "\n").encode("utf-8")
+
+    files.write_atomic(run_dir / NAME, lines())
+    return count
