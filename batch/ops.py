@@ -40,6 +40,14 @@ class BatchPlugin(Plugin):
     Ray cluster instead (``batch.executor_ray``); a driver dies with its daemon
     (its tasks end with it) and the resumed batch starts a new one."""
 
+    events = {
+        "batch.progress": "Progress of a batch run: `total`, `done`, `discarded`, `failed`, `running`, `pending`, "
+        "`processed`, `rate_per_minute`, `eta_seconds`; after a prompt settled, `item`: `index`, `job`, `outcome` "
+        "(`written`, `discarded`, `failed`), `detail`, `toolsets`.",
+        "batch.restarting": "A batch that was running when the daemon stopped is queued to resume. "
+        "`data.previous`: its state then.",
+    }
+
     kinds = (JobKind("batch", "batch", process=False, at_restart="resume"), JobKind("batch_item", "item"),
              JobKind("batch_driver", "raydrv", process=True, at_restart="lost"))
 

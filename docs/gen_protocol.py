@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 from batch import line  # noqa: E402
 from hermesd import contract, protocol  # noqa: E402
 from hermesd.router import ENVELOPE_OP  # noqa: E402
-from hermesd.server import ROUTER  # noqa: E402
+from hermesd.plugin import Plugins  # noqa: E402
+from hermesd.server import PLUGINS, ROUTER  # noqa: E402
 
 HANDLERS, CHILD_HANDLERS, WORK_OPS = ROUTER.ops, ROUTER.child_ops, ROUTER.work_ops
 
@@ -40,64 +41,8 @@ CLIENT_CODES = {
 }
 """Exit-code conditions ``hermesctl`` detects itself; the daemon never sends them."""
 
-EVENT_MEANINGS = {
-    "approval.requested": "A tool call waits for a person (`hermesctl approvals`). `data`: the request: `id`, "
-    "`job`, `chain` (its parents, nearest first), `tool`, `arguments`, `why`, `state` (`pending`), `created_at`, "
-    "`expires_at`.",
-    "approval.answered": "A request was settled: `data`: the request with its `state` (`approved`, `denied`, "
-    "`timed_out`, `cancelled`: its job ended), `reason`, `answered_by`, `answered_at`.",
-    "job.queued": "A job was created. `data.job`: its record.",
-    "job.state": "A job changed state. `data`: `status`, `previous`, `job` (the record after the change).",
-    "job.progress": "A running child reported a step: `turn`, `tool`, `activity`, `api_calls`, `tokens`, `text` "
-    "(group-committed, not fsynced one by one).",
-    "async_delegation": "A background delegation ended (any terminal state): the completion notification. "
-    "`data`: `delegation_id`, `goal`, `context`, `toolsets`, `role`, `model`, `status`, `exit_reason`, "
-    "`api_calls`, `duration_seconds`, `dispatched_at`, `completed_at`, `result`, `error`, `session`, and "
-    "`block`, the rendered self-contained text.",
-    "daemon.started": "The daemon is up and ready. `data`: `pid`, `version`.",
-    "budget.exceeded": "A job's report showed one of its budgets spent (once per budget; the job is stopped, "
-    "`failed` with `budget_exceeded`, unless it is a batch item: its run stops dispatching). `data`: `budget` "
-    "(its name), `spent`, `in_flight`, `limit`, `unit` (`usd` or `tokens`), `scope`, `error`.",
-    "daemon.stopped": "The daemon finished its graceful stop. `data`: `pid`.",
-    "daemon.reloaded": "The config file was re-read. `data`: `source` (its path), `restart_needed` (changed keys "
-                       "in force only after a restart).",
-    "daemon.reload_failed": "A reload was refused; the running config is kept. `data`: `error`, `file`, "
-    "`line`, `key`, `reason`.",
-    "session.created": "A session was created. `data.session`: its id.",
-    "session.compacted": "A compaction stored its summary: the turns after it are sent the summary and the messages "
-    "after `upto`. `data`: `session`, `upto` (the last message id it covers), `tokens_before`, `tokens_after` "
-    "(the estimated tokens of history a turn is sent).",
-    "session.compaction_failed": "A compaction ended without a summary; the session is as it was. `data`: "
-    "`session`, `status`, `error`.",
-    "session.reset": "A session's messages were forgotten. `data`: `session`, `messages_removed`.",
-    "session.deleted": "A session and its messages were deleted. `data`: `session`, `messages_removed`.",
-    "session.turn": "A session turn ended and its messages were stored. `data`: `status`, `reply`, "
-    "`notification` (the delivered job id, for a delivery turn).",
-    "batch.progress": "Progress of a batch run: `total`, `done`, `discarded`, `failed`, `running`, `pending`, "
-    "`processed`, `rate_per_minute`, `eta_seconds`; after a prompt settled, `item`: `index`, `job`, `outcome` "
-    "(`written`, `discarded`, `failed`), `detail`, `toolsets`.",
-    "kanban.created": "A task was put on a board. `data`: `task`, `board`, `title`, `by`, `assignee`, `parents`, "
-    "`priority`.",
-    "kanban.status": "A task changed status. `data`: `task`, `board`, `title`, `status`, `previous`, `reason`, "
-    "`assignee`, `result` (when done); `job`: the worker concerned, if any.",
-    "kanban.linked": "A task now waits for another. `data`: `task`, `parent`, `child`, `by`.",
-    "kanban.unlinked": "A task no longer waits for another. `data`: `task`, `parent`, `child`, `by`.",
-    "kanban.commented": "A comment was added. `data`: `task`, `author`, `text`.",
-    "kanban.claimed": "The dispatcher claimed a ready task for a new worker job. `data`: `task`, `worker`, "
-    "`assignee`, `attempt`.",
-    "kanban.reclaimed": "A worker lost its claim: it ended without completing, fell silent for "
-    "`kanban.heartbeat_ttl_seconds`, or hermesd stopped. `data`: `task`, `worker`, `reason`, `failure` "
-    "(counts as a failed attempt), `failures`.",
-    "kanban.spawn_failed": "A worker could not be started for a task (no such profile, no working directory...). "
-    "`data`: `task`, `worker`, `reason`, `failure`, `failures`.",
-    "profile.created": "A worker profile was created or replaced. `data`: the profile.",
-    "profile.deleted": "A worker profile was deleted. `data`: what it was.",
-    "batch.restarting": "A batch that was running when the daemon stopped is queued to resume. "
-    "`data.previous`: its state then.",
-    "governor.paused": "A provider endpoint is paused for every child: a 429/529 (or an overload mid-stream) or "
-    "its rate-limit headers said to wait. `data`: `endpoint` (provider, URL, key hash), `seconds`, `reason` "
-    "(group-committed).",
-}
+EVENT_MEANINGS = Plugins(PLUGINS).event_meanings()
+"""What each event type means: the core's (``hermesd.events.CORE_EVENTS``) and each plugin's (``events``)."""
 
 
 def md(text: str) -> str:

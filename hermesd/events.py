@@ -19,6 +19,22 @@ from hermesd import clock, protocol
 from hermesd.protocol import INT64_MAX
 from hermesd.store import Store
 
+
+CORE_EVENTS: dict[str, str] = {
+    "job.queued": "A job was created. `data.job`: its record.",
+    "job.state": "A job changed state. `data`: `status`, `previous`, `job` (the record after the change).",
+    "job.progress": "A running child reported a step: `turn`, `tool`, `activity`, `api_calls`, `tokens`, `text` "
+    "(group-committed, not fsynced one by one).",
+    "daemon.started": "The daemon is up and ready. `data`: `pid`, `version`.",
+    "daemon.stopped": "The daemon finished its graceful stop. `data`: `pid`.",
+    "daemon.reloaded": "The config file was re-read. `data`: `source` (its path), `restart_needed` (changed keys "
+                       "in force only after a restart).",
+    "daemon.reload_failed": "A reload was refused; the running config is kept. `data`: `error`, `file`, "
+    "`line`, `key`, `reason`.",
+}
+"""The meanings of the core's event types (``docs/protocol.md``); each plugin declares its own
+(:attr:`hermesd.plugin.Plugin.events`)."""
+
 FLUSH_SECONDS = 0.05
 Publisher = Callable[[list[bytes]], None]
 Listener = Callable[[dict[str, Any]], None]

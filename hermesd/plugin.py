@@ -23,6 +23,7 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
+from hermesd.events import CORE_EVENTS
 from hermesd.jobs import JobKind
 from hermesd.store import CORE_MIGRATIONS, schema
 
@@ -59,6 +60,8 @@ class Plugin:
 
     kinds: ClassVar[tuple[JobKind, ...]] = ()
     migrations: ClassVar[dict[int, str]] = {}
+    events: ClassVar[dict[str, str]] = {}
+    """The meaning of each event type it records (rendered into ``docs/protocol.md``)."""
     """Its tables: schema version → the statements that version adds (:func:`hermesd.store.schema`)."""
 
     def __init__(self, ctx: "Context"):
@@ -148,6 +151,10 @@ class Plugins:
         self.instances: list[Plugin] = []
         self._owner: dict[str, Plugin] = {}
         self._nobody = Plugin.__new__(Plugin)  # the owner of a kind no plugin declares: the default hooks
+
+    def event_meanings(self) -> dict[str, str]:
+        """What every event type means: the core's (:data:`hermesd.events.CORE_EVENTS`), then each plugin's."""
+        return {**CORE_EVENTS, **{etype: text for cls in self.classes for etype, text in cls.events.items()}}
 
     def migrations(self) -> list[str]:
         """The whole schema's migrations: the core's, then each plugin's, by version."""

@@ -233,6 +233,14 @@ class Approvals:
 class ApprovalsPlugin(Plugin):
     """Approvals (no job kind): the requests of every job."""
 
+    events = {
+        "approval.requested": "A tool call waits for a person (`hermesctl approvals`). `data`: the request: `id`, "
+        "`job`, `chain` (its parents, nearest first), `tool`, `arguments`, `why`, `state` (`pending`), `created_at`, "
+        "`expires_at`.",
+        "approval.answered": "A request was settled: `data`: the request with its `state` (`approved`, `denied`, "
+        "`timed_out`, `cancelled`: its job ended), `reason`, `answered_by`, `answered_at`.",
+    }
+
     migrations = MIGRATIONS
 
     def __init__(self, ctx: Context):

@@ -30,6 +30,13 @@ class DelegationPlugin(Plugin):
     carries its completion notification (``hermesd.delegation.delivery``); when any job
     ends, its foreground children end too."""
 
+    events = {
+        "async_delegation": "A background delegation ended (any terminal state): the completion notification. "
+        "`data`: `delegation_id`, `goal`, `context`, `toolsets`, `role`, `model`, `status`, `exit_reason`, "
+        "`api_calls`, `duration_seconds`, `dispatched_at`, `completed_at`, `result`, `error`, `session`, and "
+        "`block`, the rendered self-contained text.",
+    }
+
     kinds = (JobKind("delegation", "deleg", at_shutdown="stop", at_restart="journal"),
              JobKind("background", "bg", at_restart="journal"))
     migrations = notifications.MIGRATIONS

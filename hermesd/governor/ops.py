@@ -24,6 +24,12 @@ MAX_TOKENS = 1 << 31
 class GovernorPlugin(Plugin):
     """The fleet's governor (see the module doc); no job kind."""
 
+    events = {
+        "governor.paused": "A provider endpoint is paused for every child: a 429/529 (or an overload mid-stream) or "
+        "its rate-limit headers said to wait. `data`: `endpoint` (provider, URL, key hash), `seconds`, `reason` "
+        "(group-committed).",
+    }
+
     def __init__(self, ctx: Any):
         super().__init__(ctx)
         self.governor = ctx.provide(Governor(self.limits, on_pause=self.paused))

@@ -35,6 +35,25 @@ class KanbanPlugin(Plugin):
     goes back to the queue, without a failure); a worker that ends holding its
     claim gives the task back in the same transaction."""
 
+    events = {
+        "kanban.created": "A task was put on a board. `data`: `task`, `board`, `title`, `by`, `assignee`, `parents`, "
+        "`priority`.",
+        "kanban.status": "A task changed status. `data`: `task`, `board`, `title`, `status`, `previous`, `reason`, "
+        "`assignee`, `result` (when done); `job`: the worker concerned, if any.",
+        "kanban.linked": "A task now waits for another. `data`: `task`, `parent`, `child`, `by`.",
+        "kanban.unlinked": "A task no longer waits for another. `data`: `task`, `parent`, `child`, `by`.",
+        "kanban.commented": "A comment was added. `data`: `task`, `author`, `text`.",
+        "kanban.claimed": "The dispatcher claimed a ready task for a new worker job. `data`: `task`, `worker`, "
+        "`assignee`, `attempt`.",
+        "kanban.reclaimed": "A worker lost its claim: it ended without completing, fell silent for "
+        "`kanban.heartbeat_ttl_seconds`, or hermesd stopped. `data`: `task`, `worker`, `reason`, `failure` "
+        "(counts as a failed attempt), `failures`.",
+        "kanban.spawn_failed": "A worker could not be started for a task (no such profile, no working directory...). "
+        "`data`: `task`, `worker`, `reason`, `failure`, `failures`.",
+        "profile.created": "A worker profile was created or replaced. `data`: the profile.",
+        "profile.deleted": "A worker profile was deleted. `data`: what it was.",
+    }
+
     kinds = (JobKind(WORKER_KIND, "kbw", at_shutdown="stop", at_restart="journal"),)
     migrations = MIGRATIONS
 

@@ -32,6 +32,19 @@ class SessionsPlugin(Plugin):
     ends; completions of the session's background jobs are delivered as new turns.
     A queued turn runs after a restart."""
 
+    events = {
+        "session.created": "A session was created. `data.session`: its id.",
+        "session.compacted": "A compaction stored its summary: the turns after it are sent the summary and the messages "
+        "after `upto`. `data`: `session`, `upto` (the last message id it covers), `tokens_before`, `tokens_after` "
+        "(the estimated tokens of history a turn is sent).",
+        "session.compaction_failed": "A compaction ended without a summary; the session is as it was. `data`: "
+        "`session`, `status`, `error`.",
+        "session.reset": "A session's messages were forgotten. `data`: `session`, `messages_removed`.",
+        "session.deleted": "A session and its messages were deleted. `data`: `session`, `messages_removed`.",
+        "session.turn": "A session turn ended and its messages were stored. `data`: `status`, `reply`, "
+        "`notification` (the delivered job id, for a delivery turn).",
+    }
+
     kinds = (JobKind("session_turn", "turn", at_restart="journal"), JobKind(compaction.KIND, "cmp"))
     migrations = MIGRATIONS
 
