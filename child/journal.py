@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,18 +27,29 @@ INTERRUPTED = ("not finished: hermesd restarted while this tool call ran, so its
 
 
 class Journal:
-    """The journal at ``path``, opened for appending (created 0600 if missing)."""
+    """The journal at ``path``, opened for appending (created 0600 if missing).
+
+    A write that fails (the disk is full) is said once in the job's log and ends the
+    journal there — the run goes on, unjournalled from then on: a journal with a hole
+    would replay a wrong run, a shorter one only replays less."""
 
     def __init__(self, path: str):
         self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def write(self, entry: dict[str, Any]) -> None:
-        """Append ``entry`` as one line and fsync it (raises ``OSError``: the run cannot go on unrecorded)."""
+        """Append ``entry`` as one line and fsync it before returning."""
+        if self.fd is None:
+            return
         data = (json.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
-        while data:
-            data = data[os.write(self.fd, data):]
-        os.fsync(self.fd)
+        try:
+            while data:
+                data = data[os.write(self.fd, data):]
+            os.fsync(self.fd)
+        except OSError as exc:
+            print(f"journal {self.path}: {exc.strerror or exc}; the run goes on without it", file=sys.stderr, flush=True)
+            os.close(self.fd)
+            self.fd = None
 
     def message(self, message: dict[str, Any], turn: int, api_calls: int, tokens: dict[str, int]) -> None:
         """A message added to the conversation; a user message of tool results only is not written

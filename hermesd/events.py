@@ -13,11 +13,12 @@ A client that reconnects calls ``events_since(seq)`` and loses nothing.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from typing import Any, Callable
 
 from hermesd import clock, protocol
 from hermesd.protocol import INT64_MAX
-from hermesd.store import Store
+from hermesd.store import Store, StoreError
 
 
 CORE_EVENTS: dict[str, str] = {
@@ -103,21 +104,29 @@ class EventLog:
         self._flush_handle = loop.call_later(FLUSH_SECONDS, self.flush)
 
     def flush(self) -> None:
-        """Commit buffered non-durable events in one transaction, then publish them."""
+        """Commit buffered non-durable events in one transaction, then publish them.  While the
+        database cannot take the write (a ``retryable`` :class:`StoreError`) they stay buffered for
+        the next group commit; inside an outer transaction the error is the outer one's."""
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
         if not self._buffer:
             return
         pending, self._buffer = self._buffer, []
-        with self.store.transaction():
-            for hook in self.flush_hooks:
-                hook()
-            events = []
-            for row in pending:
-                row["seq"] = self.store.insert("events", {k: row[k] for k in ("type", "time", "job", "session", "data")})
-                events.append(_wire(row))
-            self.send_after_commit(events)
+        try:
+            with self.store.transaction():
+                for hook in self.flush_hooks:
+                    hook()
+                events = []
+                for row in pending:
+                    row["seq"] = self.store.insert("events", {k: row[k] for k in ("type", "time", "job", "session", "data")})
+                    events.append(_wire(row))
+                self.send_after_commit(events)
+        except (StoreError, sqlite3.Error) as exc:
+            self._buffer = pending + self._buffer
+            if not isinstance(exc, StoreError) or not exc.retryable:
+                raise
+            self._schedule_flush()
 
     def send_after_commit(self, events: list[dict[str, Any]]) -> None:
         """:meth:`send` ``events`` once the current transaction has committed (see

@@ -28,7 +28,7 @@ from hermesd import clock
 from hermesd.contract import ACTIVE, TERMINAL, JobStatus
 from hermesd.events import EventLog
 from hermesd.protocol import ProtocolError
-from hermesd.store import Store
+from hermesd.store import Store, StoreError
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,7 @@ class JobTable:
         self.terminal_hooks: list[TerminalHook] = []
         self._started_mono: dict[str, float] = {}
         self._waiters: dict[str, list[asyncio.Future]] = {}
+        self.pending: Any = None  # hermesd.unwritable.PendingEnds: ends written later (None: a failed end raises)
 
     def kind(self, name: str) -> JobKind:
         """The :class:`JobKind` called ``name`` (an unknown one: a kind with a process)."""
@@ -148,8 +149,18 @@ class JobTable:
         return f"{self.kind(kind).prefix}_{os.urandom(6).hex()}"
 
     def get(self, job_id: str) -> dict[str, Any] | None:
-        """The ``jobs`` row of ``job_id`` or None."""
-        return self.store.one("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        """The ``jobs`` row of ``job_id`` or None (with its end, when that waits to be written)."""
+        return self._held(self.store.one("SELECT * FROM jobs WHERE id = ?", (job_id,)))
+
+    def _held(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``row`` as it reads while its end waits to be written (:mod:`hermesd.unwritable`)."""
+        return self.pending.overlay(row) if row is not None and self.pending is not None and self.pending.held else row
+
+    def _all_held(self, rows: list[dict[str, Any]], statuses: tuple[str, ...] | None) -> list[dict[str, Any]]:
+        """:meth:`_held` of each of ``rows``, less those no longer in ``statuses``."""
+        if self.pending is None or not self.pending.held:
+            return rows
+        return [r for r in map(self._held, rows) if not statuses or r["status"] in statuses]
 
     def require(self, job_id: str) -> dict[str, Any]:
         """The row of ``job_id``; raises ``ProtocolError(not_found)``."""
@@ -166,7 +177,7 @@ class JobTable:
                                 {"parent": parent, "session": session})
         sql += " ORDER BY dispatched_at, rowid LIMIT ?"
         params.append(limit)
-        return self.store.all(sql, params)
+        return self._all_held(self.store.all(sql, params), statuses)
 
     def page(self, *, statuses: tuple[str, ...] | None = None, kind: str | None = None,
              session: str | None = None, prefix: str | None = None, newest_first: bool = True,
@@ -189,7 +200,7 @@ class JobTable:
             params.append(after)
         sql += f" ORDER BY rowid {'DESC' if newest_first else 'ASC'} LIMIT ?"
         params.append(limit + 1)
-        rows = self.store.all(sql, params)
+        rows = self._all_held(self.store.all(sql, params), statuses)
         return [(row.pop("cursor_"), row) for row in rows[:limit]], len(rows) > limit
 
     def create(self, kind: str, *, replace_ended: bool = False, **fields: Any) -> dict[str, Any]:
@@ -223,7 +234,9 @@ class JobTable:
     def transition(self, job_id: str, status: str, **fields: Any) -> dict[str, Any]:
         """Move ``job_id`` to ``status`` with extra column ``fields``; returns the new row.
 
-        Raises :class:`InvalidTransition` (``invalid_state``) or ``not_found``.
+        Raises :class:`InvalidTransition` (``invalid_state``) or ``not_found``.  A terminal
+        transition that cannot be written now (a ``retryable`` :class:`StoreError`) is held by
+        :attr:`pending` and written later; the row returned is the row as it will be.
         """
         row = self.require(job_id)
         previous = row["status"]
@@ -244,20 +257,26 @@ class JobTable:
                     fields["duration_seconds"] = 0.0
             self._started_mono.pop(job_id, None)
         extra: list[dict[str, Any]] = []
-        with self.store.transaction():
-            self.store.update("jobs", "id", job_id, {"status": status, **fields})
-            row = self.require(job_id)
-            event = self.events.record("job.state", job=job_id, session=row.get("session"),
-                                       data={"status": status, "previous": previous, "job": record(row)})
-            if status in TERMINAL:
-                for hook in self.terminal_hooks:
-                    extra += hook(row)
-            self.events.send_after_commit([event, *extra])
-            if status in TERMINAL:
-                self.store.after_commit(lambda: self._wake(job_id, row))
+        before = row
+        try:
+            with self.store.transaction():
+                self.store.update("jobs", "id", job_id, {"status": status, **fields})
+                row = self.require(job_id)
+                event = self.events.record("job.state", job=job_id, session=row.get("session"),
+                                           data={"status": status, "previous": previous, "job": record(row)})
+                if status in TERMINAL:
+                    for hook in self.terminal_hooks:
+                        extra += hook(row)
+                self.events.send_after_commit([event, *extra])
+                if status in TERMINAL:
+                    self.store.after_commit(lambda: self.wake(job_id, row))
+        except StoreError as exc:
+            if status not in TERMINAL or self.pending is None or not exc.retryable:
+                raise
+            return self.pending.hold(before, status, fields, exc)
         return row
 
-    def _wake(self, job_id: str, row: dict[str, Any]) -> None:
+    def wake(self, job_id: str, row: dict[str, Any]) -> None:
         """Resolve the futures of :meth:`wait` for ``job_id`` with its terminal ``row``."""
         for fut in self._waiters.pop(job_id, []):
             if not fut.done():

@@ -55,6 +55,9 @@ ERROR_CODES: dict[str, str] = {
     "too_large": "The frame is larger than MAX_MESSAGE_BYTES, or a value exceeds a limit.",
     "version_mismatch": "The request's protocol version is not one this daemon speaks.",
     "shutting_down": "The daemon is stopping and accepts no new work.",
+    "state_unavailable": "The state database cannot take the request's write now (another process holds "
+    "its lock, the disk is full or read-only) after waiting a few seconds; the message says whether "
+    "anything was changed (usually nothing: try again). Ends of jobs are kept and written later.",
     "internal": "An unexpected error inside the daemon; the daemon stays up.",
 }
 
@@ -69,6 +72,7 @@ EXIT_CODES: dict[str, int] = {
     "too_large": 2,
     "version_mismatch": 8,
     "shutting_down": 3,
+    "state_unavailable": 12,
     "internal": 1,
     # client-side conditions, never sent by the daemon:
     "daemon_not_running": 3,

@@ -27,7 +27,7 @@ from typing import Any
 import zmq
 
 from batch import ops as batch
-from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, private, protocol, resume
+from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, private, protocol, resume, unwritable
 from hermesd.billing.ops import BillingPlugin
 from hermesd.containers.plugin import ContainersPlugin
 from hermesd.governor.ops import GovernorPlugin
@@ -157,6 +157,7 @@ class Daemon:
         self.supervisor_id = str((state_dir / "state.db").resolve())
         self.events = EventLog(self.store, self._publish)
         self.jobs = JobTable(self.store, self.events, self.plugins.kinds)
+        self.jobs.pending = unwritable.PendingEnds(self.jobs, asyncio.get_running_loop())
         deleg, sup = self.config.delegation, self.config.supervisor
         self.scheduler = Scheduler({"global": sup.max_children, "async": deleg.max_async_children},
                                    {"session:": 1, "group:": deleg.max_concurrent_children})
@@ -288,7 +289,7 @@ class Daemon:
         try:
             request = protocol.decode_request(frame)
             req_id = request.id
-            result = await dispatch(request)
+            result = await unwritable.answer(self.store, dispatch, request)
             reply = protocol.encode_reply(req_id, result)
         except ProtocolError as err:
             req_id = getattr(err, "req_id", req_id)

@@ -136,7 +136,32 @@ def schema(*parts: Mapping[int, str]) -> list[str]:
 
 
 class StoreError(Exception):
-    """The state database cannot be opened or written (newer schema, disk full, read-only)."""
+    """The state database cannot be opened or written (newer schema, disk full, read-only, locked).
+
+    ``retryable``: the cause may pass (another process holds the write lock, the disk is
+    full or read-only, an I/O error): the same write can succeed later
+    (:mod:`hermesd.unwritable`)."""
+
+    def __init__(self, message: str, retryable: bool = False):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+RETRYABLE_CODES = frozenset({5, 6, 8, 10, 13})
+"""SQLite primary result codes of a write that may succeed later (https://sqlite.org/rescode.html):
+``SQLITE_BUSY``, ``SQLITE_LOCKED``, ``SQLITE_READONLY``, ``SQLITE_IOERR``, ``SQLITE_FULL``."""
+
+BUSY_TIMEOUT_MS = 200
+"""How long one statement waits for another process's write lock (``PRAGMA busy_timeout``) before
+it fails ``SQLITE_BUSY``: short, as the event loop waits with it; a request waits longer, between
+attempts, off the loop's clock (:mod:`hermesd.unwritable`)."""
+
+
+def _failed(path: Path, what: str, exc: sqlite3.Error) -> StoreError:
+    """The :class:`StoreError` of ``exc`` (``what``: ``commit failed: `` or ''), retryable by its code."""
+    code = getattr(exc, "sqlite_errorcode", None)  # set on what SQLite raised (Python 3.11+)
+    return StoreError(f"state database {path}: {what}{exc}",
+                      retryable=code & 0xFF in RETRYABLE_CODES if code is not None else isinstance(exc, sqlite3.OperationalError))
 
 
 _EMPTY = {"[]": list, "{}": dict}
@@ -182,13 +207,14 @@ class Store:
                 self.db.row_factory = sqlite3.Row
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=FULL")
-                self.db.execute("PRAGMA busy_timeout=5000")
+                self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
                 self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open state database {self.path}: {exc}") from None
         except OSError as exc:
             raise StoreError(f"cannot create state database {self.path}: {exc.strerror}") from None
         self._depth = 0
+        self.commits = 0  # outermost transactions committed so far (a request that made none changed nothing)
         self._after: list[Callable[[], None]] = []
         self._memos: dict[str, tuple[int, Any]] = {}
 
@@ -238,8 +264,9 @@ class Store:
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``); nests by joining the outer one.
 
-        Raises :class:`StoreError` when the commit fails (disk full, read-only);
-        the callbacks given to :meth:`after_commit` inside it are then dropped.
+        Raises :class:`StoreError` when a statement in it or the commit fails (disk full,
+        read-only, locked: ``retryable``); the transaction is then rolled back and the
+        callbacks given to :meth:`after_commit` inside it are dropped.
         """
         if self._depth:
             self._depth += 1
@@ -251,14 +278,16 @@ class Store:
         try:
             self.db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise StoreError(f"state database {self.path}: {exc}") from None
+            raise _failed(self.path, "", exc) from None
         self._depth = 1
         try:
             yield self.db
-        except BaseException:
+        except BaseException as exc:
             self._depth, self._after = 0, []
             if self.db.in_transaction:  # SQLite may have rolled back itself (disk full, I/O error)
                 self.db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise _failed(self.path, "", exc) from None
             raise
         self._depth = 0
         try:
@@ -267,7 +296,8 @@ class Store:
             self._after = []
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
-            raise StoreError(f"state database {self.path}: commit failed: {exc}") from None
+            raise _failed(self.path, "commit failed: ", exc) from None
+        self.commits += 1
         self._run_after_commit()
 
     # generic row helpers -------------------------------------------------

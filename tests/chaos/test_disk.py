@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 from hermesd.protocol import ERROR_CODES, ProtocolError
-from tests.chaos.helpers import TERMINAL, assert_no_leftovers, mounted, read_only, settled
+from tests.chaos.helpers import TERMINAL, assert_no_leftovers, mounted, read_only, running_job, settled
 from tests.harness import wait_for
 
 
@@ -36,14 +36,17 @@ def _integrity(db: Path) -> None:
         assert len(seqs) == len(set(seqs))
 
 
-def _fill(d, count: int) -> list[ProtocolError]:
-    """Ask for ``count`` delegations (with large goals); returns the errors."""
+def _fill(d, count: int, enough: int = 2) -> list[ProtocolError]:
+    """Ask for up to ``count`` delegations (with large goals) until ``enough`` failed (each
+    failure waits its bounded time first: ``hermesd.unwritable``); returns the errors."""
     errors = []
     for i in range(count):
         try:
             d.delegate(f"fill {i} " + "x" * 4000, script=[{"text": "y" * 4000}])
         except ProtocolError as err:
             errors.append(err)
+            if len(errors) >= enough:
+                break
     return errors
 
 
@@ -68,26 +71,56 @@ def test_file_size_limit_on_the_state_database(make_daemon):
     assert d.wait_job(d.delegate("after the limit")["id"])["status"] == "completed"
 
 
-def test_disk_full_then_space_freed(make_daemon):
+@contextlib.contextmanager
+def _on_small_tmpfs(make_daemon):
+    """A started daemon whose ``HERMES_HOME`` is a small tmpfs (root only), cleaned up after."""
     d = make_daemon(start=False)
     config = (d.home / "config.yaml").read_bytes()
     with mounted("tmpfs", d.home):
         (d.home / "config.yaml").write_bytes(config)
         try:
-            d.start()
-            assert d.wait_job(d.delegate("before")["id"])["status"] == "completed"
-            filler = d.home / "filler"
-            subprocess.run(["sh", "-c", f"head -c 8000000 /dev/zero > {filler}"], capture_output=True)
-            errors = _fill(d, 100)
-            _assert_state_errors(errors, ("database or disk is full", "disk I/O error"))
-            assert d.call("hello")["pid"] == d.proc.pid
-            filler.unlink()
-            rec = wait_for(lambda: _try_delegate(d), 30, 0.2, "a delegation accepted again")
-            assert d.wait_job(rec["id"])["status"] in TERMINAL
-            assert d.stop() == 0
-            _integrity(d.home / "state.db")
+            yield d.start()
         finally:
             d.cleanup()
+
+
+def _fill_disk(d) -> Path:
+    """Fill ``HERMES_HOME`` (a small tmpfs); returns the file to remove to free it."""
+    filler = d.home / "filler"
+    subprocess.run(["sh", "-c", f"head -c 8000000 /dev/zero > {filler}"], capture_output=True)
+    return filler
+
+
+def test_disk_full_then_space_freed(make_daemon):
+    with _on_small_tmpfs(make_daemon) as d:
+        assert d.wait_job(d.delegate("before")["id"])["status"] == "completed"
+        filler = _fill_disk(d)
+        errors = _fill(d, 100)
+        _assert_state_errors(errors, ("database or disk is full", "disk I/O error"))
+        assert d.call("hello")["pid"] == d.proc.pid
+        filler.unlink()
+        rec = wait_for(lambda: _try_delegate(d), 30, 0.2, "a delegation accepted again")
+        assert d.wait_job(rec["id"])["status"] in TERMINAL
+        assert d.stop() == 0
+        _integrity(d.home / "state.db")
+
+
+def test_a_job_ending_on_a_full_disk_reads_ended_and_its_end_is_written_once_space_is_back(make_daemon):
+    with _on_small_tmpfs(make_daemon) as d:
+        job = d.delegate("ends on a full disk", background=True, script=[{"text": "done", "sleep": 3.0}])["id"]
+        running_job(d, job)
+        filler = _fill_disk(d)
+        wait_for(lambda: d.call("job", id=job)["status"] in TERMINAL, 30, what="the job read as ended")
+        assert _stored(d, job) == "running"  # not written yet: no space
+        filler.unlink()
+        wait_for(lambda: _stored(d, job) in TERMINAL, 15, what="its end written without a restart")
+        assert [e["job"] for e in d.call("events_since", since=0, types=["async_delegation"])["events"]] == [job]
+        assert d.stop() == 0
+
+
+def _stored(d, job: str) -> str:
+    with contextlib.closing(sqlite3.connect(d.home / "state.db")) as db:
+        return db.execute("SELECT status FROM jobs WHERE id = ?", (job,)).fetchone()[0]
 
 
 def _try_delegate(d) -> dict | None:
