@@ -137,8 +137,22 @@ def daemon_gone(sockets: paths.Sockets) -> str | None:
     return None
 
 
-def _not_running(why: str) -> ClientError:
-    return ClientError("daemon_not_running", f"hermesd is not running ({why}); start it with `hermesd run`")
+def start_command(sockets: paths.Sockets) -> str:
+    """How the daemon of ``sockets`` is started again, judged by where its sockets are: the
+    system unit's ``/run/hermes`` (``RuntimeDirectory=hermes``), the user unit's
+    ``$XDG_RUNTIME_DIR/hermes`` when that unit is installed, else ``hermesd run``."""
+    if sockets.dir == Path("/run/hermes"):
+        return "sudo systemctl start hermesd"
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    user_unit = Path.home() / ".config" / "systemd" / "user" / "hermesd.service"
+    if xdg and sockets.dir == Path(xdg) / "hermes" and user_unit.exists():
+        return "systemctl --user start hermesd"
+    return "hermesd run"
+
+
+def _not_running(why: str, sockets: paths.Sockets | None = None) -> ClientError:
+    command = start_command(sockets or paths.sockets())
+    return ClientError("daemon_not_running", f"hermesd is not running ({why}); start it with `{command}`")
 
 
 def _within(path: Path, top: Path) -> bool:
@@ -179,7 +193,7 @@ def _check_socket(path: Path) -> None:
     try:
         st = path.stat()
     except FileNotFoundError:  # also when a starting daemon just removed its predecessor's socket
-        raise _not_running(f"no socket at {path}") from None
+        raise _not_running(f"no socket at {path}", paths.Sockets(path.parent)) from None
     except OSError as exc:
         raise unreachable(path, exc) from None
     if st.st_uid != os.getuid() or not os.access(path, os.R_OK | os.W_OK):
@@ -217,7 +231,7 @@ class Connection:
             _check_socket(self.sockets.control)
             why = daemon_gone(self.sockets)
             if why:
-                raise _not_running(why)
+                raise _not_running(why, self.sockets)
             self._served_by = _lock_pid(self.sockets.lock)  # the daemon this connection talks to
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
@@ -270,7 +284,7 @@ class Connection:
         _check_socket(self.sockets.events)
         why = daemon_gone(self.sockets)
         if why:
-            raise _not_running(why)
+            raise _not_running(why, self.sockets)
         sub = self._ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.RCVHWM, 100_000)
@@ -279,7 +293,8 @@ class Connection:
         return sub
 
     def follow(self, since: int = 0, *, follow: bool = True, idle: float = 1.0,
-               stop_after: float | None = None) -> Iterator[dict[str, Any]]:
+               stop_after: float | None = None,
+               lost: Callable[[str | None], None] | None = None) -> Iterator[dict[str, Any]]:
         """Yield every event with ``seq > since`` in order, exactly once.
 
         Where the daemon's retention removed events after ``since`` (or after
@@ -288,20 +303,28 @@ class Connection:
         idle period of ``idle`` seconds triggers a backlog check, so events
         published while the SUB socket was reconnecting are not missed; a
         daemon restart is survived (errors while it is down are retried).
-        ``stop_after`` (seconds) ends the iteration.
+        ``stop_after`` (seconds) ends the iteration.  ``lost(reason)`` is told once when the
+        daemon cannot be reached while following, and ``lost(None)`` once it answers again.
         """
         sub = self.subscribe() if follow else None
         last = since
         end = None if stop_after is None else time.monotonic() + stop_after
+        away = False
         try:
             while True:
                 try:
                     for event in self._backlog(last):
                         last = event["seq"]
                         yield event
-                except (ClientError, ProtocolError):
+                    if away and lost:
+                        lost(None)
+                    away = False
+                except (ClientError, ProtocolError) as err:
                     if not follow:
                         raise
+                    if not away and lost:
+                        lost(err.message)
+                    away = True
                 if not follow:
                     return
                 while True:

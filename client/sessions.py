@@ -22,7 +22,7 @@ from client import render
 from client.common import (INTERRUPTED, conn, exit_for, idempotency_option, is_json, json_option, new_connection, out,
                            print_all, read_text, said_repeat, show, split, text_input, toolset_names, wait_job,
                            working_dir)
-from client.connection import ClientError
+from client.connection import ClientError, start_command
 from hermesd import paths
 from hermesd.protocol import ProtocolError
 
@@ -117,7 +117,7 @@ class Chat:
         every reply of this session as its turn ends)."""
         follower = self.follower
         try:
-            for event in follower.follow(self.since, idle=0.5):
+            for event in follower.follow(self.since, idle=0.5, lost=self.lost):
                 if stop.is_set():
                     return
                 data = event.get("data") or {}
@@ -138,6 +138,16 @@ class Chat:
             self.say(f"[stopped following events: {err}]")
         finally:
             follower.close()
+
+    def lost(self, why: str | None) -> None:
+        """The event follower lost the daemon (``why``), or found it again (None): said at once."""
+        if why is None:
+            return self.say("[hermesd is back: go on]")
+        with self.lock:
+            turns = sorted(self.running)
+        what = (f"the turn {', '.join(turns)} goes on, or ends lost, once hermesd is back; " if turns else "")
+        self.say(f"[{why.split('; start it with')[0]}; {what}start it with "
+                 f"`{start_command(self.follower.sockets)}`: the session and its history are kept]")
 
     def run_terminal(self) -> None:
         """The interactive loop on a terminal (prompt_toolkit)."""

@@ -14,6 +14,7 @@ import time
 
 from hermesd import __version__
 from hermesd.protocol import EXIT_CODES
+from tests.harness import wait_for
 from tests.test_batch_daemon import hermes_batch
 
 LONG = [{"text": "resting", "sleep": 60}]
@@ -113,3 +114,24 @@ def test_states_in_colour_on_a_terminal_only(daemon):
     assert "\x1b[32mcompleted\x1b[0m" in _on_a_terminal(daemon, "ps", "--all")
     assert "\x1b[" not in _on_a_terminal(daemon, "ps", "--all", env={"NO_COLOR": "1"})
     assert "\x1b[" not in daemon.ctl("ps", "--all").stdout  # a pipe: never
+
+
+def test_chat_without_a_terminal_says_at_once_when_the_daemon_dies(make_daemon):
+    d = make_daemon(env={"HERMES_SCRIPTED_STEP_SECONDS": "60"})
+    chat = subprocess.Popen([sys.executable, "-m", "client", "chat", "main"], env=d.env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        chat.stdin.write("talk slowly\n")
+        chat.stdin.flush()
+        wait_for(lambda: [t for t in d.call("ps", kind="session_turn")["jobs"] if t["status"] == "running"],
+                 30, 0.1, "the turn running")
+        d.kill9()
+        started = time.monotonic()
+        line = chat.stderr.readline()
+        assert time.monotonic() - started < 5 and "hermesd stopped before it answered 'wait'" in line, line
+        rest = chat.communicate(timeout=60)[1]
+        assert chat.returncode == EXIT_CODES["daemon_not_running"] and "Traceback" not in rest
+        assert rest.strip().endswith("start it with `hermesd run`"), rest
+    finally:
+        chat.kill()
+        chat.wait(10)

@@ -45,15 +45,20 @@ def _turns(daemon) -> list[dict]:
     return daemon.call("ps", all=True, kind="session_turn")["jobs"]
 
 
-def test_chat_interrupts_turns_keeps_going_and_edits_lines(make_daemon, api, terminals):
+def _chat_with_a_slow_turn(make_daemon, api, terminals) -> tuple:
+    """A daemon, a ``chat main`` in a terminal, and the id of the 60 s turn it is running."""
     api.default = Brain(slow_turn=60)
     daemon = _daemon(make_daemon, api)
     term = terminals(daemon, "chat", "main")
     term.wait("you>")
-
     term.type("talk slowly please")
-    first = wait_for(lambda: [t for t in _turns(daemon) if t["status"] == "running"], 30, 0.1,
-                     "the slow turn running")[0]["id"]
+    turn = wait_for(lambda: [t for t in _turns(daemon) if t["status"] == "running"], 30, 0.1,
+                    "the slow turn running")[0]["id"]
+    return daemon, term, turn
+
+
+def test_chat_interrupts_turns_keeps_going_and_edits_lines(make_daemon, api, terminals):
+    daemon, term, first = _chat_with_a_slow_turn(make_daemon, api, terminals)
     term.keys("C-c")  # interrupts the turn at once; the chat stays
     started = time.monotonic()
     term.wait("interrupting the turn")
@@ -138,3 +143,14 @@ def test_top_fits_80x24_shows_progress_and_asks_before_cancelling(daemon, termin
     term.wait(f"{long}  cancelled")
     term.keys("q")
     term.wait("[exit 0]")
+
+
+def test_chat_says_at_once_when_the_daemon_dies_mid_turn(make_daemon, api, terminals):
+    daemon, term, turn = _chat_with_a_slow_turn(make_daemon, api, terminals)
+    daemon.kill9()
+    started = time.monotonic()
+    screen = term.wait("the session and its history are kept]", timeout=10)
+    assert time.monotonic() - started < 5, "said at once, not at the turn's end"
+    assert f"the turn {turn} goes on, or ends lost, once hermesd is back; start it with `hermesd run`" in screen
+    daemon.start()
+    term.wait("[hermesd is back: go on]")
