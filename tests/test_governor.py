@@ -103,3 +103,13 @@ def test_a_waiting_child_is_not_stale_and_shows_in_ps_and_status(make_daemon):
         ended = daemon.wait_job(job, timeout=30)
         assert ended["status"] == "completed", ended  # 10 s of waiting, stale after 6 s: not stale
         assert len(api.requests) == 2
+
+
+def test_an_overload_mid_stream_is_asked_for_again_not_failed(make_daemon):
+    with FakeAnthropic() as api:
+        api.reply_stream_error("overloaded_error", content=[text_block("half an answ")])
+        daemon = warm(make_daemon(_anthropic(api)))
+        ended = daemon.wait_job(daemon.delegate("go on")["id"], timeout=60)
+        assert ended["status"] == "completed" and len(api.requests) == 2, ended
+        calls = daemon.call("status")["governor"][0]["calls"]
+        assert calls == {"overloaded": 1, "ok": 1}, calls
