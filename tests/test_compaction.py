@@ -205,3 +205,18 @@ def test_three_hundred_turns_stay_within_the_window(make_daemon):
         first = next(i for i, r in enumerate(_turn_requests(api)) if "SUMMARY-" in str(r.body["messages"]))
         assert max(sizes[first:]) <= LIMIT + 600
         assert len(d.call("session.history", session="main")["messages"]) == 800
+
+
+def test_a_session_without_a_cwd_keeps_one_directory_so_its_prefix_is_cached(make_daemon):
+    from tests.fakes.cache import PromptCache
+
+    with FakeAnthropic(cache=PromptCache(min_tokens=256)) as api:
+        d = _daemon(make_daemon, api)
+        for i in range(3):
+            rec = d.wait_job(d.call("session.send", session="nocwd", text=f"hello {i} " + "w " * 300)["turn"]["id"])
+            assert rec["status"] == "completed", rec
+        systems = {str(r.body.get("system")) for r in api.requests}
+        assert len(systems) == 1  # the working directory it names is the session's, every turn
+        last = api.requests[-1].usage
+        total = last["input_tokens"] + last["cache_creation_input_tokens"] + last["cache_read_input_tokens"]
+        assert last["cache_read_input_tokens"] > 0.8 * total, last

@@ -118,7 +118,7 @@ class Compactor:
                                 f"{self.sent_tokens(session)} tokens of history, all of it its most recent turn",
                                 {"session": session})
         return self.d.runner.submit(KIND, pools=(f"session:{session}",), session=session, toolsets=[], depth=0,
-                                    goal=f"compact the history of session {session}", cwd=row["spec"].get("cwd"),
+                                    goal=f"compact the history of session {session}", cwd=self.sessions.workdir(row),
                                     spec={"compaction": {"reason": reason}, "max_turns": 1})
 
     def split(self, session: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

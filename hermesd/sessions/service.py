@@ -158,6 +158,17 @@ class Sessions:
         self.d.events.emit("session.created", session=session, data={"session": session})
         return self.require(session)
 
+    def workdir(self, row: dict[str, Any]) -> str:
+        """The working directory of ``row``'s turns: the session's ``cwd``, else its own
+        ``HERMES_HOME/sessions/ID/work/`` (made private on first use): the same directory every
+        turn, so the system prompt that names it stays the same and the prompt cache holds."""
+        if row["spec"].get("cwd"):
+            return row["spec"]["cwd"]
+        path = self.d.config.state_dir() / "sessions" / row["id"] / "work"
+        for part in (path.parent.parent, path.parent, path):
+            part.mkdir(mode=0o700, exist_ok=True)
+        return str(path)
+
     def toolsets_of(self, toolsets: list[str] | None) -> list[str]:
         """A session's stored toolsets: ``toolsets`` (default the config's) plus :data:`MAIN_TOOLSETS_EXTRA`."""
         base = list(toolsets if toolsets is not None else self.d.config.toolsets)
@@ -248,7 +259,7 @@ class Sessions:
             spec["resume"] = False
         return self.d.runner.submit("session_turn", pools=(f"session:{session}",), session=session, goal=text,
                                     toolsets=row["spec"].get("toolsets") or [], depth=0,
-                                    cwd=row["spec"].get("cwd"), spec=spec, idempotency_key=idempotency_key)
+                                    cwd=self.workdir(row), spec=spec, idempotency_key=idempotency_key)
 
     def spec_hook(self, row: dict[str, Any], spec: JobSpec) -> None:
         """The spec of a turn's child: the session's history as a turn is sent it (the latest
