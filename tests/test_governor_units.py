@@ -150,3 +150,47 @@ def test_config_rate_limits_and_errors(tmp_path):
     assert problems[2].startswith("c.yaml:8: rate_limits.openai-compat.burst: unknown key")
     with pytest.raises(config.ConfigError, match="rate_limits: must be a mapping"):
         config.parse("rate_limits: [1]\n")
+
+
+def test_a_child_without_a_governor_paces_itself():
+    """An item on a Ray cluster: its channel answers no ``child.grant``; a 429 is waited out here."""
+    import time
+
+    from child.__main__ import StopFlag
+    from child.activity import Activity
+    from child.governor import Grants
+    from child.item import FileChannel
+
+    class Metered:
+        name, model, endpoint, key_id = "anthropic", "m", "http://h", ""
+
+    reports: list[str] = []
+    stop = StopFlag()
+    grants = Grants(FileChannel("/nonexistent"), Metered(), stop, Activity(reports.append), reports.append)
+    assert grants.acquire(10, 5) == "" and not grants.asking
+    started = time.monotonic()
+    grants.done("", "rate_limited", retry_after=0.3)
+    assert time.monotonic() - started >= 0.3
+    assert any(r.startswith("waiting for the provider's rate limit") for r in reports)
+    stop.set("SIGTERM")
+    assert grants.acquire(10, 5) is None
+
+
+def test_status_ps_and_top_say_who_waits_and_why():
+    from client import render
+    from client.board import Board
+
+    limiter = {"endpoint": "anthropic https://api.anthropic.com key 3f2a9c01", "in_flight": 2, "concurrency": 4.0,
+               "paused_seconds": 3.5, "reason": "the provider answered rate limit (429), retry-after 4s",
+               "waiting": ["bg_1", "bg_2"], "calls": {"ok": 9, "rate_limited": 1}, "configured": {}}
+    line, = render.governor_lines([limiter])
+    assert "PAUSED 3.5s: the provider answered rate limit (429)" in line and "waiting: bg_1, bg_2" in line
+    waiting = {"endpoint": limiter["endpoint"], "reason": limiter["reason"], "seconds": 3.5, "since": 0}
+    assert render.waiting_text({"waiting": waiting}).startswith("[waiting 3.5s for anthropic https://api.anthropic.com")
+    board = Board()
+    board.status = {"caps": {}, "governor": [limiter]}
+    board.add_jobs([{"id": "bg_1", "status": "running", "kind": "background", "goal": "g"}])
+    board.apply({"type": "job.progress", "job": "bg_1", "seq": 1, "data": {
+        "turn": 2, "activity": "waiting for the provider's rate limit: anthropic https://api.anthropic.com: 429"}})
+    assert "waiting for the provider's rate limit" in board.jobs["bg_1"]["last_activity"][1]
+    assert any("PAUSED" in c for c in board.caps())
