@@ -30,7 +30,7 @@ a run copies the lines kept instead of parsing them all again (1,000 lines of
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from batch import card, distributions, files, groups, output, statistics, verify, view
 from batch.checkpoint import Checkpoint
@@ -52,6 +52,19 @@ Finished = Callable[["BatchRun", str, "dict[str, Any] | None", "str | None"], No
 Offload = Callable[[Callable[[], Any], Callable[[Any, "BaseException | None"], None]], None]
 
 
+class Bill(Protocol):
+    """What a run asks of the bill (``hermesd.billing``; ``batch.service.RunBill``)."""
+
+    def refusal(self) -> str | None:
+        """Why no prompt may start now (a budget of the run spent, what is in flight counted), else None."""
+
+    def of_item(self, job: str) -> dict[str, Any]:
+        """An item's ``cost_usd`` and ``cost_unknown`` (for its line's metadata)."""
+
+    def of_run(self) -> dict[str, Any]:
+        """What the whole run spent (``Ledger.spent`` of its tree)."""
+
+
 def run_here(work: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None:
     """An :data:`Offload` that runs ``work`` at once, in this thread."""
     try:
@@ -65,7 +78,10 @@ def run_here(work: Callable[[], Any], done: Callable[[Any, BaseException | None]
 class BatchRun:
     """The live state of batch job ``job_id`` (see the module doc).
 
-    ``emit(type, data)`` publishes an event about the job; ``finished(run,
+    ``emit(type, data)`` publishes an event about the job; ``bill`` (:class:`Bill`) says
+    what items cost and why no prompt may start now (a budget of the run spent): the run
+    then starts no more, lets the running ones finish, and ends ``failed``
+    (``budget_stop``; the rest stays pending for a ``--resume``); ``finished(run,
     status, statistics, error)`` is called once when the run ends
     (``completed``, ``cancelled`` or ``failed``), after ``offload(work, done)``
     ran the final merge (which copies every line kept) — in a worker thread,
@@ -73,8 +89,10 @@ class BatchRun:
     """
 
     def __init__(self, job_id: str, settings: Settings, dataset: Dataset, executor: ItemExecutor,
-                 emit: Emit, finished: Finished, offload: Offload = run_here):
+                 emit: Emit, finished: Finished, offload: Offload = run_here, bill: Bill | None = None):
         self.job_id, self.settings, self.dataset = job_id, settings, dataset
+        self.bill = bill
+        self.budget_stop: str | None = None  # why no more prompts start (a budget of the run is spent)
         self.executor, self.emit, self.finished, self.offload = executor, emit, finished, offload
         self.run_dir = settings.run_dir
         self.prompts = {p.index: p for p in dataset.prompts}
@@ -156,7 +174,7 @@ class BatchRun:
             while self._again:
                 self._again = False
                 while (self.pending and not self.closed and len(self.in_flight) < self.settings.num_workers
-                       and self.executor.accepting() and self.executor.ready()):
+                       and self.executor.accepting() and self.executor.ready() and not self.over_budget()):
                     if not self._submit(self.pending.popleft()):
                         break
         finally:
@@ -183,9 +201,21 @@ class BatchRun:
         self.ending.discard(index)
         self.fill()
 
+    def over_budget(self) -> bool:
+        """True once a budget of the run is spent (``budget_stop`` says which): no prompt starts."""
+        if self.budget_stop is None and self.bill is not None:
+            self.budget_stop = self.bill.refusal()
+            if self.budget_stop is not None:
+                self.emit("batch.budget_stop", {"error": self.budget_stop, "pending": len(self.pending)})
+        return self.budget_stop is not None
+
     def _maybe_finish(self) -> None:
-        if not self.closed and not self.pending and not self.in_flight:
-            self.finish("completed")
+        if not self.closed and not self.in_flight and (not self.pending or self.budget_stop is not None):
+            if self.budget_stop is not None:
+                self.finish("failed", f"{self.budget_stop}; {len(self.pending)} prompt(s) not started: raise the "
+                            "limit and --resume to run them")
+            else:
+                self.finish("completed")
 
     # recording -------------------------------------------------------------
 
@@ -251,7 +281,8 @@ class BatchRun:
         s = self.settings
         meta = {"run_name": s.run_name, "job": o.handle, "model": result.model or s.model,
                 "provider": result.provider, "distribution": s.distribution, "started_at": o.started_at,
-                "exit_reason": result.exit_reason or o.status, "synthetic": result.synthetic, **spent}
+                "exit_reason": result.exit_reason or o.status, "synthetic": result.synthetic, **spent,
+                **(self.bill.of_item(o.handle) if self.bill is not None and o.handle else {})}
         line = output.build_line(index=o.index, batch=o.index // s.batch_size, trajectory=trajectory,
                                  completed=completed, partial=partial, api_calls=spent["api_calls"],
                                  toolsets=self.request(prompt).toolsets, trace=list(result.trace or []),
@@ -320,9 +351,10 @@ class BatchRun:
             else:
                 self.finished(self, status, stats, error)
 
-        self.offload(lambda: self.finalize(finished=status == "completed"), report)
+        usage = self.bill.of_run() if self.bill is not None else None  # read here, on the loop
+        self.offload(lambda: self.finalize(finished=status == "completed", usage=usage), report)
 
-    def finalize(self, *, finished: bool) -> dict[str, Any]:
+    def finalize(self, *, finished: bool, usage: dict[str, Any] | None = None) -> dict[str, Any]:
         """Merge the batch files into ``trajectories.jsonl`` (filtered), write
         ``statistics.json`` and the checkpoint; returns the statistics.  Raises ``OSError``."""
         merged = output.merge(self.run_dir, self.written, **self.settings.filters)
@@ -332,7 +364,7 @@ class BatchRun:
         self.save()
         stats = statistics.compute(settings=self.settings.to_dict(), job=self.job_id, scope=self.scope,
                                    bad_lines=len(self.dataset.errors), tally=self.tally, merged=merged,
-                                   checkpoint=self.checkpoint)
+                                   checkpoint=self.checkpoint, usage=usage)
         if self.settings.samples_per_prompt > 1:
             groups.write(self.run_dir, self.settings.filters)
         files.write_json(self.run_dir / STATISTICS, stats)

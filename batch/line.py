@@ -87,7 +87,7 @@ class Sample:
         return self.metadata.get(key)
 
     def token(self, key: str) -> Any:
-        """The token count ``key`` (``input``, ``output``) of the metadata's ``tokens``."""
+        """The token count ``key`` (``contract.TOKEN_KEYS``) of the metadata's ``tokens``."""
         return (self.metadata.get("tokens") or {}).get(key)
 
 
@@ -126,9 +126,16 @@ LINE: tuple[Key, ...] = (
         _meta("duration_seconds", "float64", "Seconds the child's run took."),
         _meta("exit_reason", "string", "Why the run ended (``contract.JobResult.exit_reason``)."),
         _meta("synthetic", "bool", "True when no model made it (the scripted provider)."),
-        Key("tokens", (Key("input", "int64", "Input tokens.", lambda s: s.token("input")),
-                       Key("output", "int64", "Output tokens.", lambda s: s.token("output"))),
+        Key("tokens", (Key("input", "int64", "Input tokens (every prompt token).", lambda s: s.token("input")),
+                       Key("output", "int64", "Output tokens.", lambda s: s.token("output")),
+                       Key("cache_write", "int64", "Of the input tokens, those written to the prompt cache.",
+                           lambda s: s.token("cache_write") or 0),
+                       Key("cache_read", "int64", "Of the input tokens, those read from the prompt cache.",
+                           lambda s: s.token("cache_read") or 0)),
             "Tokens the run used."),
+        _meta("cost_usd", "float64", "What the item's model calls cost in USD where their model had a price "
+              "(``hermesd.billing``)."),
+        _meta("cost_unknown", "bool", "True when some of its tokens' model had no price."),
         Key("extra", "json", "The dataset line's other fields (e.g. `task_id`).", lambda s: dict(s.extra or {})),
     ), "Hermes' metadata keys, then hermesd's."),
     Key("completed", "bool", "Hermes: the agent gave its final answer.", lambda s: s.completed),

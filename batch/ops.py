@@ -46,6 +46,9 @@ class BatchPlugin(Plugin):
         "(`written`, `discarded`, `failed`), `detail`, `toolsets`.",
         "batch.restarting": "A batch that was running when the daemon stopped is queued to resume. "
         "`data.previous`: its state then.",
+        "batch.budget_stop": "A budget of the batch run is spent: no more prompts start, the running ones finish, "
+        "and the run ends `failed` with `budget_exceeded` (`hermes-batch` exits 13). Not fsynced one by one. "
+        "`data`: `error` (the budget, what was spent, the limit), `pending` (prompts not started).",
     }
 
     kinds = (JobKind("batch", "batch", process=False, at_restart="resume"), JobKind("batch_item", "item"),

@@ -34,6 +34,7 @@ from batch.output import TRAJECTORIES, batch_files
 from batch.runner_iface import SupervisorExecutor
 from batch.settings import Settings, job_id_of, no_run
 from hermesd import jobs as jobs_mod
+from hermesd.billing.ledger import Ledger
 from hermesd.containers import plugin as containers
 from hermesd.contract import LIVE, STOP_REASONS, JobStatus
 from hermesd.protocol import ProtocolError
@@ -90,7 +91,8 @@ class BatchService:
 
     def _open(self, job_id: str, s: Settings, data: dataset_mod.Dataset) -> BatchRun:
         run = BatchRun(job_id, s, data, self.executors[s.executor], lambda etype, payload: self.d.events.emit(
-            etype, job=job_id, data=payload, durable=False), self._finished, self._offload)
+            etype, job=job_id, data=payload, durable=False), self._finished, self._offload,
+            RunBill(self.d.service(Ledger), job_id))
         try:
             run.open()
         except (OSError, CheckpointError) as exc:
@@ -187,7 +189,8 @@ class BatchService:
         self.runs.pop(run.job_id, None)
         fields: dict[str, Any] = {"duration_seconds": run.active_seconds(), "error": error,
                                   "exit_reason": "completed" if status == "completed" else
-                                  ("interrupted" if status == "cancelled" else "error")}
+                                  ("interrupted" if status == "cancelled" else
+                                   "budget_exceeded" if run.budget_stop else "error")}
         if stats is not None:
             p = stats["prompts"]
             fields.update(api_calls=stats["api_calls"], tokens_in=stats["tokens"]["input"],
@@ -227,10 +230,13 @@ class BatchService:
         run is not live), ``executor`` (``{name}``; with ``ray`` while live:
         ``address, nodes, cpus, cpus_free, driver, driver_starts, in_flight``), ``bad_lines``, ``errors`` (first bad lines), ``problems``,
         ``failures`` (the commonest errors of failed prompts: ``[{error, count}]``),
+        ``usage`` (what the run spent: ``Ledger.spent``; ``cost_usd``, ``cost_unknown`` too),
         ``files`` and ``seq`` (the last event seq, to follow from)."""
         row = self.d.jobs.require(job_id)
         s = Settings.from_dict(row["spec"])
         rec = jobs_mod.record(row)
+        usage = RunBill(self.d.service(Ledger), job_id).of_run()
+        rec.update(usage=usage, cost_usd=usage["cost_usd"], cost_unknown=usage["cost_unknown"])
         run = self.runs.get(job_id)
         rec.update(run_name=s.run_name, run_dir=str(s.run_dir), settings=s.to_dict(),
                    executor=self.executors[s.executor].describe(job_id) or {"name": s.executor},
@@ -303,6 +309,27 @@ class BatchService:
                 run.save()
             except OSError:
                 pass  # the batch files are the truth; the next start rebuilds the checkpoint
+
+
+class RunBill:
+    """The bill of batch job ``job_id`` (:class:`batch.job.Bill`) from the daemon's ledger."""
+
+    def __init__(self, ledger: Ledger, job_id: str):
+        self.ledger, self.job_id = ledger, job_id
+
+    def refusal(self) -> str | None:
+        """:meth:`hermesd.billing.ledger.Ledger.check` of the run's job, as text."""
+        refusal = self.ledger.check(self.job_id)
+        return refusal.text() if refusal is not None else None
+
+    def of_item(self, job: str) -> dict[str, Any]:
+        """``cost_usd`` and ``cost_unknown`` of item ``job`` (with what it delegated)."""
+        spent = self.ledger.spent(("tree", job))
+        return {"cost_usd": spent["cost_usd"], "cost_unknown": spent["cost_unknown"]}
+
+    def of_run(self) -> dict[str, Any]:
+        """What the run spent, every attempt of every prompt."""
+        return self.ledger.spent(("tree", self.job_id))
 
 
 def _scores_text(stats: dict[str, Any]) -> str:

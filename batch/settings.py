@@ -24,7 +24,7 @@ RESUMED = ("dataset_file", "batch_size", "num_workers", "max_turns", "distributi
            "max_samples", "model", "ephemeral_system_prompt", "prefill_messages_file", "max_tokens",
            "reasoning_disabled", "provider", "base_url", "allow_synthetic", "exclude_partial", "verifier",
            "verifier_timeout", "min_reward", "samples_per_prompt", "executor", "ray_address", "ray_num_cpus",
-           "ray_memory_mb")
+           "ray_memory_mb", "budget")
 """The settings a resume takes from the run's checkpoint when the request does not give them
 (a request can turn a flag on, not off: ``False`` is not sent)."""
 
@@ -104,6 +104,10 @@ def resume_args(args: dict[str, Any], run_name: str, run_dir: Path) -> dict[str,
     return {**own, **{k: v for k, v in args.items() if v is not None}}
 
 
+BUDGET_ARGS = ("max_cost_usd", "max_total_tokens")
+"""The ``batch.run`` arguments of the run's budget (its own ``max_tokens`` is batch_runner's, per reply)."""
+
+
 def job_id_of(run_name: str) -> str:
     """The job id of a run: ``batch_<run_name>``."""
     return f"batch_{run_name}"
@@ -146,7 +150,11 @@ def flag_options(args: dict[str, Any]) -> dict[str, Any]:
     verifier = arg(args, "verifier", str, None)
     if verifier is not None and not verifier.strip():
         raise ProtocolError("bad_request", "argument 'verifier' is empty", {"field": "verifier"})
-    return {"ephemeral_system_prompt": arg(args, "ephemeral_system_prompt", str, None) or None,
+    from hermesd.billing.ledger import budget_of
+
+    own = args.get("budget") if isinstance(args.get("budget"), dict) else {}  # a resume's: the run's own
+    budget = {**(budget_of(own) or {}), **(budget_of(args, BUDGET_ARGS) or {})} or None
+    return {"budget": budget,"ephemeral_system_prompt": arg(args, "ephemeral_system_prompt", str, None) or None,
             "verifier": verifier, "verifier_timeout": timeout,
             "min_reward": None if min_reward is None else float(min_reward),
             "samples_per_prompt": arg(args, "samples_per_prompt", int, 1, lo=1, hi=MAX_SAMPLES_PER_PROMPT),
@@ -179,7 +187,11 @@ class Settings:
 
     Where the items run: ``executor`` (``local`` or ``ray``) with, for ``ray``,
     ``ray_address`` (None: the daemon's ``RAY_ADDRESS``, else ``auto``),
-    ``ray_num_cpus`` and ``ray_memory_mb`` per item."""
+    ``ray_num_cpus`` and ``ray_memory_mb`` per item.
+
+    ``budget``: the run's spend limits over every attempt of it (``{max_cost_usd,
+    max_tokens}``, from ``--max_cost_usd`` and ``--max_total_tokens``; :mod:`hermesd.billing`):
+    once spent the run starts no more prompts (:class:`batch.job.BatchRun`)."""
 
     run_name: str
     dataset_file: str
@@ -208,6 +220,7 @@ class Settings:
     ray_address: str | None = None
     ray_num_cpus: float = 1.0
     ray_memory_mb: int | None = None
+    budget: dict[str, Any] | None = None
 
     @property
     def effort(self) -> str | None:

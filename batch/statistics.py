@@ -34,7 +34,13 @@ with a result; tools that were never called are left out), then hermesd's::
      "duration": {"wall_seconds", "prompt_seconds_total", "prompt_seconds_mean"},
      "toolsets_used": {toolset: samples},
      "rewards": {"verified", "rewarded", "mean", "passed", "pass_rate", "verifier_errors"},
-     "groups": {"samples_per_prompt", "groups", "pass@1", "pass@k"}}
+     "groups": {"samples_per_prompt", "groups", "pass@1", "pass@k"},
+     "cost_usd", "cost_unknown",
+     "usage": {"calls", "input", "output", "cache_write", "cache_read", "tokens", "cost_usd", "cost_unknown"}}
+
+``usage`` is what the bill (``hermesd.billing``) counted of the run's model calls, every
+attempt of every prompt (failed ones too); ``cost_usd`` is its cost where the models had a
+price, ``cost_unknown`` true when some had none.
 
 ``rewards`` counts the samples a verifier judged (``batch.verify``), written or
 discarded: ``verified`` (it ran), ``rewarded`` (it gave a reward; ``mean`` is
@@ -190,13 +196,17 @@ def _models_used(tally: Tally) -> str:
 
 
 def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: int,
-            tally: Tally, merged: output.Merged, checkpoint: Checkpoint) -> dict[str, Any]:
+            tally: Tally, merged: output.Merged, checkpoint: Checkpoint,
+            usage: dict[str, Any] | None = None) -> dict[str, Any]:
     """The statistics document (see the module doc).
 
     ``scope``: the sample indices of the run (its usable dataset lines, times
     ``samples_per_prompt``);
     ``tally``: the counts of its batch-file lines; ``merged``: the result of
-    :func:`batch.output.merge`; ``checkpoint``: the run's checkpoint.
+    :func:`batch.output.merge`; ``checkpoint``: the run's checkpoint; ``usage``: what the
+    run's model calls spent by the bill (``hermesd.billing``: every attempt, ``calls``,
+    ``input``, ``output``, ``cache_write``, ``cache_read``, ``cost_usd``, ``cost_unknown``), shown as
+    ``usage`` and ``cost_usd`` / ``cost_unknown`` beside Hermes' keys.
     """
     written, completed, turns, with_reasoning = tally.written, tally.completed, tally.turns, tally.turns_with_reasoning
     discarded = len(checkpoint.discarded)
@@ -246,4 +256,5 @@ def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: i
         "toolsets_used": dict(sorted(tally.toolsets.items())),
         "rewards": judged.rewards(),
         "groups": groups.summary(judged.groups, int(settings.get("samples_per_prompt") or 1)),
+        **({"cost_usd": usage["cost_usd"], "cost_unknown": usage["cost_unknown"], "usage": usage} if usage else {}),
     }

@@ -64,6 +64,11 @@ RUN_OPTIONS = [
     _flag("prefill_messages_file", default=None,
           help="JSON list of {role, content} messages put before each prompt (not in the trajectories)."),
     _flag("max_tokens", type=click.IntRange(min=1), default=None, help="Most tokens per model reply."),
+    _flag("max_cost_usd", type=float, default=None,
+          help="Budget of the whole run in USD: once spent no more prompts start (exit 13; --resume with a "
+               "higher one goes on)."),
+    _flag("max_total_tokens", type=int, default=None,
+          help="Budget of the whole run in tokens (input and output), like --max_cost_usd."),
     _flag("reasoning_disabled", is_flag=True, help="No reasoning/thinking tokens (reasoning effort none)."),
     _flag("provider", type=click.Choice(PROVIDERS), default=None, help="Model provider of this run (default: the daemon's)."),
     _flag("base_url", default=None, help="Model server of this run (default: the daemon's)."),
@@ -211,6 +216,9 @@ def record_text(rec: dict[str, Any]) -> str:
         mean = "-" if rewards.get("mean") is None else f"{rewards['mean']:.3f}"
         lines.append(f"  rewards: mean {mean} · pass rate {rewards['pass_rate']:.1%} ({rewards['passed']} passed of "
                      f"{rewards['verified']} verified) · verifier errors {rewards['verifier_errors']}")
+    if rec.get("usage") and rec["usage"].get("calls"):
+        u = rec["usage"]
+        lines.append(f"  spent: {u['calls']} model calls, tokens {render.tokens_text(u)}, cost {render.cost_text(u)}")
     if rec.get("bad_lines"):
         lines.append(f"  bad dataset lines: {rec['bad_lines']}")
     if rec.get("summary"):
@@ -261,8 +269,20 @@ def run_batch(flags: dict[str, Any]) -> None:
         return show(record, lambda r: r["id"])
     final = follow(record, verbose)
     show(final, record_text)
+    exit_if_budget_spent(final)
     exit_for(final)
     exit_if_prompts_failed(final)
+
+
+def exit_if_budget_spent(final: dict[str, Any]) -> None:
+    """A run stopped by its budget says which and how to go on (stderr), and exits 13
+    (``budget_exceeded``): ``--resume`` with a raised ``--max_cost_usd`` / ``--max_total_tokens``
+    runs what is left."""
+    if final.get("exit_reason") != "budget_exceeded":
+        return
+    out(f"{final.get('error')}\nhermes-batch --run_name {final.get('run_name')} --resume --max_cost_usd USD "
+        "(or --max_total_tokens N) continues where it stopped.", err=True)
+    sys.exit(EXIT_CODES["budget_exceeded"])
 
 
 def exit_if_prompts_failed(final: dict[str, Any]) -> None:

@@ -38,6 +38,8 @@ CLIENT_CODES = {
     "job_failed": "The job ended in a state other than `completed` (`wait`, foreground `delegate`).",
     "prompts_failed": "A batch run ended with prompts that failed (`hermes-batch`): how many and the commonest "
     "errors are printed; `--resume` runs them again.",
+    "budget_exceeded": "A batch run stopped because a budget of it was spent (`hermes-batch`): the budget, what "
+    "was spent and the limit are printed; `--resume` with a raised limit runs the rest.",
 }
 """Exit-code conditions ``hermesctl`` detects itself; the daemon never sends them."""
 

@@ -79,6 +79,7 @@ EXIT_CODES: dict[str, int] = {
     "timeout": 9,
     "job_failed": 10,
     "prompts_failed": 11,
+    "budget_exceeded": 13,
 }
 """Exit status of ``hermesctl`` per error code (0 is success, 2 is also click's usage error)."""
 

@@ -102,3 +102,34 @@ def test_the_governors_grant_asks_the_ledger_first(make_daemon, api):
     assert job["api_calls"] == len(api.requests) < 12  # the refused call never reached the API
     # what the grants reported and what the child's totals said are counted once
     assert d.call("result", id=job["id"])["tree_usage"]["calls"] == job["api_calls"]
+
+
+def test_a_batch_over_its_budget_stops_dispatching_and_resumes_with_a_raised_one(daemon, tmp_path):
+    from tests.test_batch_daemon import SCRIPTS, hermes_batch, write_dataset
+
+    dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": f"p{i}", "script": SCRIPTS["normal"]} for i in range(8)])
+    base = ("--dataset_file", str(dataset), "--batch_size", "4", "--run_name", "cheap", "--num_workers", "1",
+            "--allow_synthetic", "--output_dir", str(daemon.base / "out"))
+    assert hermes_batch(daemon, *base, "--max_total_tokens", "0").returncode == 2  # not a number > 0
+    stopped = hermes_batch(daemon, *base, "--max_total_tokens", "150")
+    assert stopped.returncode == 13, stopped.stderr
+    assert "budget exceeded: max_tokens of batch run batch_cheap: spent " in stopped.stderr
+    assert "--resume --max_cost_usd" in stopped.stderr
+    status = json.loads(daemon.ctl("batch", "status", "cheap", "--json").stdout)
+    assert (status["status"], status["exit_reason"]) == ("failed", "budget_exceeded")
+    done_first = status["progress"]["done"]
+    assert 0 < done_first < 8 and status["usage"]["tokens"] >= 150
+    assert status["usage"]["tokens"] < 150 + 2 * 200  # the one running prompt finished, nothing more started
+    events = daemon.call("events_since", since=0, types=["batch.budget_stop"])["events"]
+    assert len(events) == 1 and events[0]["data"]["pending"] == 8 - done_first
+    resumed = hermes_batch(daemon, "--run_name", "cheap", "--output_dir", str(daemon.base / "out"), "--resume",
+                           "--max_total_tokens", "100000")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "spent: " in daemon.ctl("batch", "status", "cheap").stdout
+    run_dir = daemon.base / "out" / "cheap"
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    assert stats["prompts"]["written"] == 8 and stats["cost_usd"] == 0 and not stats["cost_unknown"]
+    assert stats["usage"]["calls"] == stats["api_calls"] and stats["tokens"]["input"] > 0  # Hermes' keys stay
+    line = json.loads((run_dir / "trajectories.jsonl").read_text().splitlines()[0])
+    assert line["metadata"]["cost_usd"] == 0 and line["metadata"]["cost_unknown"] is False
+    assert set(line["metadata"]["tokens"]) == {"input", "output", "cache_write", "cache_read"}

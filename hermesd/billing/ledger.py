@@ -49,18 +49,19 @@ SUMS = ("COALESCE(SUM(calls), 0) AS calls, " + ", ".join(f"COALESCE(SUM({k}), 0)
 _grants = itertools.count(1)
 
 
-def budget_of(args: dict[str, Any]) -> dict[str, Any] | None:
-    """A request's ``max_cost_usd`` (USD) and ``max_tokens`` (input and output tokens) as a
-    job's ``budget`` map (None when neither is given).  Raises ``ProtocolError(bad_request)``
-    naming the field when a limit is not a number > 0."""
+def budget_of(args: dict[str, Any], names: tuple[str, str] = BUDGET_KEYS) -> dict[str, Any] | None:
+    """A request's cost limit (USD) and token limit (input and output tokens), the arguments
+    ``names`` (default ``max_cost_usd``, ``max_tokens``), as a job's ``budget`` map (keys
+    :data:`BUDGET_KEYS`; None when neither is given).  Raises ``ProtocolError(bad_request)``
+    naming the argument when a limit is not a number > 0."""
     budget = {}
-    for key, types, most in zip(BUDGET_KEYS, ((int, float), int), (MAX_COST_USD, MAX_TOKENS)):
-        value = arg(args, key, types, None)
+    for key, name, types, most in zip(BUDGET_KEYS, names, ((int, float), int), (MAX_COST_USD, MAX_TOKENS)):
+        value = arg(args, name, types, None)
         if value is None:
             continue
         if not 0 < value <= most or value != value:
-            raise ProtocolError("bad_request", f"argument '{key}' must be a number > 0 (at most {most:g}), "
-                                f"not {value!r}", {"field": key})
+            raise ProtocolError("bad_request", f"argument '{name}' must be a number > 0 (at most {most:g}), "
+                                f"not {value!r}", {"field": name})
         budget[key] = value
     return budget or None
 
