@@ -29,6 +29,13 @@ class BillingPlugin(Plugin):
     """The ledger's owner (see the module doc); no job kind."""
 
     events = {
+        "budget.exceeded": "A budget refused a job's model call, or a job's report showed one of its budgets "
+        "spent (once per budget; the job ends `failed` with `budget_exceeded`, unless it is a batch item: its run "
+        "stops dispatching). `data`: `budget` (its name), `spent`, `in_flight`, `limit`, `unit` (`usd` or "
+        "`tokens`), `reason`, `scope`, `error`.",
+    }
+
+    events = {
         "budget.exceeded": "A job's report showed one of its budgets spent (once per budget; the job is stopped, "
         "`failed` with `budget_exceeded`, unless it is a batch item: its run stops dispatching). `data`: `budget` "
         "(its name), `spent`, `in_flight`, `limit`, `unit` (`usd` or `tokens`), `scope`, `error`.",
