@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import (bench_batch, bench_batch_ray, bench_batch_scheduling, bench_cache, bench_compaction,  # noqa: E402
                    bench_containers, bench_control, bench_events, bench_governor, bench_local_model, bench_longrun, bench_memory,
-                   bench_peers, bench_spawn, bench_warm_start)
+                   bench_peers, bench_resume, bench_spawn, bench_warm_start)
 from child.providers import local  # noqa: E402
 from bench.common import machine  # noqa: E402
 
@@ -56,6 +56,7 @@ def main() -> None:
     print(bench_batch.report(rows, prompts, 1, 1.0) + "\n", flush=True)
     print(bench_batch_scheduling.report(bench_batch_scheduling.run()) + "\n", flush=True)
     print(bench_governor.report(bench_governor.run(prompts=48 if args.quick else 120)) + "\n", flush=True)
+    print(bench_resume.report(bench_resume.run(jobs=4 if args.quick else 8)) + "\n", flush=True)
     if local.available():
         print(bench_local_model.report(bench_local_model.run({"installed": sys.executable}, 3, 128, 1), 128, 1),
               flush=True)
