@@ -54,15 +54,15 @@ def duration(rec: dict[str, Any], now: float | None = None) -> str:
 
 def job_label(rec: dict[str, Any], now: float | None = None) -> str:
     """One job as one line, what matters first (a narrow panel cuts the end): id, status,
-    duration (elapsed while running), model calls, the last thing it did while live
-    (``[turn 3 terminal 4s ago]``), kind, goal."""
+    duration (elapsed while running), goal, then model calls, the last thing it did while live
+    (``[turn 3 terminal 4s ago]``), kind."""
     activity = rec.get("last_activity")
     doing = ""
     if activity and rec.get("status") not in TERMINAL:
         ago = (now if now is not None else time.time()) - activity[0]
         doing = f"  [{activity[1]} {render.elapsed(ago)} ago]"
-    return (f"{rec['id']}  {rec.get('status') or '?'}  {duration(rec, now)}  {rec.get('api_calls') or 0} calls"
-            f"{doing}  {rec.get('kind') or '?'}  {render.short(rec.get('goal'), 50)}")
+    return (f"{rec['id']}  {rec.get('status') or '?'}  {duration(rec, now)}  {render.short(rec.get('goal'), 50)}"
+            f"  · {rec.get('api_calls') or 0} calls{doing}  {rec.get('kind') or '?'}")
 
 
 def is_live(node: "Node") -> bool:
@@ -185,7 +185,7 @@ class Board:
         st = self.status
         if not st:
             return "hermesd: connecting…"
-        return (f"hermesd {st.get('version')} pid {st.get('pid')} up {st.get('uptime_seconds', 0):.0f}s — "
+        return (f"hermesd {st.get('version')} pid {st.get('pid')} up {render.elapsed(st.get('uptime_seconds'))} — "
                 f"{st.get('children', 0)} running, {st.get('queued', 0)} queued"
                 + (" (stopping)" if st.get("stopping") else ""))
 

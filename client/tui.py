@@ -9,8 +9,10 @@ tails the log panel's job with ``logs`` and carries out the keys' requests
 that the app drains on a timer, so a slow or absent daemon never freezes
 the screen.
 
-The layout fits 80×24: the job tree takes what the side panel (caps, batches)
-and a short event log leave, and running jobs come first in it.  ``c`` asks
+The layout fits 80×24: below 110 columns the caps and batches go under the job
+tree (which then has the whole width, so goals are seen), the tree takes what
+they and a short event log leave, running jobs come first in it, and nothing
+scrolls sideways (no stray scrollbar glyphs).  ``c`` asks
 before it cancels (:class:`ConfirmCancel`).
 """
 
@@ -67,15 +69,22 @@ class ConfirmCancel(ModalScreen[bool]):
 class TopApp(App):
     """``hermesctl top``.  ``runtime_dir``/``timeout`` as for :class:`Connection`; ``refresh`` in seconds."""
 
-    TITLE = "hermesctl top"
+    TITLE = "top"
+    ENABLE_COMMAND_PALETTE = False  # no "^p palette" in the key line: nothing there for hermesd
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     CSS = """
     #main { height: 1fr; }
-    #jobs { width: 1fr; border: round $primary; }
+    #jobs { width: 1fr; border: round $primary; overflow-x: hidden; scrollbar-size-vertical: 1; }
     #side { width: 34; max-width: 45%; }
     #caps, #batches { height: auto; max-height: 50%; border: round $secondary; padding: 0 1; }
-    #events { height: 25%; min-height: 4; max-height: 10; border: round $secondary; }
+    #events { height: 25%; min-height: 4; max-height: 10; border: round $secondary; overflow-x: hidden;
+              scrollbar-size-vertical: 1; }
     #log { height: 40%; border: round $accent; display: none; }
     #log.shown { display: block; }
+    .-narrow #main { layout: vertical; }
+    .-narrow #side { width: 1fr; max-width: 100%; height: auto; layout: horizontal; }
+    .-narrow #caps, .-narrow #batches { width: 1fr; max-height: 6; }
+    .-narrow #events { height: 5; min-height: 5; }
     """
     BINDINGS = [("c", "cancel_job", "Cancel job"), ("l", "toggle_log", "Log"), ("escape", "close_log", "Close log"),
                 ("q", "quit", "Quit")]
@@ -95,7 +104,7 @@ class TopApp(App):
 
     def compose(self) -> ComposeResult:
         """Header; the job tree beside caps and batches; recent events; the log panel; key help."""
-        yield Header()
+        yield Header(icon="")
         with Horizontal(id="main"):
             tree: Tree = Tree("hermesd", id="jobs")
             tree.show_root = False
@@ -243,7 +252,8 @@ class TopApp(App):
         return kind in ("board", "event", "status", "jobs")
 
     def _show_event(self, event: dict[str, Any]) -> None:
-        self.events_panel.write(Text(render.event_text(event).splitlines()[0]))
+        line = render.event_text(event).splitlines()[0]  # its time of day only: the room is the gist's
+        self.events_panel.write(Text(line.replace(str(event.get("time")), str(event.get("time"))[11:19], 1)))
 
     def _show(self) -> None:
         if self.connected:

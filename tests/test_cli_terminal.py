@@ -124,9 +124,11 @@ def test_top_fits_80x24_shows_progress_and_asks_before_cancelling(daemon, termin
     long = daemon.delegate("the long one", background=True, script=script, toolsets=["terminal"])["id"]
 
     term = terminals(daemon, "top")
-    screen = term.wait(lambda s: re.search(rf"{long}  running  \d+s  [23] calls", s), 30,
-                       what="the running job with its calls and elapsed time, above the fold")
+    screen = term.wait(lambda s: re.search(rf"{long}  running  \d+s  the long one  · [23] calls", s), 30,
+                       what="the running job with its goal, calls and elapsed time, above the fold")
     assert all(len(line) <= 80 for line in screen.splitlines()) and len(screen.splitlines()) <= 24
+    assert "palette" not in screen and "⭘" not in screen and "▊" not in screen, "no stray glyphs"
+    assert re.search(r"up \d+s — 1 running, 0 queued", screen), "the headline whole"
     assert screen.index(long) < screen.index(batch["id"]), "running jobs come before finished ones"
     term.wait(lambda s: re.search(rf"{long}  running  ([2-9]|\d\d)s", s), what="elapsed time rising")
 

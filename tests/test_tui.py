@@ -42,7 +42,7 @@ def test_tree_sessions_delegations_children_and_groups():
     ]
     assert board.missing_parents() == ["turn_gone"]
     text = snapshot_text(board)
-    assert "session s1" in text and "      bg_1  running  " in text and "  background  goal of bg_1" in text
+    assert "session s1" in text and "      bg_1  running  -  goal of bg_1  · 0 calls  background" in text
 
 
 def test_events_update_jobs_progress_and_unknown_types():
@@ -65,10 +65,10 @@ def test_running_jobs_show_calls_elapsed_and_last_activity():
     node = board.tree()[0]
     from client.board import job_label
 
-    assert job_label(board.jobs["bg_1"], now) == "bg_1  running  1m40s  3 calls  [turn 3 terminal 10s ago]  delegation  goal of bg_1"
+    assert job_label(board.jobs["bg_1"], now) == "bg_1  running  1m40s  goal of bg_1  · 3 calls  [turn 3 terminal 10s ago]  delegation"
     assert node.label.startswith("bg_1  running  ") and "3 calls  [turn 3 terminal" in node.label
     board.add_jobs([{**board.jobs["bg_1"], "status": "completed", "duration_seconds": 101.5}])
-    assert job_label(board.jobs["bg_1"], now) == "bg_1  completed  101.5s  3 calls  delegation  goal of bg_1"
+    assert job_label(board.jobs["bg_1"], now) == "bg_1  completed  101.5s  goal of bg_1  · 3 calls  delegation"
 
 
 def test_batch_progress_caps_and_folding():
