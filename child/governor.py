@@ -103,8 +103,15 @@ class Grants:
         return None
 
     def wait(self, seconds: float, reason: str) -> None:
-        """Wait ``seconds`` (at most :data:`REASK_SECONDS`) as the activity :data:`WAITING`, in slices, until stopped."""
-        self.activity.begin(f"{WAITING}: {reason}")
+        """Wait ``seconds`` (at most :data:`REASK_SECONDS`) as the activity :data:`WAITING`, in slices,
+        until stopped; a new reason is reported at once, the same one again throttled (a child at the
+        concurrency window asks every fraction of a second)."""
+        what = f"{WAITING}: {reason}"
+        if what != self.activity.what:
+            self.activity.begin(what)
+        else:
+            self.activity.touch(what)
+            self.activity.tick()
         end = time.monotonic() + min(max(0.0, seconds), REASK_SECONDS)
         while not self.stop.is_set():
             left = end - time.monotonic()

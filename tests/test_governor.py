@@ -33,7 +33,7 @@ def _dataset(tmp_path, count: int):
 
 def test_a_batch_at_the_limit_completes_every_prompt_with_few_refusals(make_daemon, tmp_path):
     with FakeAnthropic(limits=Limits(requests=3, window=1.5)) as api:
-        api.default = Message([thinking_block("This one is easy to answer."), text_block("done")])  # a sample with reasoning is kept
+        api.default = Message([thinking_block("This one is easy to answer."), text_block("done")])  # kept: reasoning
         daemon = warm(make_daemon({"supervisor": {"max_children": 6}, **_anthropic(api)}))
         record = start(daemon, _dataset(tmp_path, 12), "limited", batch_size=4, num_workers=6, distribution="no_web")
         final = finish(daemon, record, timeout=120)

@@ -167,7 +167,7 @@ class Limiter:
         if self.paused_until > now:
             return self.paused_until - now, self.pause_reason
         if len(self.in_flight) >= max(1, int(self.window)):
-            return CONCURRENCY_POLL_SECONDS, f"{len(self.in_flight)} calls in flight, the most allowed now"
+            return CONCURRENCY_POLL_SECONDS, f"at its concurrency window ({max(1, int(self.window))} calls in flight)"
         need = {"requests": 1, "input_tokens": input_tokens, "output_tokens": max_tokens}
         for name, bucket in self.buckets.items():
             bucket.refill(now)

@@ -75,8 +75,9 @@ async def child_grant(ctx: Context, job: str, args: dict[str, Any]) -> dict[str,
     Asking counts as the child's activity (a waiting child is not stale)."""
     ctx.runner.activity.seen(job)
     return ctx.service(Governor).grant(
-        job, _text(args, "provider", 64), _text(args, "endpoint"), arg(args, "key", str, ""), _text(args, "model", 256),
-        arg(args, "max_tokens", int, lo=0, hi=MAX_TOKENS), arg(args, "input_tokens", int, 0, lo=0, hi=MAX_TOKENS))
+        job, _text(args, "provider", 64), _text(args, "endpoint"), arg(args, "key", str, "")[:64],
+        _text(args, "model", 256), arg(args, "max_tokens", int, lo=0, hi=MAX_TOKENS),
+        arg(args, "input_tokens", int, 0, lo=0, hi=MAX_TOKENS))
 
 
 @op("child.grant_done", child=True)

@@ -56,11 +56,12 @@ class Governor:
         configured = tuple(self.limits(provider, endpoint))
         found = self.limiters.get((provider, endpoint, key))
         if found is None or (found.rpm, found.itpm, found.otpm, found.max_concurrent) != configured:
-            label = f"{provider} {endpoint}" + (f" key {key[:8]}" if key else "")
+            label = f"{provider} {shown(endpoint)}" + (f" key {key[:8]}" if key else "")
             fresh = Limiter(label, *configured, now=self.clock())
             if found is not None:  # a reload changed the limits: what was learned stays
-                fresh.in_flight, fresh.paused_until, fresh.pause_reason = found.in_flight, found.paused_until, found.pause_reason
-                fresh.learned, fresh.seq, fresh.granted_input, fresh.counts = found.learned, found.seq, found.granted_input, found.counts
+                for name in ("in_flight", "paused_until", "pause_reason", "learned", "seq", "granted_input", "counts",
+                             "slow_start"):
+                    setattr(fresh, name, getattr(found, name))
                 fresh.window = min(found.window, float(fresh.ceiling()))
             self.limiters[(provider, endpoint, key)] = found = fresh
         return found
@@ -142,6 +143,13 @@ class Governor:
             entry["waiting"] = sorted(j for j, w in self.waiting.items() if w["endpoint"] == limiter.label)
             out.append(entry)
         return out
+
+
+def shown(endpoint: str) -> str:
+    """``endpoint`` as ``ps`` and ``status`` show it: without a ``user:password@`` part."""
+    scheme, sep, rest = endpoint.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}" if sep else endpoint
 
 
 def _plain(refusal: Any) -> dict[str, Any]:
