@@ -28,6 +28,7 @@ from hermesd.jobs import JobKind
 from hermesd.store import CORE_MIGRATIONS, schema
 
 if TYPE_CHECKING:
+    from hermesd.config import Config
     from hermesd.context import Context
     from hermesd.contract import JobResult, JobSpec
 
@@ -110,6 +111,12 @@ class Plugin:
     @every
     def on_event(self, event: dict[str, Any]) -> None:
         """Any event, after it is published (in process; an ``EventLog`` listener)."""
+
+    @every
+    def configure(self, config: "Config") -> None:
+        """At start (once the plugins exist, before any job is queued) and after each reload:
+        apply what of ``config`` is this plugin's — the limits of the pools its jobs hold
+        (``ctx.scheduler.set_limit``, ``prefix_limits``), its timers' settings."""
 
     @every
     def status(self) -> dict[str, Any]:

@@ -159,8 +159,7 @@ class Daemon:
         self.jobs = JobTable(self.store, self.events, self.plugins.kinds)
         self.jobs.pending = unwritable.PendingEnds(self.jobs, asyncio.get_running_loop())
         deleg, sup = self.config.delegation, self.config.supervisor
-        self.scheduler = Scheduler({"global": sup.max_children, "async": deleg.max_async_children},
-                                   {"session:": 1, "group:": deleg.max_concurrent_children})
+        self.scheduler = Scheduler({"global": sup.max_children})  # the plugins' pools: their configure hook
         self.loop = asyncio.get_running_loop()
         self.procs = ProcessManager(self.loop, self._on_child_exit, grace=sup.interrupt_grace_seconds,
                                     supervisor_id=self.supervisor_id,
@@ -174,6 +173,7 @@ class Daemon:
                                scheduler=self.scheduler, procs=self.procs, runner=self.runner,
                                plugins=self.plugins, router=ROUTER, loop=self.loop)
         self.plugins.start(self.context)
+        self.plugins.configure(self.config)
         self.jobs.terminal_hooks.append(self.plugins.on_terminal)
         self.events.listeners.append(self.plugins.on_event)
 
@@ -346,8 +346,7 @@ class Daemon:
         self.config = new
         self.runner.config = new
         self.scheduler.set_limit("global", new.supervisor.max_children)
-        self.scheduler.set_limit("async", new.delegation.max_async_children)
-        self.scheduler.prefix_limits["group:"] = new.delegation.max_concurrent_children
+        self.plugins.configure(new)
         self.procs.grace = new.supervisor.interrupt_grace_seconds
         self.events.emit("daemon.reloaded", data={"source": new.source, "restart_needed": restart})
         self.notifier.notify(READY="1", STATUS=self.status_line())

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermesd import idempotency
+from hermesd.config import Config
 from hermesd.context import Context
 from hermesd.contract import TERMINAL
 from hermesd.delegation import notifications
@@ -49,6 +50,12 @@ class DelegationPlugin(Plugin):
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """A background job's notification, stored with its terminal state."""
         return self.delivery.on_terminal(row) if row.get("background") else []
+
+    def configure(self, config: Config) -> None:
+        """The pools of delegations: ``async`` (background jobs, ``delegation.max_async_children``) and
+        ``group:<id>`` (one foreground parallel group, ``delegation.max_concurrent_children``)."""
+        self.ctx.scheduler.set_limit("async", config.delegation.max_async_children)
+        self.ctx.scheduler.prefix_limits["group:"] = config.delegation.max_concurrent_children
 
     def status(self) -> dict[str, Any]:
         """``pending_notifications``: how many completions wait for their session."""

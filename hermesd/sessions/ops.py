@@ -52,6 +52,10 @@ class SessionsPlugin(Plugin):
         super().__init__(ctx)
         self.sessions = ctx.provide(Sessions(ctx))
 
+    def configure(self, config: Any) -> None:
+        """The pool of a session's turns: ``session:<id>``, one at a time."""
+        self.ctx.scheduler.prefix_limits["session:"] = 1
+
     def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
         """The turn's child gets the session's history; a compaction's the transcript to summarise."""
         if row["kind"] == compaction.KIND:
