@@ -135,13 +135,14 @@ class _RedactingStream(io.TextIOBase):
 
 
 def hide_from_proc() -> bool:
-    """Rewrite this process's ``/proc/PID/environ`` without :func:`hidden_names` (the provider
-    keys, the config's secrets, the job's token), which stay in ``os.environ`` and libc's
-    environment (on the heap, where only this process reads them): a tool that reads its
-    parent's ``/proc/PID/environ`` finds none.  Everything else stays there (the daemon finds
-    a job's processes by ``HERMES_JOB_ID`` and ``HERMES_SUPERVISOR``).  Returns True when
-    rewritten (False: nothing to hide, or not Linux)."""
-    hidden = hidden_names(os.environ) & set(os.environ)
+    """Rewrite this process's ``/proc/PID/environ`` without the provider keys and the config's
+    secrets, which stay in ``os.environ`` and libc's environment (on the heap, where only this
+    process reads them): a tool that reads its parent's ``/proc/PID/environ`` finds none.
+    Everything else stays there (the daemon finds a job's processes by ``HERMES_JOB_ID`` and
+    ``HERMES_SUPERVISOR``; the job's token, which only speaks for this job, is kept out of its
+    tools' environment and redacted).  Returns True when rewritten (False: nothing to hide,
+    or not Linux)."""
+    hidden = (hidden_names(os.environ) - {TOKEN_ENV}) & set(os.environ)
     if not hidden:
         return False
     from child import spare  # how a warm spare writes its job's environment there, reused

@@ -41,14 +41,16 @@ def test_a_terminal_command_has_no_key_and_what_leaks_is_redacted_everywhere(mak
     pids = wait_for(lambda: pid_file.exists() and pid_file.read_text().split(), what="the command's pid")
     for pid, whose in zip(pids, ("command", "child")):
         environ = dict(e.split("=", 1) for e in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in e)
-        assert not set(KEYS) & set(environ) and "HERMES_CHILD_TOKEN" not in environ, whose
+        assert not set(KEYS) & set(environ), whose
+        assert ("HERMES_CHILD_TOKEN" in environ) == (whose == "child"), whose  # the child's, not its tools'
+
         assert environ["JOB_TOKEN"] == JOB_ENV["JOB_TOKEN"], whose  # given to the job for its tools
         assert environ["HERMES_JOB_ID"] == rec["id"], whose  # how the daemon finds what a job left
     job = d.wait_job(rec["id"])
     assert job["status"] == "completed"
     folder = d.home / "jobs" / rec["id"]
     trajectory = (folder / "trajectory.json").read_text()
-    for name in (*KEYS, "JOB_TOKEN"):
+    for name in (*KEYS, "JOB_TOKEN", "HERMES_CHILD_TOKEN"):
         assert f"[REDACTED:{name}]" in trajectory, name
     events = json.dumps(d.call("events_since", since=0)["events"])
     stored = {"trajectory": trajectory, "log": (folder / "log").read_text(), "events": events,
