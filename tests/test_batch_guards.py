@@ -63,3 +63,18 @@ def test_a_base_url_that_is_no_http_url_is_refused(daemon, tmp_path):
     assert out.stderr.strip() == ("hermes-batch: argument 'base_url' must be an http:// or https:// URL such as "
                                   "http://localhost:8000, not 'ftp://x'")
     assert not (daemon.work / "data" / "u").exists()
+
+
+def test_progress_counts_every_running_prompt(daemon, tmp_path):
+    """While prompts are pending, ``running`` is ``num_workers``: the prompt taking a freed slot counts."""
+    dataset = tmp_path / "d.jsonl"
+    slow = [{"thinking": "I wait.", "text": "done", "sleep": 0.5}]
+    dataset.write_text("".join(json.dumps({"prompt": f"p{i}", "script": slow}) + "\n" for i in range(10)))
+    out = hermes_batch(daemon, "--dataset_file", str(dataset), "--batch_size", "5", "--run_name", "r",
+                       "--num_workers", "3", "--allow_synthetic")
+    assert out.returncode == 0, out.stderr
+    progress = [e["data"] for e in daemon.call("events_since", since=0, limit=1000)["events"]
+                if e["type"] == "batch.progress"]
+    assert len(progress) == 10
+    assert all(p["running"] == 3 for p in progress if p["pending"] > 0), progress
+    assert all(p["done"] + p["failed"] + p["discarded"] + p["running"] + p["pending"] == 10 for p in progress)
