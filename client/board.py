@@ -54,15 +54,16 @@ def duration(rec: dict[str, Any], now: float | None = None) -> str:
 
 def job_label(rec: dict[str, Any], now: float | None = None) -> str:
     """One job as one line, what matters first (a narrow panel cuts the end): id, status,
-    duration (elapsed while running), goal, then model calls, the last thing it did while live
-    (``[turn 3 terminal 4s ago]``), kind."""
+    duration (elapsed while running), goal, then model calls, cost (``hermesd.billing``: as of its
+    last record), the last thing it did while live (``[turn 3 terminal 4s ago]``), kind."""
     activity = rec.get("last_activity")
     doing = ""
     if activity and rec.get("status") not in TERMINAL:
         ago = (now if now is not None else time.time()) - activity[0]
         doing = f"  [{activity[1]} {render.elapsed(ago)} ago]"
+    cost = f"  {render.cost_text(rec)}" if "cost_usd" in rec else ""
     return (f"{rec['id']}  {rec.get('status') or '?'}  {duration(rec, now)}  {render.short(rec.get('goal'), 50)}"
-            f"  · {rec.get('api_calls') or 0} calls{doing}  {rec.get('kind') or '?'}")
+            f"  · {rec.get('api_calls') or 0} calls{cost}{doing}  {rec.get('kind') or '?'}")
 
 
 def is_live(node: "Node") -> bool:
@@ -174,11 +175,15 @@ class Board:
 
     def caps(self, bar_width: int = 14) -> list[str]:
         """One line per cap: pool name, bar of ``bar_width`` cells, used/limit; then one per
-        provider endpoint the governor knows (in flight, and while paused why and who waits)."""
+        provider endpoint the governor knows (in flight, and while paused why and who waits);
+        then what was spent today (``status``'s ``spend``)."""
         caps = (self.status or {}).get("caps") or {}
+        today = ((self.status or {}).get("spend") or {}).get("today") or {}
+        spent = [f"spent today: {render.cost_text(today)} ({today['calls']} calls)"] if today.get("calls") else []
         return [f"{render.short(pool, 16):<16} {bar(use.get('used') or 0, use.get('limit'), bar_width)}"
                 for pool, use in caps.items()] + [line.strip() for line in
-                                                  render.governor_lines((self.status or {}).get("governor") or [])]
+                                                  render.governor_lines((self.status or {}).get("governor") or [])] \
+            + spent
 
     def headline(self) -> str:
         """Daemon version, pid, uptime, running/queued counts."""

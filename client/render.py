@@ -195,6 +195,13 @@ def status_text(st: dict[str, Any]) -> str:
     if (st.get("hooks") or {}).get("on_job_end"):
         lines.append("  hooks: on_job_end set")
     lines += governor_lines(st.get("governor") or [])
+    spend = st.get("spend") or {}
+    if spend.get("today"):
+        today = spend["today"]
+        limits = [f"limit ${spend['daily_cost_usd']:g}" if spend.get("daily_cost_usd") else "",
+                  f"limit {spend['daily_tokens']} tokens" if spend.get("daily_tokens") else ""]
+        lines.append(f"  spent today: {today['calls']} model calls, tokens {tokens_text(today)}, cost "
+                     f"{cost_text(today)}" + "".join(f", {limit}" for limit in limits if limit))
     lines += ["  jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"),
               f"  start: {start_method(st.get('start') or {})}",
               f"  state: {st['state_db']}  runtime: {st['runtime_dir']}"]

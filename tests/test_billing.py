@@ -63,6 +63,12 @@ def test_tokens_and_cost_per_job_rolled_up_shown_and_kept(make_daemon, api):
     bad = d.ctl("usage", "--since", "yesterday")
     assert bad.returncode != 0 and "argument 'since' must be an ISO 8601 date" in bad.stderr
 
+    status = d.ctl("status").stdout
+    assert "spent today: 3 model calls" in status and "+ unknown" in status
+    snapshot = d.ctl("top").stdout  # not a terminal: the board once, as text
+    assert "spent today: $" in snapshot and f"{job['id']}  completed" in snapshot
+    assert f"2 calls  ${job['cost_usd']:.4f}" in snapshot
+
     d.stop()
     d.start()  # a restart does not forget what was spent
     assert json.loads(d.ctl("usage", "--by", "model", "--json").stdout) == by_model

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from hermesd import clock
 from hermesd.billing.ledger import REPORT_BY, Ledger, Refusal, report
 from hermesd.context import Context
 from hermesd.governor.service import Governor
@@ -48,6 +49,12 @@ class BillingPlugin(Plugin):
         ctx.provide(self)
         if Governor in ctx.services:  # each model call's grant asks the ledger first, and reports to it
             ctx.service(Governor).ledger = self.ledger
+
+    def status(self) -> dict[str, Any]:
+        """``spend``: what was spent today (UTC; ``Ledger.spent``) and the daily limits of ``budgets:``."""
+        limits = self.ctx.config.budgets
+        return {"spend": {"today": self.ledger.spent(("day", clock.now_iso()[:10])),
+                          "daily_cost_usd": limits.daily_cost_usd, "daily_tokens": limits.daily_tokens}}
 
     def announce(self, job_id: str, refusal: Refusal) -> None:
         """A ``budget.exceeded`` event, once per budget."""

@@ -35,7 +35,8 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``waiting_for_jobs`` that wait for others), whether ``hooks.on_job_end`` is set, and the
     governor (``governor``: per provider endpoint and key, ``in_flight``, ``concurrency``,
     ``paused_seconds`` and ``reason`` while paused, ``calls`` by outcome, ``configured``
-    limits, ``waiting`` jobs).  Only reads."""
+    limits, ``waiting`` jobs), and the bill (``spend``: ``today``'s calls, tokens and cost,
+    UTC, and the daily limits ``daily_cost_usd``, ``daily_tokens``).  Only reads."""
     ctx.events.flush()  # buffered progress events count in last_seq
     counts, last_seq, added = ctx.store.memo("status", lambda: (
         {row["status"]: row["n"] for row in ctx.store.all("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")},
