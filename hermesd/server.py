@@ -72,7 +72,7 @@ PLUGINS: tuple[type[Plugin], ...] = (
     GovernorPlugin,               # no kind: every model call's grant (rate limits per provider endpoint and key)
     BillingPlugin,                # no kind: the bill of every job, its budgets; the usage op
 )
-"""The job types, in the order their hooks run.  Adding one: its module, and a line here."""
+"""The job types, in the order their hooks run.  Adding one: its package, and a line here."""
 
 ROUTER = Router((admin, jobs, children, *(m for cls in PLUGINS for m in cls.op_modules())))
 """The one dispatch path: the core's ops (daemon, jobs, child reports) and every plugin's."""
