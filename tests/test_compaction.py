@@ -192,6 +192,7 @@ def test_context_windows_known_per_model():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 300 turns and their compactions, each a child: minutes on 2 cores
 def test_three_hundred_turns_stay_within_the_window(make_daemon):
     model = Model()
     with FakeAnthropic(limits=Limits(context_window=WINDOW)) as api:
