@@ -208,7 +208,8 @@ def test_on_job_end_runs_to_the_end_for_the_jobs_a_shutdown_interrupts(make_daem
     out = tmp_path / "hooks"
     out.mkdir()
     d = make_daemon({"hooks": {"on_job_end": f'sleep 0.5; cat > {out}/"$HERMES_JOB_ID.json"', "timeout_seconds": 10}})
-    held = [d.delegate(f"long {i}", background=True, script=QUIET)["id"] for i in range(3)]
+    # resume=False: these end interrupted at the shutdown (resumable ones go back to the queue, not ended)
+    held = [d.delegate(f"long {i}", background=True, script=QUIET, resume=False)["id"] for i in range(3)]
     wait_for(lambda: all(d.call("job", id=j)["status"] == "running" for j in held), what="the jobs to run")
     assert d.ctl("shutdown", "--wait").returncode == 0
     records = {j: json.loads((out / f"{j}.json").read_text()) for j in held}
