@@ -28,6 +28,18 @@ def _execed(pid: int) -> bool:
         return False
 
 
+def _sigterm_held(pid: int) -> bool:
+    """True when process ``pid`` blocks or catches SIGTERM (``SigBlk``/``SigCgt`` of
+    ``/proc/PID/status``, proc(5)): `hermesd run` from its first line on, then the daemon."""
+    bit = 1 << (signal.SIGTERM - 1)
+    try:
+        fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":\t" in line)
+    except OSError:
+        return False
+    return any(int(fields[key], 16) & bit for key in ("SigBlk", "SigCgt"))
+
+
 def _left(d) -> list[str]:
     """What a stopped daemon left: live processes of its own, its sockets."""
     left = [f"pid {p.pid}" for p in d.children()]
@@ -45,10 +57,12 @@ def test_sigterm_while_starting_stops_cleanly(make_daemon, delay):
         wait_for(lambda: _execed(d.proc.pid), 15, 0.001, "the exec into the daemon")
     else:
         time.sleep(delay)
+    held = _sigterm_held(d.proc.pid)  # once held, held until the daemon's handler has it
     d.proc.send_signal(signal.SIGTERM)
     code = d.proc.wait(30)
-    # before `hermesd run` has read its config nothing is started: the default action is clean too
-    assert code == 0 or (code == -signal.SIGTERM and delay is not None and delay < 0.3), (code, d.log())
+    # before hermesd's first line (Python itself still starting: slow on a loaded machine) nothing
+    # is started, and the signal's default action is clean too
+    assert code == 0 if held else code in (0, -signal.SIGTERM), (code, held, d.log())
     assert "Traceback" not in d.log()
     wait_for(lambda: not _left(d), 10, what=f"nothing left (now: {_left(d)})")
     if delay is None:
