@@ -56,7 +56,7 @@ class Bill(Protocol):
     """What a run asks of the bill (``hermesd.billing``; ``batch.service.RunBill``)."""
 
     def refusal(self) -> str | None:
-        """Why no prompt may start now (a budget of the run spent, what is in flight counted), else None."""
+        """Why no prompt may start now (a budget of the run spent), else None."""
 
     def of_item(self, job: str) -> dict[str, Any]:
         """An item's ``cost_usd`` and ``cost_unknown`` (for its line's metadata)."""

@@ -318,8 +318,9 @@ class RunBill:
         self.ledger, self.job_id = ledger, job_id
 
     def refusal(self) -> str | None:
-        """:meth:`hermesd.billing.ledger.Ledger.check` of the run's job, as text."""
-        refusal = self.ledger.check(self.job_id)
+        """:meth:`hermesd.billing.ledger.Ledger.exhausted` of the run's job (spent, not only reserved:
+        an item's own calls wait for those in flight), as text."""
+        refusal = self.ledger.exhausted(self.job_id)
         return refusal.text() if refusal is not None else None
 
     def of_item(self, job: str) -> dict[str, Any]:

@@ -139,3 +139,33 @@ def test_a_batch_over_its_budget_stops_dispatching_and_resumes_with_a_raised_one
     line = json.loads((run_dir / "trajectories.jsonl").read_text().splitlines()[0])
     assert line["metadata"]["cost_usd"] == 0 and line["metadata"]["cost_unknown"] is False
     assert set(line["metadata"]["tokens"]) == {"input", "output", "cache_write", "cache_read"}
+
+
+@pytest.mark.slow
+def test_parallel_children_under_one_budget_overshoot_by_at_most_one_call_each(make_daemon, api):
+    from tests.fakes.anthropic_server import Message, last_user_text, text_block, tool_use_block
+
+    def brain(request):
+        messages = request.body["messages"]
+        first = messages[0]["content"][0].get("text", "")
+        answered = messages[-1]["role"] == "user" and messages[-1]["content"][0].get("type") == "tool_result"
+        if first.startswith("work"):  # a child: run commands until its budget says no
+            return Message([tool_use_block("terminal", {"command": "echo busy"})], stop_reason="tool_use")
+        if not answered:  # the parent: three children at once, then the answer
+            return Message([tool_use_block("spawn_parallel", {"tasks": [{"goal": f"work {n}"} for n in range(3)]})],
+                           stop_reason="tool_use")
+        return Message([text_block(f"children said: {last_user_text(request)[:40]}")])
+
+    api.default = brain
+    d = fake_daemon(make_daemon, api, delegation={"max_turns": 30})
+    limit = 0.02
+    parent = d.wait_job(d.delegate("orchestrate", toolsets=["terminal", "delegation"], role="orchestrator",
+                                   max_cost_usd=limit)["id"], timeout=120)
+    children = [j for j in d.call("ps", all=True)["jobs"] if j.get("parent") == parent["id"]]
+    assert len(children) == 3
+    assert all((c["status"], c["exit_reason"]) == ("failed", "budget_exceeded") for c in children)
+    assert all(f"max_cost_usd of delegation tree of {parent['id']}" in c["error"] for c in children)
+    tree = d.call("result", id=parent["id"])["tree_usage"]
+    one_call = 4096 * 15 / 1e6 + 0.01  # the most one call may cost here (its max_tokens, its input)
+    assert limit <= tree["cost_usd"] <= limit + 3 * one_call
+    assert tree["calls"] == len(api.requests) - sum(1 for r in api.requests if r.usage is None)

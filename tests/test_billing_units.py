@@ -148,3 +148,19 @@ def test_session_and_daily_budgets_and_a_model_without_price(tmp_path):
     assert b.ledger.exhausted(lone) is None
     cost_blind = b.ledger.reserve(lone, "unpriced-model", "anthropic", 100, 100)
     assert cost_blind.reason.startswith("the price of model unpriced-model is unknown")
+
+
+def test_a_budget_filled_only_by_calls_in_flight_says_wait(tmp_path):
+    b = Bench(tmp_path)
+    root = b.job(model=SONNET, spec={"budget": {"max_tokens": 10_000}})
+    first, second = (b.job(parent=root, model=SONNET) for _ in range(2))
+    assert b.ledger.reserve(first, SONNET, "anthropic", 4000, 4000, grant_id="a") is None  # 8,000 in flight
+    assert b.ledger.reserve(second, SONNET, "anthropic", 4000, 4000, grant_id="b") is None  # 16,000: one over
+    waiting = b.ledger.reserve(first, SONNET, "anthropic", 4000, 4000, grant_id="c")
+    assert waiting.wait and waiting.spent == 0 and waiting.in_flight == 16_000
+    b.ledger.settle(first, "a", SONNET, {"input": 3000, "output": 100})
+    b.ledger.settle(second, "b", SONNET, {"input": 3000, "output": 100})
+    assert b.ledger.reserve(first, SONNET, "anthropic", 4000, 4000, grant_id="d") is None  # 6,200 spent: go
+    b.ledger.settle(first, "d", SONNET, {"input": 4000, "output": 100})
+    spent = b.ledger.reserve(second, SONNET, "anthropic", 4000, 4000, grant_id="e")
+    assert not spent.wait and spent.spent == 10_300  # truly spent: refused for good

@@ -84,8 +84,8 @@ class Budget:
 @dataclass(frozen=True)
 class Refusal:
     """Why a model call may not run: ``budget`` (its name), ``spent`` and ``in_flight``
-    (in the budget's unit), ``limit``, ``unit``, and ``reason`` when it is not the
-    amount (a cost limit over a model without a price)."""
+    (in the budget's unit), ``limit``, ``unit``, ``reason`` when it is not the amount (a
+    cost limit over a model without a price), ``scope``, and ``wait`` (see below)."""
 
     budget: str
     spent: float
@@ -94,6 +94,8 @@ class Refusal:
     unit: str
     reason: str | None = None
     scope: tuple[str, ...] = ()
+    wait: bool = False
+    """Not spent yet, only reserved by calls in flight: the call may go once they report (ask again)."""
 
     def text(self) -> str:
         """The error a stopped job ends with: the budget, what was spent and the limit."""
@@ -291,13 +293,15 @@ class Ledger:
             flight = sum((r.cost if budget.unit == "usd" else r.tokens) for r in self._inflight.values()
                          if budget.scope in r.scopes)
             if used + flight >= budget.limit:
-                return Refusal(budget.name, used, flight, budget.limit, budget.unit, scope=budget.scope)
+                return Refusal(budget.name, used, flight, budget.limit, budget.unit, scope=budget.scope,
+                               wait=used < budget.limit)
         return None
 
     def reserve(self, job_id: str, model: str | None, provider: str | None, max_tokens: int,
                 input_estimate: int, *, grant_id: str | None = None) -> Refusal | None:
         """Before a model call of ``job_id``: a :class:`Refusal` when a budget of the job does
-        not allow it (see the module doc), else None and the call is in flight (at most
+        not allow it (see the module doc) — with ``wait`` when only the calls in flight fill
+        it (ask again once they reported) —, else None and the call is in flight (at most
         ``input_estimate`` prompt and ``max_tokens`` output tokens, at ``model``'s price)
         until :meth:`settle` with the same ``grant_id`` (or the job's oldest)."""
         row = self.jobs.get(job_id)
@@ -312,7 +316,7 @@ class Ledger:
         if refusal is None:
             key = (job_id, grant_id or f"g{next(_grants)}")
             self._inflight[key] = _Reservation(job_id, frozenset(b.scope for b in budgets), tokens, cost or 0.0)
-        elif self.on_refusal is not None:
+        elif self.on_refusal is not None and not refusal.wait:
             self.on_refusal(job_id, refusal)
         return refusal
 

@@ -15,6 +15,9 @@ from typing import Any, Callable, Protocol
 from hermesd.governor import headers
 from hermesd.governor.limiter import OUTCOMES, Grant, Limiter
 
+BUDGET_WAIT_SECONDS = 0.5
+"""How long a call waits when the budget it counts against is filled only by calls in flight."""
+
 GRANT_TTL_SECONDS = 1800.0
 """A grant whose call never reported (its child hung) is released after this long."""
 
@@ -25,8 +28,9 @@ class Ledger(Protocol):
 
     def reserve(self, job_id: str, model: str, provider: str, max_tokens: int, input_estimate: int, *,
                 grant_id: str | None = None) -> Any:
-        """A refusal (``budget_exceeded``: which budget, spent, limit) or None to go (the call of
-        ``grant_id`` is then in flight until :meth:`settle`)."""
+        """A refusal (``budget_exceeded``: which budget, spent, limit; with a true ``wait``
+        attribute when only calls in flight fill the budget: the child asks again) or None to go
+        (the call of ``grant_id`` is then in flight until :meth:`settle`)."""
 
     def settle(self, job_id: str, grant_id: str, model: str, usage: dict[str, Any]) -> None:
         """What the granted call used (``input``, ``output``, ``cache_write``, ``cache_read`` tokens)."""
@@ -84,6 +88,9 @@ class Governor:
             refusal = self.ledger.reserve(job, model, provider, max_tokens, input_tokens, grant_id=answer.id)
             if refusal is not None:
                 limiter.release(answer.id)
+                if getattr(refusal, "wait", False):  # only calls in flight fill the budget: ask again after them
+                    return {"wait": BUDGET_WAIT_SECONDS, "reason": f"budget: calls in flight may spend the rest of "
+                            f"{getattr(refusal, 'budget', 'a budget')}"}
                 return {"refused": "budget_exceeded", **_plain(refusal)}
         self.grants[answer.id] = limiter
         return {"grant": answer.id}
