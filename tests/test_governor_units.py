@@ -9,7 +9,7 @@ import pytest
 from child.governor import limit_headers
 from hermesd import config
 from hermesd.governor import headers
-from hermesd.governor.limiter import Grant, Limiter
+from hermesd.governor.limiter import INITIAL_WINDOW, Grant, Limiter
 from hermesd.governor.service import Governor
 
 
@@ -68,16 +68,18 @@ def test_a_429_pauses_everyone_for_retry_after_and_halves_the_window():
     assert 5.0 < limiter.window <= 6.0  # additive increase: 1/window per success
 
 
-def test_slow_start_one_call_first_then_one_more_per_success():
-    limiter = Limiter("x", max_concurrent=3, now=0.0)
-    first = limiter.ask("a", "g1", 1, 1, 0.0)
-    wait, reason = limiter.ask("a", "g2", 1, 1, 0.0)
-    assert wait < 0.3 and "1 calls in flight" in reason
-    limiter.done(first.id, "ok", headers.Learned(), {}, 0.1)
-    assert [isinstance(limiter.ask("a", f"g{i}", 1, 1, 0.1), Grant) for i in (2, 3, 4)] == [True, True, False]
-    for grant_id in ("g2", "g3"):
-        limiter.done(grant_id, "ok", headers.Learned(), {}, 0.2)
-    assert limiter.window == 3.0  # at max_concurrent
+def test_slow_start_from_the_initial_window_then_one_more_per_success():
+    limiter = Limiter("x", max_concurrent=6, now=0.0)
+    grants = [limiter.ask("a", f"g{i}", 1, 1, 0.0) for i in range(int(INITIAL_WINDOW))]
+    assert all(isinstance(g, Grant) for g in grants)
+    wait, reason = limiter.ask("a", "gx", 1, 1, 0.0)
+    assert wait < 0.3 and f"{int(INITIAL_WINDOW)} calls in flight" in reason
+    limiter.done(grants[0].id, "ok", headers.Learned(), {}, 0.1)
+    assert [isinstance(limiter.ask("a", f"h{i}", 1, 1, 0.1), Grant) for i in (1, 2, 3)] == [True, True, False]
+    for grant in grants[1:]:
+        limiter.done(grant.id, "ok", headers.Learned(), {}, 0.2)
+    assert limiter.window == 6.0  # at max_concurrent
+    assert Limiter("y", max_concurrent=2, now=0.0).window == 2.0  # never above it
 
 
 def test_no_retry_after_backs_off_exponentially():

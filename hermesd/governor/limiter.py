@@ -15,9 +15,11 @@ Three things decide, all on monotonic seconds (``now`` passed in, so tests drive
   dimension with nothing left waits for its reset.  What remains is counted down by the calls
   granted after the one whose response said it, and its reset pushed back by what each grant
   takes at the refill rate the headers imply;
-* **concurrency**, adaptive, as TCP's congestion window (RFC 5681 §3.1): it starts at one call
-  in flight — the first response's headers say what the provider allows before a burst can be
-  refused — and grows by one per call that went well (slow start) until the first refusal; from
+* **concurrency**, adaptive, as TCP's congestion window (RFC 5681 §3.1): it starts at
+  :data:`INITIAL_WINDOW` calls in flight (TCP's larger initial window, RFC 6928: one long call —
+  a minute of thinking — must not hold every other job of the key; the first responses' headers
+  say what the provider allows before a bigger burst can be refused) and grows by one per call
+  that went well (slow start) until the first refusal; from
   then on additive increase, multiplicative decrease (AIMD): each call that went well adds
   ``1/window``, a refused one halves the window (at most once a second); always between 1 and
   ``max_concurrent`` (or :data:`DEFAULT_MAX_CONCURRENT`).  Once a told reset has passed, the
@@ -34,6 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermesd.governor.headers import Learned
+
+INITIAL_WINDOW = 4.0
+"""Calls in flight per endpoint and key before anything was learned (at most ``max_concurrent``)."""
 
 DEFAULT_MAX_CONCURRENT = 64
 """Calls in flight per endpoint and key when no ``max_concurrent`` is configured (the window's ceiling)."""
@@ -139,7 +144,7 @@ class Limiter:
             if per_minute:
                 rate = per_minute / 60.0
                 self.buckets[name] = Bucket(rate, max(1.0, rate), self.now)
-        self.window = 1.0
+        self.window = min(INITIAL_WINDOW, float(self.ceiling()))
 
     def ceiling(self) -> int:
         """The most calls in flight the window may grow to."""
