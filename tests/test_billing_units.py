@@ -164,3 +164,13 @@ def test_a_budget_filled_only_by_calls_in_flight_says_wait(tmp_path):
     b.ledger.settle(first, "d", SONNET, {"input": 4000, "output": 100})
     spent = b.ledger.reserve(second, SONNET, "anthropic", 4000, 4000, grant_id="e")
     assert not spent.wait and spent.spent == 10_300  # truly spent: refused for good
+
+
+def test_a_kanban_tasks_workers_roll_up_under_the_task(tmp_path):
+    b = Bench(tmp_path)
+    worker = b.job(kind="kanban_worker", parent="kb_7", model=SONNET)  # a worker's parent is its task
+    helper = b.job(parent=worker, model=SONNET)
+    b.ledger.observe(worker, {"input": 100, "output": 10}, api_calls=1)
+    b.ledger.observe(helper, {"input": 50, "output": 5}, api_calls=1)
+    rows = report(b.store, by="task")["rows"]
+    assert [(r["key"], r["kind"], r["input"], r["calls"]) for r in rows] == [("kb_7", "kanban_task", 150, 2)]
