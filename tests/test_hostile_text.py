@@ -30,7 +30,7 @@ def test_a_nul_byte_in_a_session_message_and_a_batch_prompt(daemon, tmp_path):
     turn = daemon.call("session.send", session="s1", text="hi\x00there")["turn"]["id"]
     assert daemon.wait_job(turn)["status"] == "completed"
     dataset = tmp_path / "nul.jsonl"
-    dataset.write_text(json.dumps({"prompt": "with NUL \x00 inside", "script": [{"thinking": "t", "text": "ok"}]})
+    dataset.write_text(json.dumps({"prompt": "with NUL \x00 inside", "script": [{"thinking": "checking the prompt first", "text": "ok"}]})
                        + "\n")
     final = finish(daemon, start(daemon, dataset, "nul", num_workers=1), timeout=60)
     assert final["status"] == "completed" and final["progress"]["done"] == 1
