@@ -71,16 +71,20 @@ def fresh_journal(runner: "Runner", row: dict[str, Any]) -> None:
 def requeue(runner: "Runner", row: dict[str, Any], why: str) -> None:
     """Send ``row`` (``starting``/``running``, its process gone) back to the queue to resume, or,
     when its journal is missing or unreadable, end it ``lost`` saying so.  ``why``: how its child
-    ended (``crash``, ``shutdown``), for the log line."""
+    ended (``crash``, ``shutdown``), for the log line.  The totals the next child starts from (the
+    journal's last ``api_calls`` and ``tokens``) go in the spec as ``carried``: what the bill
+    (``hermesd.billing``) has recorded already."""
     try:
-        read(journal_path(runner, row["id"]))
+        entries = read(journal_path(runner, row["id"]))
     except JournalError as exc:
         runner.jobs.transition(row["id"], JobStatus.LOST, exit_reason="error",
                                error=f"hermesd stopped while this job ran and it cannot resume: {exc}")
         return
     resumes = int(row.get("resumes") or 0) + 1
+    last = next((e for e in reversed(entries) if e["t"] == "message"), {})
+    carried = {"api_calls": int(last.get("api_calls") or 0), "tokens": dict(last.get("tokens") or {})}
     runner.jobs.transition(row["id"], JobStatus.QUEUED, resumes=resumes, resumed_at=clock.now_iso(), pid=None,
-                           stop_reason=None)
+                           stop_reason=None, spec={**(row.get("spec") or {}), "carried": carried})
     log.info("%s: back in the queue after a %s, to resume from its journal (resume %d)", row["id"], why, resumes)
 
 

@@ -10,7 +10,9 @@ per job and restart (a reply in flight when the child died is paid again).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import threading
 from typing import Any
 
@@ -42,8 +44,9 @@ class Brain:
             blocks = message["content"] if isinstance(message["content"], list) else [{"type": "text"}]
             if message["role"] == "user":
                 results = results + 1 if any(b["type"] == "tool_result" for b in blocks) else 0
-        if results < TURNS - 1:
-            return Message([tool_use_block("terminal", {"command": COMMAND})], stop_reason="tool_use")
+        if results < TURNS - 1:  # a goal marked [long] waits longer: its job is not resumed
+            command = "sleep 60" if "[long]" in json.dumps(request.body["messages"][0]) else COMMAND
+            return Message([tool_use_block("terminal", {"command": command})], stop_reason="tool_use")
         return Message([text_block("finished")])
 
 
@@ -89,6 +92,9 @@ def _check_resumed(d: DaemonProc, api, jobs: list[str], resumes: int = 1) -> Non
         assert final["status"] == "completed" and final["summary"] == "finished", final
         assert final["resumes"] == resumes and final["resumed_at"], final
         assert final["api_calls"] >= TURNS, final  # the earlier children's calls counted too
+        with contextlib.closing(sqlite3.connect(d.home / "state.db")) as db:  # and billed once
+            billed = db.execute("SELECT SUM(input), SUM(output) FROM spend WHERE job = ?", (job,)).fetchone()
+        assert billed == (final["tokens"]["input"], final["tokens"]["output"]), (billed, final["tokens"])
     assert api.default.calls <= TURNS * len(jobs) + resumes * len(jobs), api.default.calls
     assert _interrupted_results(api) >= len(jobs)  # each first command was cut off by the restart
 
@@ -130,12 +136,16 @@ def test_a_session_turn_resumes_and_its_messages_are_stored_once(make_daemon, ap
     assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant", "user", "assistant"]
 
 
-def test_without_resume_a_job_is_lost_as_before(make_daemon, api):
+def test_without_resume_or_without_its_journal_a_job_is_lost(make_daemon, api):
     d = _daemon(make_daemon, api)
-    kept = d.delegate("not resumed", background=True, toolsets=["terminal"], resume=False)["id"]
-    _in_tool(d, [kept])
+    kept = d.delegate("not resumed [long]", background=True, toolsets=["terminal"], resume=False)["id"]
+    gone = d.delegate("journal removed [long]", background=True, toolsets=["terminal"])["id"]
+    _in_tool(d, [kept, gone])
     d.kill9()
+    (d.home / "jobs" / gone / "journal.jsonl").unlink()
     d.start()
     final = d.wait_job(kept, timeout=30)
     assert final["status"] == "lost" and not final["resumes"], final
-    assert notifications(d) == {kept: 1}
+    missing = d.wait_job(gone, timeout=30)
+    assert missing["status"] == "lost" and "journal" in missing["error"] and "missing" in missing["error"], missing
+    assert notifications(d) == {kept: 1, gone: 1}

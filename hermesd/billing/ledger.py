@@ -170,7 +170,7 @@ class Ledger:
             return False
         now = {k: max(0, _int(tokens.get(k))) for k in TOKEN_KEYS}
         calls = max(0, _int(api_calls))
-        run = self._runs.setdefault(job_id, _Run())
+        run = self._run(job_id)
         if any(now[k] < run.tokens[k] for k in TOKEN_KEYS) or calls < run.calls:
             run.tokens, run.calls = dict.fromkeys(TOKEN_KEYS, 0), 0
         delta = {k: now[k] - run.tokens[k] for k in TOKEN_KEYS}
@@ -201,6 +201,18 @@ class Ledger:
                 "cost_usd = cost_usd + ?, cost_unknown = MAX(cost_unknown, ?) WHERE id = ?",
                 (int(tokens.get("cache_write") or 0), int(tokens.get("cache_read") or 0), cost or 0.0,
                  int(cost is None and bool(tokens.get("input") or tokens.get("output"))), job_id))
+
+    def _run(self, job_id: str) -> _Run:
+        """What is recorded of the live child's run of ``job_id``; a child that resumes the job
+        from its journal (``hermesd.resume``) starts from the totals its earlier children reached,
+        recorded already (the job's spec ``carried``): only what it adds is counted."""
+        run = self._runs.get(job_id)
+        if run is None:
+            row = self.jobs.get(job_id) or {}
+            carried = ((row.get("spec") or {}).get("carried") or {}) if row.get("resumes") else {}
+            run = self._runs[job_id] = _Run(calls=max(0, _int(carried.get("api_calls"))))
+            run.tokens.update({k: max(0, _int((carried.get("tokens") or {}).get(k))) for k in TOKEN_KEYS})
+        return run
 
     def forget(self, job_id: str) -> None:
         """The job's process is gone: drop its run's totals and its calls in flight."""
@@ -332,7 +344,7 @@ class Ledger:
         if not isinstance(usage, dict):
             return
         tokens = {k: max(0, _int(usage.get(k))) for k in TOKEN_KEYS}
-        run = self._runs.setdefault(job_id, _Run())
+        run = self._run(job_id)
         run.tokens = {k: run.tokens[k] + tokens[k] for k in TOKEN_KEYS}
         run.calls += 1
         if any(tokens.values()):
