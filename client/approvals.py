@@ -60,8 +60,14 @@ def approvals_command(follow: bool, show_all: bool, job: str | None) -> None:
         conn().call("approvals.list", state="pending", follow=True, job=job)
 
 
+def answer_request(op: str, request_id: str, **extra: Any) -> dict[str, Any]:
+    """Answer request ``request_id`` with ``op`` (``approvals.approve``/``deny``) as this user and
+    process; returns the request.  Raises ``ProtocolError``, ``ClientError``."""
+    return conn().call(op, id=request_id, by=_who(), pid=os.getpid(), **extra)
+
+
 def _answer(op: str, request_id: str, **extra: Any) -> None:
-    show(conn().call(op, id=request_id, by=_who(), pid=os.getpid(), **extra), request_line)
+    show(answer_request(op, request_id, **extra), request_line)
 
 
 @click.command("approve")

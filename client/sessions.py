@@ -12,6 +12,7 @@ it reads lines one by one and waits for each turn.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any, Callable
@@ -19,6 +20,7 @@ from typing import Any, Callable
 import click
 
 from client import render
+from client.approvals import FOLLOW_EVERY, answer_request, request_line
 from client.common import (INTERRUPTED, conn, exit_for, idempotency_option, is_json, json_option, new_connection, out,
                            print_all, read_text, said_repeat, show, split, text_input, toolset_names, wait_job,
                            working_dir)
@@ -26,8 +28,12 @@ from client.connection import ClientError, start_command
 from hermesd import paths
 from hermesd.protocol import ProtocolError
 
-CHAT_HELP = ("Ctrl-C interrupts the running turn (as /stop does); Ctrl-C twice at the prompt, Ctrl-D or /quit "
+CHAT_HELP = ("In this chat: /approvals lists the tool calls of this session waiting for a person, /approve ID "
+             "lets one run, /deny ID [REASON] refuses it (the model is told the reason).\n"
+             "Ctrl-C interrupts the running turn (as /stop does); Ctrl-C twice at the prompt, Ctrl-D or /quit "
              "leaves; Up/Down walk the history")
+APPROVAL_COMMANDS = ("/approvals", "/approve", "/deny")
+"""Slash commands the chat answers itself (the ``approvals.*`` ops), not sent to the session."""
 
 
 def _reply_text(record: dict[str, Any]) -> str:
@@ -85,6 +91,8 @@ class Chat:
         self.lock = threading.Lock()
         self.since = conn().call("events_since", since=0, limit=1)["last_seq"]
         self.follower = new_connection()  # made here: the click context is not seen from another thread
+        self.watcher = os.urandom(6).hex()  # this chat, to the daemon: someone to ask about the session's jobs
+        self.watcher_conn = new_connection()
 
     def say(self, line: str) -> None:
         """``line`` on stdout (for people: control characters escaped)."""
@@ -96,6 +104,8 @@ class Chat:
 
     def handle(self, text: str, wait: Callable[[str], None] | None = None) -> None:
         """Send one line; a turn is waited for with ``wait(turn_id)``, or left to the event follower."""
+        if text.split(maxsplit=1)[0] in APPROVAL_COMMANDS:
+            return self.approval_command(text)
         try:
             answer = _send(self.session, text)
         except (ProtocolError, ClientError) as err:
@@ -107,6 +117,68 @@ class Chat:
             self.running.add(answer["turn"]["id"])
         if wait is not None:
             wait(answer["turn"]["id"])
+
+    def approval_command(self, text: str) -> None:
+        """``/approvals``, ``/approve ID``, ``/deny ID [REASON…]``: answered here, through ``approvals.*``."""
+        words = text.split(maxsplit=2)
+        try:
+            if words[0] == "/approvals":
+                found = conn().call("approvals.list", session=self.session)["approvals"]
+                return self.say("\n".join(map(request_line, found)) or "no approval requests waiting")
+            if len(words) < 2:
+                return self.say(f"error: usage: {words[0]} ID" + (" [REASON]" if words[0] == "/deny" else ""))
+            if words[0] == "/approve":
+                return self.say(request_line(answer_request("approvals.approve", words[1])))
+            return self.say(request_line(answer_request("approvals.deny", words[1],
+                                                        reason=words[2] if len(words) > 2 else None)))
+        except (ProtocolError, ClientError) as err:
+            return self.error(err)
+
+    def asking(self, event: dict[str, Any]) -> None:
+        """An ``approval.*`` event of this session's jobs: shown, a request with how to answer it."""
+        data = event.get("data") or {}
+        if event["type"] == "approval.requested":
+            self.say(f"[approval needed] {request_line(data)}\n"
+                     f"  answer: /approve {data['id']}  or  /deny {data['id']} REASON")
+        elif event["type"] == "approval.answered":
+            self.say(f"[approval {data.get('id')} {data.get('state')}"
+                     + (f": {data['reason']}" if data.get("reason") else "") + "]")
+
+    def watch(self, stop: threading.Event) -> None:
+        """Worker thread: tell the daemon every :data:`FOLLOW_EVERY` seconds that this chat is open
+        (the session's requests then wait for an answer instead of being refused) until ``stop``."""
+        watcher = self.watcher_conn
+        try:
+            while not stop.wait(FOLLOW_EVERY):
+                try:
+                    watcher.call("approvals.list", session=self.session, watcher=self.watcher, follow=True)
+                except (ClientError, ProtocolError):
+                    pass  # the daemon is away (the event follower says so): told again in a while
+        finally:
+            watcher.close()
+
+    def open_to_requests(self) -> threading.Thread:
+        """Count as someone to ask about the session's jobs (:meth:`watch` keeps it so), showing the
+        requests already waiting; returns the watching thread (:meth:`close_to_requests` ends it)."""
+        try:
+            found = conn().call("approvals.list", session=self.session, watcher=self.watcher, follow=True)
+            for request in found["approvals"]:
+                self.asking({"type": "approval.requested", "data": request})
+        except (ClientError, ProtocolError) as err:
+            self.error(err)
+        self.watching = threading.Event()
+        thread = threading.Thread(target=self.watch, args=(self.watching,), daemon=True)
+        thread.start()
+        return thread
+
+    def close_to_requests(self, thread: threading.Thread) -> None:
+        """The chat leaves: the session's new requests no longer wait for it."""
+        self.watching.set()
+        thread.join(2.0)
+        try:
+            conn().call("approvals.list", session=self.session, watcher=self.watcher, leave=True)
+        except (ClientError, ProtocolError):
+            pass  # the daemon is away: it forgets the chat after 30 s of silence anyway
 
     def stop(self) -> None:
         """Interrupt the running turn and its children (``/stop``)."""
@@ -121,6 +193,8 @@ class Chat:
                 if stop.is_set():
                     return
                 data = event.get("data") or {}
+                if event["type"].startswith("approval.") and event.get("session") == self.session:
+                    self.asking(event)
                 if event["type"] != "session.turn" or event.get("session") != self.session:
                     continue
                 with self.lock:
@@ -164,6 +238,7 @@ class Chat:
         stop = threading.Event()
         with patch_stdout(raw=True):
             threading.Thread(target=self.follow, args=(True, stop), daemon=True).start()
+            watching = self.open_to_requests()
             armed = False  # a Ctrl-C at the prompt with nothing running: the next one leaves
             while True:
                 try:
@@ -187,6 +262,7 @@ class Chat:
                     break
                 if text.strip():
                     self.handle(text)
+            self.close_to_requests(watching)
         stop.set()
 
     def run_lines(self) -> None:

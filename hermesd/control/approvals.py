@@ -14,8 +14,9 @@ row, so a restart keeps it) or cancelled (its job ended), the model gets the rea
 tool's result and goes on.  Each ``child.approval_wait`` is a sign of life (a waiting job is
 not stale), and no model call is in flight meanwhile.
 
-With nobody to ask — no ``hooks.on_approval_request`` and nobody following the approvals
-(``approvals.list`` with ``follow: true`` within :data:`FOLLOW_SECONDS`) — the request is
+With nobody to ask — no ``hooks.on_approval_request``, nobody following the approvals
+(``approvals.list`` with ``follow: true`` within :data:`FOLLOW_SECONDS`) and no ``hermesctl
+chat`` of the job's session open (the same, with its ``session`` and ``watcher``) — the request is
 refused at once, as before there were approvals, saying why.  No agent can answer: the ops
 are the client's, and an answer sent from a job's own processes (their ``pid`` carries this
 daemon's ``HERMES_SUPERVISOR``) is refused.  Every state change is one transaction with its
@@ -79,6 +80,7 @@ class Approvals:
         self.waiters: dict[str, list[asyncio.Future]] = {}
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.followed: float | None = None  # monotonic time of the last follower's list
+        self.chats: dict[tuple[str, str], float] = {}  # (session, watcher) → monotonic time of its last list
 
     # reading ---------------------------------------------------------------
 
@@ -96,8 +98,9 @@ class Approvals:
         out["expires_at"] = clock.iso(row["deadline"])
         return out
 
-    def list(self, state: str | None, job: str | None) -> list[dict[str, Any]]:
-        """Requests, oldest first (the newest :data:`MAX_LIST`), of ``state`` (None: all) and ``job``."""
+    def list(self, state: str | None, job: str | None, session: str | None = None) -> list[dict[str, Any]]:
+        """Requests, oldest first (the newest :data:`MAX_LIST`), of ``state`` (None: all), ``job``
+        and ``session`` (its jobs)."""
         where, params = [], []
         for column, value in (("state", state), ("job", job)):
             if value is not None:
@@ -105,7 +108,7 @@ class Approvals:
                 params.append(value)
         sql = "SELECT * FROM approvals" + (" WHERE " + " AND ".join(where) if where else "")
         rows = self.ctx.store.all(f"{sql} ORDER BY created_at DESC, id DESC LIMIT {MAX_LIST}", params)
-        return [self.record(r) for r in reversed(rows)]
+        return [self.record(r) for r in reversed(rows) if session is None or self.session_of(r["job"]) == session]
 
     def pending_for(self, job: str, tool: str, arguments: Any) -> dict[str, Any] | None:
         """The pending request of ``job`` for the call of ``tool`` with ``arguments``, or None."""
@@ -115,15 +118,33 @@ class Approvals:
                 return self.record(row)
         return None
 
-    def nobody(self) -> str | None:
-        """Why no person can be asked now, or None when one can (a hook, or a follower)."""
+    def session_of(self, job: str) -> str | None:
+        """The session ``job`` belongs to (a turn's, or its children's), or None."""
+        return (self.ctx.jobs.get(job) or {}).get("session")
+
+    def watch(self, session: str, watcher: str, leave: bool = False) -> None:
+        """A ``hermesctl chat`` of ``session`` (its ``watcher`` id) is open (or, ``leave``, closed)."""
+        if leave:
+            self.chats.pop((session, watcher), None)
+        else:
+            self.chats[(session, watcher)] = clock.monotonic()
+
+    def nobody(self, session: str | None = None) -> str | None:
+        """Why no person can be asked now about a job of ``session``, or None when one can (a hook,
+        a follower of every request, or a chat of that session open within :data:`FOLLOW_SECONDS`)."""
         if self.ctx.config.hooks.on_approval_request:
             return None
-        if self.followed is not None and clock.monotonic() - self.followed < FOLLOW_SECONDS:
+        now = clock.monotonic()
+        if self.followed is not None and now - self.followed < FOLLOW_SECONDS:
             return None
-        return ("nobody to ask: no hooks.on_approval_request is configured and nobody follows "
-                "`hermesctl approvals --follow`; dangerous commands run only when "
-                "delegation.subagent_auto_approve is true")
+        for (chat_session, watcher), seen in list(self.chats.items()):
+            if now - seen >= FOLLOW_SECONDS:
+                del self.chats[(chat_session, watcher)]
+            elif chat_session == session:
+                return None
+        return ("nobody to ask: no hooks.on_approval_request is configured, nobody follows "
+                "`hermesctl approvals --follow`" + (f" and no `hermesctl chat {session}` is open" if session else "")
+                + "; dangerous commands run only when delegation.subagent_auto_approve is true")
 
     # changing --------------------------------------------------------------
 
@@ -134,7 +155,8 @@ class Approvals:
         again = self.pending_for(job, tool, arguments)
         if again is not None:  # the same call asked again: a job resumed after a restart
             return again
-        nobody = self.nobody()
+        session = self.session_of(job)
+        nobody = self.nobody(session)
         if nobody is not None:
             return {"id": None, "job": job, "tool": tool, "state": "denied", "reason": nobody}
         chain, parent = [], (self.ctx.jobs.get(job) or {}).get("parent")
@@ -146,7 +168,7 @@ class Approvals:
                "deadline": time.time() + self.ctx.config.approvals.timeout_seconds}
         with self.ctx.store.transaction():
             self.ctx.store.insert("approvals", row)
-            self.ctx.events.emit("approval.requested", job=job, data=self.record(row))
+            self.ctx.events.emit("approval.requested", job=job, session=session, data=self.record(row))
         self._arm(row)
         command = self.ctx.config.hooks.on_approval_request
         if command:
@@ -168,7 +190,8 @@ class Approvals:
         fields = {"state": state, "reason": reason, "answered_by": by, "answered_at": clock.now_iso()}
         with self.ctx.store.transaction():
             self.ctx.store.update("approvals", "id", request_id, fields)
-            self.ctx.events.emit("approval.answered", job=current["job"], data={**current, **fields})
+            self.ctx.events.emit("approval.answered", job=current["job"], session=self.session_of(current["job"]),
+                                 data={**current, **fields})
         timer = self.timers.pop(request_id, None)
         if timer is not None:
             timer.cancel()
@@ -274,18 +297,27 @@ def _not_a_job(ctx: Context, args: dict[str, Any]) -> None:
 async def approvals_list(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Approval requests, oldest first: ``state`` (one of ``pending``, ``approved``, ``denied``,
     ``timed_out``, ``cancelled``, or ``all``; default ``pending``), ``job`` (only its requests).
+    ``session``: only the requests of its jobs (its turns and their children).
     ``follow: true`` says a person is watching them (``hermesctl approvals --follow`` sends it
-    every few seconds): requests then wait for an answer instead of being refused.  Returns
-    ``{approvals: [{id, job, chain, tool, arguments, why, state, reason, answered_by, created_at,
-    expires_at, answered_at}], reachable}`` (``reachable``: whether a request made now would wait)."""
+    every few seconds): requests then wait for an answer instead of being refused; with
+    ``session`` and ``watcher`` (an id of the watching client, as ``hermesctl chat`` sends), only
+    that session's requests do, until ``leave: true`` from the same watcher (or 30 s of silence).
+    Returns ``{approvals: [{id, job, chain, tool, arguments, why, state, reason, answered_by,
+    created_at, expires_at, answered_at}], reachable}`` (``reachable``: whether a request made now
+    would wait)."""
     state = arg(args, "state", str, "pending")
     if state not in (*STATES, "all"):
         raise ProtocolError("bad_request", f"state must be one of {', '.join(STATES)} or all", {"field": "state"})
     service = ctx.service(Approvals)
-    if arg(args, "follow", bool, False):
+    session, watcher = arg(args, "session", str, None), arg(args, "watcher", str, None)
+    if watcher is not None and session is None:
+        raise ProtocolError("bad_request", "watcher needs the session it watches", {"field": "session"})
+    if watcher is not None and (arg(args, "follow", bool, False) or arg(args, "leave", bool, False)):
+        service.watch(session, watcher, leave=arg(args, "leave", bool, False))
+    elif arg(args, "follow", bool, False):
         service.followed = clock.monotonic()
-    return {"approvals": service.list(None if state == "all" else state, arg(args, "job", str, None)),
-            "reachable": service.nobody() is None}
+    return {"approvals": service.list(None if state == "all" else state, arg(args, "job", str, None), session),
+            "reachable": service.nobody(session) is None}
 
 
 @op("approvals.approve")
