@@ -4,11 +4,18 @@ clients, and the whole-process time of ``hermesctl status``.
 * round trip: ``--requests`` sequential ``status`` calls on one connection, p50/p99;
 * throughput: 1, 8 and 32 client *processes* (each its own connection, calling
   ``status`` in a loop for ``--seconds``), requests per second in total;
-* ``hermesctl status``: the console script run as a new process, p50/p95.
+* ``hermesctl status``: the console script run as a new process, p50/p95;
+* the commands scripts call, each beside ``python -c pass``: ``--pairs`` pairs of whole
+  processes (the floor, then the command, one pair after the other so both share the
+  load), the median of each and their ratio, wall-clock and CPU time (user + system).
+  ``status``, ``hello``, ``delegate --background`` (the queue paused, so no child runs
+  while the clients are measured), ``ps`` (with the jobs this makes), ``result``,
+  ``wait`` (an ended job), ``cancel`` (a new queued job each time), ``events --since``
+  (the last 20), each in text and with ``--json``.  The goal is at most 1.5x.
 
 Usage::
 
-    .venv/bin/python bench/bench_control.py [--requests 2000] [--seconds 5] [--json]
+    .venv/bin/python bench/bench_control.py [--requests 2000] [--seconds 5] [--pairs 15] [--only-commands] [--json]
 """
 
 from __future__ import annotations
@@ -17,14 +24,16 @@ import argparse
 import json
 import multiprocessing
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import daemon, machine, summary  # noqa: E402
+from bench.common import daemon, machine, summary, timed_process  # noqa: E402
 from client.connection import Connection  # noqa: E402
 
 
@@ -67,15 +76,17 @@ def throughput(runtime: Path, clients: int, seconds: float) -> float:
     return total / seconds
 
 
-def hermesctl_argv() -> list[str]:
-    """``hermesctl status``: the console script beside this Python, else ``python -m client status``.
+def hermesctl_argv(*args: str) -> list[str]:
+    """``hermesctl ARGS`` (default ``status``): the console script beside this Python, else
+    ``python -m client ARGS``.
     Raises ``RuntimeError`` when the script predates the entry point ``client:main`` (then
     it would measure the slow path; ``pip install -e .`` writes it anew)."""
     exe = shutil.which("hermesctl", path=str(Path(sys.executable).parent))
     if exe and "from client import main" not in Path(exe).read_text(errors="replace"):
         raise RuntimeError(f"{exe} is an old console script (not client:main): run `{sys.executable} -m pip "
                            "install -e .` in the checkout first")
-    return [exe, "status"] if exe else [sys.executable, "-m", "client", "status"]
+    args = args or ("status",)
+    return [exe, *args] if exe else [sys.executable, "-m", "client", *args]
 
 
 def ctl_status(d, runs: int) -> list[float]:
@@ -89,22 +100,77 @@ def ctl_status(d, runs: int) -> list[float]:
     return times
 
 
-def run(requests: int, seconds: float, runs: int = 15) -> dict:
-    """Every figure of this benchmark."""
+GOAL_RATIO = 1.5
+"""The goal of each command: its whole process at most this many times ``python -c pass``."""
+
+
+def scripted_commands(d, pairs: int) -> dict[str, dict[str, list[float]]]:
+    """Each command scripts call beside ``python -c pass`` (see the module doc): per command,
+    ``{"wall": [...], "cpu": [...], "floor_wall": [...], "floor_cpu": [...]}`` in seconds, one
+    value per pair.  A command that exits otherwise than it should is an error."""
+    conn = Connection(d.runtime, timeout=30)
+    done = conn.call("delegate", goal="ended", cwd=str(d.work))["id"]
+    conn.call("wait", 60, id=done, timeout=50)
+    conn.call("pause")
+    queued = [conn.call("delegate", goal=f"to cancel {i}", cwd=str(d.work), background=True, queue=True)["id"]
+              for i in range(2 * (pairs + 1))]
+    since = max(0, conn.call("status")["last_seq"] - 20)
+    conn.close()
+    commands: dict[str, Callable[[int], list[str]]] = {
+        "status": lambda i: ["status"], "hello": lambda i: ["hello"],
+        "delegate --background": lambda i: ["delegate", "--background", "--queue", f"bench {i}"],
+        "ps": lambda i: ["ps"], "result": lambda i: ["result", done], "wait": lambda i: ["wait", done],
+        "cancel": lambda i: ["cancel", queued[i]], "events --since": lambda i: ["events", "--since", str(since)]}
+    out: dict[str, dict[str, list[float]]] = {}
+    for name, args in commands.items():
+        for as_json in (False, True):
+            series: dict[str, list[float]] = {"wall": [], "cpu": [], "floor_wall": [], "floor_cpu": []}
+            for i in range(pairs + 1):  # the first pair warms the page cache
+                floor = timed_process([sys.executable, "-c", "pass"])
+                argv = hermesctl_argv(*(["--json"] if as_json else []), *args(i + (pairs + 1 if as_json else 0)))
+                seconds, cpu, code, err = timed_process(argv, d.env, str(d.work))
+                if code != 0:
+                    raise RuntimeError(f"{' '.join(argv[1:])} failed ({code}): {err[-500:]}")
+                if i:
+                    for key, value in (("wall", seconds), ("cpu", cpu), ("floor_wall", floor[0]),
+                                       ("floor_cpu", floor[1])):
+                        series[key].append(value)
+            out[name + (" --json" if as_json else "")] = series
+    return out
+
+
+def run(requests: int, seconds: float, runs: int = 15, pairs: int = 15, only_commands: bool = False) -> dict:
+    """Every figure of this benchmark (``only_commands``: only :func:`scripted_commands`)."""
     with daemon() as d:
+        if only_commands:
+            return {"commands": scripted_commands(d, pairs)}
         return {"round_trip": round_trips(d.runtime, requests),
                 "rps": {n: throughput(d.runtime, n, seconds) for n in (1, 8, 32)},
-                "hermesctl": ctl_status(d, runs)}
+                "hermesctl": ctl_status(d, runs), "commands": scripted_commands(d, pairs)}
+
+
+def commands_report(commands: dict[str, dict[str, list[float]]]) -> list[str]:
+    """The lines of :func:`scripted_commands`' figures: medians, ratios, the goal met or not."""
+    lines = [f"  commands scripts call, whole process beside python -c pass (median of {len(next(iter(commands.values()))['wall'])} pairs; goal <= {GOAL_RATIO:g}x)",
+             f"    {'command':<28}{'wall':>9}{'floor':>9}{'ratio':>8}{'cpu':>9}{'floor':>9}{'ratio':>8}"]
+    for name, s in commands.items():
+        wall, floor = statistics.median(s["wall"]), statistics.median(s["floor_wall"])
+        cpu, floor_cpu = statistics.median(s["cpu"]), statistics.median(s["floor_cpu"])
+        met = "met" if wall / floor <= GOAL_RATIO else "NOT met"
+        lines.append(f"    {name:<28}{wall * 1e3:>7.1f}ms{floor * 1e3:>7.1f}ms{wall / floor:>7.2f}x"
+                     f"{cpu * 1e3:>7.1f}ms{floor_cpu * 1e3:>7.1f}ms{cpu / floor_cpu:>7.2f}x  {met}")
+    return lines
 
 
 def report(results: dict) -> str:
     """The figures as text."""
-    lines = ["control round trip (status)", machine(),
-             f"  one connection:        {summary(results['round_trip'], 50, 99)}"]
-    for n, rps in results["rps"].items():
-        lines.append(f"  {n:>2} concurrent clients: {rps:,.0f} requests/s")
-    lines.append(f"  hermesctl status:      {summary(results['hermesctl'], 50, 95)} (whole process)")
-    return "\n".join(lines)
+    lines = ["control round trip (status)", machine()]
+    if "round_trip" in results:
+        lines.append(f"  one connection:        {summary(results['round_trip'], 50, 99)}")
+        for n, rps in results["rps"].items():
+            lines.append(f"  {n:>2} concurrent clients: {rps:,.0f} requests/s")
+        lines.append(f"  hermesctl status:      {summary(results['hermesctl'], 50, 95)} (whole process)")
+    return "\n".join(lines + commands_report(results["commands"]))
 
 
 def main() -> None:
@@ -112,9 +178,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--pairs", type=int, default=15)
+    parser.add_argument("--only-commands", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = run(args.requests, args.seconds)
+    results = run(args.requests, args.seconds, pairs=args.pairs, only_commands=args.only_commands)
     print(json.dumps(results) if args.json else report(results))
 
 

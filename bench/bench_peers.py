@@ -46,7 +46,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import bench_control, bench_spawn, bench_warm_start, peer_driver  # noqa: E402
-from bench.common import daemon, machine, wait_for  # noqa: E402
+from bench.common import daemon, machine, timed_process, wait_for  # noqa: E402
 from client.connection import ClientError  # noqa: E402
 from hermesd import __version__  # noqa: E402
 from hermesd.protocol import ProtocolError  # noqa: E402
@@ -182,16 +182,11 @@ def whole_process(commands: dict[str, tuple[list[str], dict[str, str] | None]],
     cpu: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(runs + 1):
         for name, (argv, env) in commands.items():
-            t0 = time.perf_counter()
-            proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            err = proc.stderr.read()
-            _, status, usage = os.wait4(proc.pid, 0)
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(usage.ru_utime + usage.ru_stime)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            proc.stderr.close()
-            if proc.returncode not in (0, 3):
-                raise RuntimeError(f"{name} failed ({proc.returncode}): {err.decode(errors='replace')[-500:]}")
+            seconds, cpu_seconds, code, err = timed_process(argv, env)
+            wall[name].append(seconds)
+            cpu[name].append(cpu_seconds)
+            if code not in (0, 3):
+                raise RuntimeError(f"{name} failed ({code}): {err[-500:]}")
     # the first round warms the page cache
     return {n: v[1:] for n, v in wall.items()}, {n: v[1:] for n, v in cpu.items()}
 

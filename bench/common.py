@@ -14,6 +14,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +28,7 @@ if str(ROOT) not in sys.path:
 from tests.chaos.helpers import forkserver, warm_on_start  # noqa: E402
 from tests.harness import DaemonProc, wait_for  # noqa: E402
 
-__all__ = ["daemon", "pct", "machine", "ms", "wait_for", "Timer", "ROOT", "command_line", "ideal_seconds"]
+__all__ = ["daemon", "pct", "machine", "ms", "wait_for", "Timer", "ROOT", "command_line", "ideal_seconds", "timed_process"]
 
 
 @contextlib.contextmanager
@@ -73,6 +74,21 @@ def machine() -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')} · {platform.node()} · {os.cpu_count()} cores · "
             f"Python {platform.python_version()} · load average {load}")
+
+
+def timed_process(argv: list[str], env: dict[str, str] | None = None,
+                  cwd: str | None = None) -> tuple[float, float, int, str]:
+    """Run ``argv`` to its end as a new process (stdout discarded): its wall-clock seconds, its
+    CPU seconds (user + system, from ``wait4``), its exit status and its stderr."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stderr.close()
+    return seconds, usage.ru_utime + usage.ru_stime, proc.returncode, err.decode(errors="replace")
 
 
 def mean(values: list[float]) -> float:

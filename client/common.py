@@ -25,14 +25,12 @@ from typing import Any, Callable
 
 import click
 
-from client import render
+from client import render, verbs
 from client.connection import ClientError, Connection
 from client.fast import DEFAULT_TIMEOUT
-from hermesd.contract import TERMINAL, TOOLSETS  # noqa: F401  (TERMINAL re-exported for the clients)
-from hermesd.protocol import EXIT_CODES, ProtocolError
-
-INTERRUPTED = 130
-"""Exit status after Ctrl-C (128 + SIGINT, as shells report it)."""
+from client.verbs import IDEMPOTENCY_HELP, INTERRUPTED, Usage, exit_for, split  # noqa: F401  (for the families)
+from hermesd.contract import TERMINAL  # noqa: F401  (re-exported for the clients)
+from hermesd.protocol import ProtocolError
 COMPLETION_HELP = ("Shell completion (commands, options, job ids): "
                    'eval "$(_HERMESCTL_COMPLETE=bash_source hermesctl)" in ~/.bashrc, '
                    'or zsh_source in ~/.zshrc, or fish_source in fish.')
@@ -132,24 +130,52 @@ def program_name() -> str:
     return ctx.find_root().info_name if ctx else os.path.basename(sys.argv[0] or "hermesctl")
 
 
+class ClickSession(verbs.Session):
+    """A :class:`client.verbs.Session` inside a click command: the invocation's connection,
+    ``--json``, click's output, the program's name, the wait that shows itself on a terminal."""
+
+    conn = property(lambda self: conn())
+    json = property(lambda self: is_json())
+    prog = property(lambda self: program_name())
+
+    def echo(self, text: str, *, nl: bool = True, err: bool = False) -> None:
+        """``click.echo``."""
+        click.echo(text, nl=nl, err=err)
+
+    def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """:func:`wait_job`."""
+        return wait_job(job_id, timeout)
+
+
+SESSION = ClickSession()
+"""The session of every click command (its state is click's current context)."""
+
+
+def run(body: Callable[..., None], **values: Any) -> None:
+    """Run a :mod:`client.verbs` body in a click command; its :class:`~client.verbs.Usage` becomes
+    click's own usage error (shown with the command's usage line, exit 2)."""
+    usage_errors(body, SESSION, **values)
+
+
+def usage_errors(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, a :class:`~client.verbs.Usage` it raises made click's ``BadParameter``
+    (with its option) or ``UsageError``."""
+    try:
+        return fn(*args, **kwargs)
+    except Usage as err:
+        if err.hint:
+            raise click.BadParameter(err.message, param_hint=err.hint) from None
+        raise click.UsageError(err.message) from None
+
+
 def fail(code: str, message: str) -> None:
     """Report an error (stderr, and JSON on stdout with ``--json``) and exit with its code."""
-    if is_json():
-        render.emit_json({"error": {"code": code, "message": message}})
-    out(f"{program_name()}: {message}", err=True)
-    sys.exit(EXIT_CODES.get(code, 1))
+    SESSION.fail(code, message)
 
 
 def show(obj: dict[str, Any], text: Callable[[dict[str, Any]], str] | None = None) -> None:
     """Print one result: JSON with ``--json``, else ``text(obj)`` or readable key: value lines."""
-    if is_json():
-        render.emit_json(obj)
-    else:
-        out(text(obj) if text is not None else render.fields_text(obj))
-
-
-IDEMPOTENCY_HELP = ("Make the request idempotent: sent again with the same KEY (after a timeout, by a retrying "
-                    "script), it returns the job the first one made instead of starting another.")
+    verbs.show(SESSION, obj, text)
 
 
 def idempotency_option(fn: Callable) -> Callable:
@@ -158,9 +184,8 @@ def idempotency_option(fn: Callable) -> Callable:
 
 
 def said_repeat(answer: dict[str, Any], job_id: str) -> None:
-    """On stderr, for people: ``answer`` is a repeat (``repeat: true``), job ``job_id`` the first one's."""
-    if answer.get("repeat") and not is_json():
-        out(f"{job_id}: submitted before with this idempotency key; not started again", err=True)
+    """:func:`client.verbs.said_repeat`."""
+    verbs.said_repeat(SESSION, answer, job_id)
 
 
 def print_all(items: list[dict[str, Any]], text: Callable[[dict[str, Any]], str], empty: str) -> None:
@@ -213,28 +238,13 @@ class Ctl(click.Group):
 
 
 def working_dir() -> str:
-    """The current directory (a request's default ``cwd``); exits cleanly (``bad_request``,
-    status 2) when the shell's directory was deleted under it."""
-    try:
-        return os.getcwd()
-    except FileNotFoundError:
-        fail("bad_request", "the current directory no longer exists; cd elsewhere or pass --cwd")
-        raise  # not reached: fail() exits
-
-
-def split(value: str | None) -> list[str] | None:
-    """``"a, b,c"`` → ``["a", "b", "c"]``; None or empty → None."""
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+    """:func:`client.verbs.working_dir`."""
+    return verbs.working_dir(SESSION)
 
 
 def toolset_names(value: str | None) -> list[str] | None:
-    """``--toolsets``: the names (:func:`split`), None when not given; raises :class:`click.UsageError`
-    for a value that names none (``--toolsets ""``), which would silently mean the default."""
-    names = split(value)
-    if value is not None and not names:
-        raise click.UsageError(f"--toolsets names no toolset; give some of {', '.join(TOOLSETS)} "
-                               "(comma-separated), or leave it out for the config's")
-    return names
+    """:func:`client.verbs.toolset_names`, raising :class:`click.UsageError`."""
+    return usage_errors(verbs.toolset_names, value)
 
 
 def text_input(name: str, what: str) -> Callable:
@@ -249,27 +259,14 @@ def text_input(name: str, what: str) -> Callable:
 
 
 def read_text(value: str | None, file: Any, name: str) -> str:
-    """The text given as argument ``name`` (``-``: standard input) or by ``--NAME-file``;
-    raises :class:`click.UsageError` when neither or both are given."""
-    if (value is None) == (file is None):
-        raise click.UsageError(f"give {name.upper()} or --{name}-file (not both); '-' reads standard input")
-    if file is not None:
-        return file.read()
-    return sys.stdin.read() if value == "-" else value
-
-
-def exit_for(record: dict[str, Any]) -> None:
-    """Exit 10 (``job_failed``) unless the job completed."""
-    if record.get("status") != "completed":
-        sys.exit(EXIT_CODES["job_failed"])
+    """:func:`client.verbs.read_text`, raising :class:`click.UsageError`."""
+    return usage_errors(verbs.read_text, value, file, name)
 
 
 def stopped_watching(job_id: str, follow: str | None = None, cancel: str | None = None) -> None:
-    """After Ctrl-C on a foreground wait: say what goes on and how to reach it, exit 130."""
-    follow = follow or f"hermesctl wait {job_id}"
-    cancel = cancel or f"hermesctl cancel {job_id}"
-    click.echo(f"\nstopped watching; {job_id} goes on in hermesd (follow: {follow}; stop: {cancel})", err=True)
-    sys.exit(INTERRUPTED)
+    """After Ctrl-C on a foreground wait: say what goes on and how to reach it, exit 130
+    (:meth:`client.verbs.Session.stopped_watching`)."""
+    SESSION.stopped_watching(job_id, follow, cancel)
 
 
 def wait_job(job_id: str, timeout: float | None = None, *, quiet: bool = False) -> dict[str, Any]:

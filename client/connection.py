@@ -19,14 +19,14 @@ yields one :data:`GAP_EVENT` marker saying which seqs are gone.
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import zmq
 
+from client.calls import (GAP_EVENT, RESTART_GRACE_SECONDS, Calls, ClientError, check_socket,  # noqa: F401
+                          daemon_gone, gap_marker, lock_pid, not_running, replaced, start_command, too_large)
 from hermesd import paths, protocol
 from hermesd.protocol import ProtocolError
 
@@ -44,163 +44,6 @@ a thread woken from sleep costs more than the reply's own path on a small machin
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
-GAP_EVENT = "events.removed"
-"""Type of the marker :meth:`Connection.follow` yields where retention removed
-events: ``seq`` is the last removed one, ``data`` is ``{since, oldest_seq}``."""
-
-
-def gap_marker(gap: dict[str, int]) -> dict[str, Any]:
-    """The marker event for an ``events_since`` reply's ``gap`` (``{since, oldest_seq}``)."""
-    return {"v": protocol.PROTOCOL_VERSION, "seq": gap["oldest_seq"] - 1, "type": GAP_EVENT,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "job": None, "session": None,
-            "data": dict(gap)}
-
-
-RESTART_GRACE_SECONDS = 10.0
-"""How long :meth:`Connection.wait_job` gives a daemon that stopped under it to come back
-(systemd's unit restarts it after ``RestartSec=2s``), within the wait's own timeout; a new
-daemon that holds the lock and is still starting extends it."""
-
-
-class ClientError(Exception):
-    """A client-side failure with a protocol-style ``code`` (``daemon_not_running``, ``timeout``).
-
-    ``lost``: the daemon answered on this connection, or was reached, and then went away.
-    """
-
-    def __init__(self, code: str, message: str, lost: bool = False):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.lost = lost
-
-
-def _lock_pid(lock: Path) -> int | None:
-    """The pid written in ``hermesd.lock`` (``None`` when missing or unreadable)."""
-    try:
-        return int(lock.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _starting(sockets: paths.Sockets) -> bool:
-    """True when the pid in ``hermesd.lock`` is alive: a daemon holds the directory (a new one
-    writes its pid there as soon as it has the lock, before it binds its sockets)."""
-    pid = _lock_pid(sockets.lock)
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-def _replaced(sockets: paths.Sockets, served_by: int | None) -> str | None:
-    """Why a request on a connection made while daemon ``served_by`` held the lock may never be
-    answered: another daemon holds it now (the first died and a new one started between two
-    liveness checks; the socket reconnected to the new one, which may never have seen the
-    request; the connection is then made anew).  None when the same daemon (or none known)
-    holds it."""
-    now = _lock_pid(sockets.lock)
-    if served_by is None or now is None or now == served_by:
-        return None
-    return f"its daemon (pid {served_by}) was replaced by pid {now}"
-
-
-def daemon_gone(sockets: paths.Sockets) -> str | None:
-    """Why no daemon serves ``sockets`` (a short reason), or ``None`` when one may.
-
-    Proof of absence, cheapest first: the control socket file is missing; connecting
-    to it is refused (no process listens: its daemon died and left the file); the pid
-    written in ``hermesd.lock`` by the daemon that took the lock no longer exists.
-    Never touches the lock itself (a probe could make a starting daemon fail).
-    """
-    control = sockets.control
-    if not control.exists():
-        return f"no socket at {control}"
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(0.2)
-        probe.connect(str(control))
-    except (ConnectionRefusedError, FileNotFoundError):
-        return f"stale socket {control}: nothing listens on it"
-    except OSError:
-        pass  # e.g. a path longer than the Unix limit: zmq says more
-    finally:
-        probe.close()
-    pid = _lock_pid(sockets.lock)
-    if pid is not None and not _starting(sockets):
-        return f"stale socket {control}: its daemon (pid {pid}) is gone"
-    return None
-
-
-def start_command(sockets: paths.Sockets) -> str:
-    """How the daemon of ``sockets`` is started again, judged by where its sockets are: the
-    system unit's ``/run/hermes`` (``RuntimeDirectory=hermes``), the user unit's
-    ``$XDG_RUNTIME_DIR/hermes`` when that unit is installed, else ``hermesd run``."""
-    if sockets.dir == Path("/run/hermes"):
-        return "sudo systemctl start hermesd"
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    user_unit = Path.home() / ".config" / "systemd" / "user" / "hermesd.service"
-    if xdg and sockets.dir == Path(xdg) / "hermes" and user_unit.exists():
-        return "systemctl --user start hermesd"
-    return "hermesd run"
-
-
-def _not_running(why: str, sockets: paths.Sockets | None = None) -> ClientError:
-    command = start_command(sockets or paths.sockets())
-    return ClientError("daemon_not_running", f"hermesd is not running ({why}); start it with `{command}`")
-
-
-def _within(path: Path, top: Path) -> bool:
-    return path == top or top in path.parents
-
-
-def unreachable(path: Path, exc: OSError) -> ClientError:
-    """The one-line error (``daemon_not_running``, exit 3) for socket ``path`` that cannot even be
-    looked at: a directory on its way that is not a directory (``HERMES_HOME`` or
-    ``HERMES_RUNTIME_DIR`` naming a file), or one this user may not enter (another user's
-    runtime directory, the system unit's ``/run/hermes`` without ``sudo -u hermes``)."""
-    if isinstance(exc, NotADirectoryError):
-        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
-        names = [f"{name}={os.environ[name]}" for name in ("HERMES_HOME", "HERMES_RUNTIME_DIR", "XDG_RUNTIME_DIR")
-                 if os.environ.get(name) and _within(Path(os.environ[name]).expanduser(), blocker)]
-        named = f" ({', '.join(names)})" if names else ""
-        return ClientError("daemon_not_running", f"cannot reach hermesd at {path}: {blocker} is not a directory"
-                           f"{named}; point HERMES_HOME / HERMES_RUNTIME_DIR at the daemon's directories")
-    if isinstance(exc, PermissionError):
-        return ClientError("daemon_not_running", f"cannot reach hermesd at {path}: permission denied (uid "
-                           f"{os.getuid()}); run the client as the daemon's user (e.g. sudo -u hermes hermesctl …) "
-                           "or set HERMES_RUNTIME_DIR to your own daemon's runtime directory")
-    return ClientError("daemon_not_running", f"cannot reach hermesd at {path}: {exc.strerror or exc}")
-
-
-def too_large(op: str, args: dict[str, Any], size: int) -> ProtocolError:
-    """The ``too_large`` error (exit 2) of request ``op`` whose frame is ``size`` bytes, over
-    :data:`hermesd.protocol.MAX_MESSAGE_BYTES`, naming its largest argument: said before
-    anything is sent (the daemon would have to read all of it to say the same)."""
-    biggest = max(args, key=lambda k: len(protocol.packb(args[k])), default=None)
-    what = f" (argument {biggest!r} is {len(protocol.packb(args[biggest])) / 1e6:.1f} MB)" if biggest else ""
-    return ProtocolError("too_large", f"the {op!r} request is {size / 1e6:.1f} MB{what}; hermesd accepts "
-                         f"requests up to {protocol.MAX_MESSAGE_BYTES // (1 << 20)} MiB",
-                         {"field": biggest, "bytes": size, "limit": protocol.MAX_MESSAGE_BYTES})
-
-
-def _check_socket(path: Path) -> None:
-    try:
-        st = path.stat()
-    except FileNotFoundError:  # also when a starting daemon just removed its predecessor's socket
-        raise _not_running(f"no socket at {path}", paths.Sockets(path.parent)) from None
-    except OSError as exc:
-        raise unreachable(path, exc) from None
-    if st.st_uid != os.getuid() or not os.access(path, os.R_OK | os.W_OK):
-        raise ClientError("daemon_not_running",
-                          f"the socket {path} is not yours (owner uid {st.st_uid}); set HERMES_RUNTIME_DIR "
-                          "to your own daemon's runtime directory")
-
 
 def _answered_soon(sock: zmq.Socket) -> bool:
     """True as soon as ``sock`` has a message to read, False when :data:`SPIN_SECONDS` pass first."""
@@ -211,7 +54,7 @@ def _answered_soon(sock: zmq.Socket) -> bool:
     return True
 
 
-class Connection:
+class Connection(Calls):
     """A connection to one daemon.
 
     ``runtime_dir``: socket directory (default from the environment: ``hermesd.paths.runtime_dir``);
@@ -228,11 +71,11 @@ class Connection:
 
     def _socket(self) -> zmq.Socket:
         if self._req is None:
-            _check_socket(self.sockets.control)
+            check_socket(self.sockets.control)
             why = daemon_gone(self.sockets)
             if why:
-                raise _not_running(why, self.sockets)
-            self._served_by = _lock_pid(self.sockets.lock)  # the daemon this connection talks to
+                raise not_running(why, self.sockets)
+            self._served_by = lock_pid(self.sockets.lock)  # the daemon this connection talks to
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(f"ipc://{self.sockets.control}")
@@ -262,7 +105,7 @@ class Connection:
             if not answered:
                 left = deadline - time.monotonic()
                 if left > 0 and not self._poller.poll(int(min(left, LIVENESS_SECONDS) * 1000) + 1):
-                    why = daemon_gone(self.sockets) or _replaced(self.sockets, self._served_by)
+                    why = daemon_gone(self.sockets) or replaced(self.sockets, self._served_by)
                     if why is None:
                         continue
                     self.close()
@@ -281,10 +124,10 @@ class Connection:
         """A SUB socket connected to ``events.sock``, subscribed to every event.
 
         Raises :class:`ClientError` (``daemon_not_running``) when no daemon serves it."""
-        _check_socket(self.sockets.events)
+        check_socket(self.sockets.events)
         why = daemon_gone(self.sockets)
         if why:
-            raise _not_running(why, self.sockets)
+            raise not_running(why, self.sockets)
         sub = self._ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.RCVHWM, 100_000)
@@ -344,87 +187,6 @@ class Connection:
         finally:
             if sub is not None:
                 sub.close()
-
-    def wait_job(self, job_id: str, timeout: float | None = None, notice: Callable[[str], None] | None = None,
-                 *, chunk: float = 30.0, on_answer: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Block until job ``job_id`` is terminal; returns its record.
-
-        ``timeout``: seconds (``None``: no limit).  Asks the daemon in ``wait`` chunks
-        of at most ``chunk`` seconds, giving each answer of a job not yet done to ``on_answer``.
-        If the daemon stops while waiting, it is given :data:`RESTART_GRACE_SECONDS` (within
-        ``timeout``, longer while a new daemon holds the lock and starts) to come back, ``notice`` being
-        told so; a daemon not running at the start fails at once.  Raises
-        :class:`ClientError` (``daemon_not_running``, or ``timeout`` naming the job's
-        status) or :class:`ProtocolError` (``not_found``…).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        lost_at: float | None = None
-        while True:
-            step = chunk if deadline is None else max(0.0, min(chunk, deadline - time.monotonic()))
-            try:
-                answer = self.call("wait", step + 10.0, id=job_id, timeout=step)
-            except ClientError as err:
-                if err.code == "timeout" and (deadline is None or time.monotonic() < deadline):
-                    continue  # a busy daemon: ask again
-                if err.code != "daemon_not_running" or not (err.lost or lost_at is not None):
-                    raise
-                now = time.monotonic()
-                if lost_at is not None and _starting(self.sockets):
-                    lost_at = now  # a restart is under way: it has the lock, not yet its sockets
-                if lost_at is None:
-                    lost_at = now
-                    if notice:
-                        notice(f"{err.message}; waiting up to {RESTART_GRACE_SECONDS:g}s for it to restart")
-                limit = lost_at + RESTART_GRACE_SECONDS
-                if deadline is not None:
-                    limit = min(limit, deadline)
-                if now >= limit:
-                    raise ClientError("daemon_not_running", f"hermesd stopped while waiting for job {job_id} "
-                                      f"and did not come back: {err.message}") from None
-                time.sleep(0.2)
-                continue
-            if lost_at is not None and notice:
-                notice(f"hermesd is back; still waiting for job {job_id}")
-            lost_at = None
-            if answer["done"]:
-                return answer["job"]
-            if on_answer:
-                on_answer(answer)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise ClientError("timeout", f"job {job_id} is still {answer['job']['status']} after {timeout:g}s")
-
-    def _backlog(self, since: int) -> Iterator[dict[str, Any]]:
-        while True:
-            page = self.call("events_since", since=since, limit=1000)
-            if page.get("gap"):
-                yield gap_marker(page["gap"])
-            for event in page["events"]:
-                since = event["seq"]
-                yield event
-            if not page.get("more"):
-                return
-
-    def jobs(self, **args: Any) -> Iterator[dict[str, Any]]:
-        """Every job ``ps`` lists with ``args``, page after page (``cursor=next``)
-        for as long as a reply says ``more``."""
-        while True:
-            page = self.call("ps", **args)
-            yield from page["jobs"]
-            if not page.get("more") or page.get("next") is None:
-                return
-            args["cursor"] = page["next"]
-
-    def events_newest_first(self, types: list[str] | None = None) -> Iterator[dict[str, Any]]:
-        """Every kept event, newest first, page after page (``events_since`` with
-        ``order=newest``)."""
-        before = None
-        while True:
-            page = self.call("events_since", order="newest", before=before, types=types, limit=1000)
-            for event in page["events"]:
-                before = event["seq"]
-                yield event
-            if not page.get("more"):
-                return
 
     def close(self) -> None:
         """Close the request socket (a new one is made on the next call)."""

@@ -11,7 +11,6 @@ top of the client's imports: it adds the command families of
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from typing import Any, Callable
@@ -19,12 +18,10 @@ from typing import Any, Callable
 import click
 from click.shell_completion import CompletionItem
 
-from client import approvals, batch, kanban, render, sessions, top, usage
-from client.common import (COMPLETION_HELP, Ctl, conn, exit_for, fail, global_options, idempotency_option, is_json,
-                           json_option, out, read_text, said_repeat, show, split, stopped_watching, text_input,
-                           toolset_names, wait_job, working_dir)
-from client.connection import GAP_EVENT, ClientError, Connection
-from hermesd.contract import PROVIDERS, ROLES
+from client import approvals, batch, kanban, render, sessions, top, usage, verbs
+from client.common import (COMPLETION_HELP, Ctl, conn, fail, global_options, is_json, json_option, out, run, show,
+                           stopped_watching)
+from client.connection import ClientError, Connection
 from hermesd.protocol import ProtocolError
 
 
@@ -47,6 +44,36 @@ def complete_job_id(ctx: click.Context, _param: click.Parameter, incomplete: str
     return [CompletionItem(j["id"], help=f"{j['status']}: {j.get('goal') or ''}"[:70]) for j in jobs]
 
 
+TYPES: dict[str, Any] = {"str": None, "int": int, "int1": click.IntRange(min=1), "int0": click.IntRange(min=0), "float": float,
+                         "float0": click.FloatRange(min=0), "dir": click.Path(file_okay=False, exists=True),
+                         "file": click.File("r", encoding="utf-8")}
+"""Each kind of :class:`client.verbs.Opt` as click's parameter type."""
+
+
+def click_param(param: verbs.Opt | verbs.Arg) -> Callable:
+    """The click decorator of one parameter of a :class:`client.verbs.Verb`."""
+    if isinstance(param, verbs.Arg):
+        return click.argument(param.name, required=param.required,
+                              shell_complete=complete_job_id if param.job else None)
+    flags = (param.flag, param.short) if param.short else (param.flag,)
+    if param.kind == "flag":
+        return click.option(*flags, param.dest, is_flag=True, help=param.help)
+    kind = click.Choice(param.choices()) if param.kind == "choice" else TYPES[param.kind]
+    return click.option(*flags, param.dest, type=kind, default=None, multiple=param.multiple,
+                        metavar=param.metavar, help=param.help)
+
+
+def verb_command(verb: verbs.Verb) -> click.Command:
+    """The click command of ``verb`` (``--json``, its parameters, its body's docstring as help)."""
+    def command(**values: Any) -> None:
+        run(verb.body, **values)
+
+    command.__doc__ = verb.body.__doc__
+    for param in reversed(verb.params):
+        command = click_param(param)(command)
+    return click.command(verb.name)(json_option(command))
+
+
 @click.group(cls=Ctl, context_settings={"help_option_names": ["-h", "--help"]}, epilog=COMPLETION_HELP)
 @global_options
 def cli() -> None:
@@ -55,150 +82,6 @@ def cli() -> None:
     Exit codes: 0 ok, 2 usage or bad request, 3 daemon not running, 4 capacity
     reached, 5 not found, 6 invalid state, 7 invalid config, 8 version mismatch,
     9 timeout, 10 the job did not complete, 130 interrupted."""
-
-
-@cli.command()
-@json_option
-def status() -> None:
-    """Daemon status: pid, uptime, caps and how full they are, job counts."""
-    show(conn().call("status"), render.status_text)
-
-
-def oldest_first_option(fn: Callable) -> Callable:
-    """``--oldest-first``: the order scripts want (people get the newest first)."""
-    return click.option("--oldest-first", is_flag=True, help="Oldest first (default: newest first).")(fn)
-
-
-def limit_option(what: str) -> Callable:
-    """``--limit N``: show at most N (default: all, page after page)."""
-    return click.option("--limit", type=click.IntRange(min=1), default=None,
-                        help=f"Show at most this many {what} (default: all); says so when more exist.")
-
-
-def take(items: Any, limit: int | None, what: str) -> list[Any]:
-    """The first ``limit`` of ``items`` (an iterator; all when None), with a note on
-    stderr when more exist."""
-    taken = []
-    for item in items:
-        if limit is not None and len(taken) == limit:
-            out(f"hermesctl: more {what} exist than --limit {limit} shows", err=True)
-            break
-        taken.append(item)
-    return taken
-
-
-@cli.command()
-@json_option
-@click.option("--all", "show_all", is_flag=True, help="Every job, not only running and queued ones.")
-@click.option("--kind", default=None, help="Only jobs of this kind.")
-@oldest_first_option
-@limit_option("jobs")
-def ps(show_all: bool, kind: str | None, oldest_first: bool, limit: int | None) -> None:
-    """List running and queued jobs (or every job with --all), newest first."""
-    args: dict[str, Any] = {"all": show_all, "order": "oldest" if oldest_first else "newest"}
-    if kind:
-        args["kind"] = kind
-    records = take(conn().jobs(**args), limit, "jobs")
-    if is_json():
-        for rec in records:
-            render.emit_json(rec)
-    elif records:
-        render.jobs_table(records)
-    else:
-        out("no jobs" if show_all else "no running or queued jobs")
-
-
-@cli.command()
-@json_option
-@text_input("goal", "goal")
-@click.option("--background", is_flag=True, help="Return at once; the result arrives as an async_delegation event.")
-@click.option("--queue", is_flag=True, help="With --background: wait for a free slot instead of capacity_reached.")
-@click.option("--context", default=None, help="Context for the subagent (what it needs to know).")
-@click.option("--toolsets", default=None, help="Comma-separated toolsets (default: the config's toolsets).")
-@click.option("--model", default=None, help="Model name.")
-@click.option("--provider", default=None, type=click.Choice(PROVIDERS))
-@click.option("--role", default=None, type=click.Choice(ROLES))
-@click.option("--max-turns", type=click.IntRange(min=1), default=None)
-@click.option("--cwd", default=None, type=click.Path(file_okay=False, exists=True),
-              help="Working directory of the subagent (default: the current directory).")
-@click.option("--memory-limit", "memory_limit_mb", type=click.IntRange(min=1), default=None, metavar="MIB",
-              help="Memory limit of the child and all it starts, in MiB (at most child_limits.memory_mb).")
-@click.option("--cpu-limit", "cpu_limit_seconds", type=click.IntRange(min=1), default=None, metavar="SECONDS",
-              help="CPU seconds per process of the job (at most child_limits.cpu_seconds).")
-@click.option("--max-processes", type=click.IntRange(min=1), default=None, help="Processes (at most child_limits.processes).")
-@click.option("--max-open-files", type=click.IntRange(min=1), default=None, help="Open files per process.")
-@click.option("--timeout-seconds", type=float, default=None,
-              help="Wall-clock limit (default: none; a child without activity for delegation.stale_after_seconds "
-                   "is stopped anyway).")
-@click.option("--after", default=None, metavar="ID[,ID]",
-              help="Start once these jobs completed (fail if one does not).")
-@click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="Set a variable for the subagent (repeatable).")
-@click.option("--output-schema", type=click.File("r", encoding="utf-8"), default=None, metavar="FILE",
-              help="JSON Schema the final answer must validate against ('-': standard input).")
-@click.option("--image", default=None,
-              help="Run its terminal commands in a container of this image (docker or podman), the working "
-                   "directory mounted at /workspace.")
-@click.option("--no-resume", "no_resume", is_flag=True,
-              help="If hermesd stops or dies while it runs, end it lost instead of resuming it at the next start.")
-@idempotency_option
-@click.option("--max-cost-usd", type=float, default=None, metavar="USD",
-              help="Budget of the job and all its subagents: no model call starts once this is spent.")
-@click.option("--max-tokens", type=int, default=None, metavar="TOKENS",
-              help="Budget of the job and all its subagents in tokens (input and output).")
-def delegate(goal: str | None, goal_file: Any, background: bool, queue: bool, context: str | None, toolsets: str | None,
-             model: str | None, provider: str | None, role: str | None, max_turns: int | None,
-             cwd: str | None, timeout_seconds: float | None, after: str | None, env: tuple[str, ...],
-             output_schema: Any, image: str | None, no_resume: bool, idempotency_key: str | None,
-             max_cost_usd: float | None, max_tokens: int | None, **resources: int | None) -> None:
-    """Hand GOAL to a subagent ('-' or --goal-file: read it).  Foreground: wait, showing
-    that it waits on a terminal, and print the result (Ctrl-C stops watching; the
-    job goes on).  --background: print the job record (id, status) at once.
-    While the queue is paused (hermesctl pause) the job is accepted and waits."""
-    if queue and not background:
-        raise click.UsageError("--queue needs --background (a foreground delegation waits for its result anyway)")
-    goal = read_text(goal, goal_file, "goal")
-    args: dict[str, Any] = {"goal": goal, "background": background, "queue": queue,
-                            "cwd": os.path.abspath(cwd or working_dir())}
-    for key, value in (("context", context), ("toolsets", toolset_names(toolsets)), ("model", model),
-                       ("provider", provider), ("role", role), ("max_turns", max_turns), ("image", image),
-                       ("timeout_seconds", timeout_seconds), ("after", split(after)),
-                       ("env", env_pairs(env) or None), ("output_schema", json_file(output_schema, "--output-schema")),
-                       ("resume", False if no_resume else None), ("idempotency_key", idempotency_key),
-                       ("max_cost_usd", max_cost_usd), ("max_tokens", max_tokens), *resources.items()):
-        if value is not None:
-            args[key] = value
-    record = conn().call("delegate", **args)
-    said_repeat(record, record["id"])
-    if record.get("queue_paused") and not is_json():
-        out(f"{record['id']} queued: the queue is paused (hermesctl resume)", err=True)
-    if background:
-        return show(record, lambda r: f"{r['id']} {r['status']}")
-    record = wait_job(record["id"])
-    show(record, render.job_text)
-    exit_for(record)
-
-
-def env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
-    """``("A=1", "B=x=y")`` → ``{"A": "1", "B": "x=y"}``; raises :class:`click.BadParameter` without ``=``."""
-    env = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env")
-        env[name] = value
-    return env
-
-
-def json_file(file: Any, option: str) -> Any:
-    """The JSON value in ``file`` (None for None); raises :class:`click.BadParameter` naming the line."""
-    if file is None:
-        return None
-    import json
-
-    try:
-        return json.loads(file.read())
-    except ValueError as exc:
-        raise click.BadParameter(f"{file.name}: not JSON: {exc}", param_hint=option) from None
 
 
 @cli.command()
@@ -224,37 +107,6 @@ def retry(job_id: str) -> None:
     prints the new job's record (retry_of: JOB_ID)."""
     record = conn().call("retry", id=job_id)
     show(record, lambda r: f"{r['id']} {r['status']} (retry of {job_id})")
-
-
-@cli.command()
-@json_option
-@click.argument("job_id", shell_complete=complete_job_id)
-@click.option("--timeout", "wait_timeout", type=click.FloatRange(min=0), default=None,
-              help="Give up after this many seconds (exit 9).")
-def wait(job_id: str, wait_timeout: float | None) -> None:
-    """Block until JOB_ID is finished; print its record.  Exit 0 if it completed, 10 if not."""
-    record = wait_job(job_id, wait_timeout)
-    show(record, render.job_text)
-    exit_for(record)
-
-
-@cli.command()
-@json_option
-@click.argument("job_id", shell_complete=complete_job_id)
-@click.option("--trajectory", is_flag=True, help="Include the ShareGPT trajectory the child recorded.")
-def result(job_id: str, trajectory: bool) -> None:
-    """Print the record and result of JOB_ID (with --trajectory: and the turns it recorded)."""
-    record = conn().call("result", id=job_id, trajectory=trajectory)
-    show(record, render.job_text)
-
-
-@cli.command()
-@json_option
-@click.argument("job_id", shell_complete=complete_job_id)
-def cancel(job_id: str) -> None:
-    """Cancel JOB_ID (a running child is interrupted and ends cancelled with its partial output)."""
-    record = conn().call("cancel", id=job_id)
-    show(record, lambda r: f"{r['id']} {r['status']} (cancel requested)")
 
 
 @cli.command()
@@ -294,50 +146,6 @@ def _print_log(job_id: str, follow: bool) -> None:
         if not follow or chunk["done"]:
             return
         time.sleep(0.25)
-
-
-@cli.command()
-@json_option
-@click.option("--since", type=click.IntRange(min=0), default=None,
-              help="Only events with seq greater than this, oldest first.")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new events as they come (survives daemon "
-              "restarts); starts with the last 10 (-n) unless --since says where.")
-@click.option("-n", "--lines", "lines", type=click.IntRange(min=0), default=None, metavar="N",
-              help="The last N events, oldest first (with --follow: then the new ones; default 10).")
-@click.option("--type", "types", multiple=True, help="Only events of this type (repeatable).")
-@oldest_first_option
-@limit_option("events")
-def events(since: int | None, follow: bool, lines: int | None, types: tuple[str, ...], oldest_first: bool,
-           limit: int | None) -> None:
-    """Print events from the log (each with seq, type, time, job), newest first;
-    --since, -n or --oldest-first: in order.  --follow starts at the end, as
-    journalctl -f does (the last 10, or -n N).  Where retention removed events
-    a line says so (type events.removed)."""
-    if since is None and (follow or lines is not None):
-        connection = conn()
-        end = connection.call("events_since", since=0, limit=1)["last_seq"]
-        last = []
-        for event in connection.events_newest_first(list(types) or None):
-            if len(last) >= (10 if lines is None else lines):
-                break
-            if event["seq"] <= end:
-                last.append(event)
-        for event in reversed(last):
-            _print_event(event)
-        if not follow:
-            return
-        since = end
-    if since is None and not follow and not oldest_first:
-        stream = conn().events_newest_first(list(types) or None)
-    else:
-        stream = (e for e in conn().follow(since or 0, follow=follow)
-                  if not types or e["type"] in types or e["type"] == GAP_EVENT)
-    for event in (stream if follow else take(stream, limit, "events")):
-        _print_event(event)
-
-
-def _print_event(event: dict[str, Any]) -> None:
-    render.emit_json(event) if is_json() else out(render.event_text(event))
 
 
 class Duration(click.ParamType):
@@ -414,20 +222,13 @@ def reload() -> None:
         f"\n{key} changed: in force after a restart of hermesd" for key in a.get("restart_needed") or []))
 
 
-@cli.command()
-@json_option
-def hello() -> None:
-    """Print the daemon's version, protocol version, pid and capabilities."""
-    show(conn().call("hello"), render.hello_text)
-
-
 def main() -> None:
     """The full client (``hermesctl``'s entry point, :func:`client.main`, comes here for all
     but the commands :mod:`client.fast` answers)."""
     cli.main(prog_name="hermesctl")
 
 
-for _family in (sessions.COMMANDS, kanban.COMMANDS, approvals.COMMANDS, usage.COMMANDS,
-                (top.top_command, batch.batch_group)):
+for _family in ([verb_command(v) for v in verbs.VERBS.values()], sessions.COMMANDS, kanban.COMMANDS,
+                approvals.COMMANDS, usage.COMMANDS, (top.top_command, batch.batch_group)):
     for _command in _family:
         cli.add_command(_command)

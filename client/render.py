@@ -124,6 +124,21 @@ def state_cell(status: str, width: int, colour: bool) -> str:
     return f"\033[{code}m{status}\033[0m{cell[len(status):]}" if colour and code else cell
 
 
+def terminal_columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size().columns`` says it (``COLUMNS``, else
+    stdout's terminal, else 80), without importing shutil (a fast ``ps`` would pay for it)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def jobs_table(records: Iterable[dict[str, Any]]) -> None:
     """Print job records as a table: id, kind, status, age/duration, calls, goal.
 
@@ -131,8 +146,6 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
     copied); GOAL takes what is left of the terminal (at least 20 characters)
     and is cut with an ellipsis.
     """
-    import shutil
-
     head = ("ID", "KIND", "STATUS", "DURATION", "CALLS", "COST")
     rows = []
     for rec in records:
@@ -142,7 +155,7 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
                       f"{dur:.1f}s" if dur is not None else "-", str(rec.get("api_calls") or 0), cost_text(rec)),
                      waiting_text(rec) + (rec.get("goal") or "")))
     widths = [max([len(col), *(len(cells[i]) for cells, _ in rows)]) for i, col in enumerate(head)]
-    goal_width = max(20, shutil.get_terminal_size().columns - sum(widths) - 2 * len(widths) - 1)
+    goal_width = max(20, terminal_columns() - sum(widths) - 2 * len(widths) - 1)
 
     colour = colour_on()
 

@@ -49,6 +49,7 @@ class Dealer:
 
     def __init__(self, path: str, timeout: float):
         self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        self.timeout = timeout
         try:
             self.sock.settimeout(timeout)
             self.sock.connect(path)
@@ -71,6 +72,23 @@ class Dealer:
             self._buf += chunk
         data, self._buf = self._buf[:n], self._buf[n:]
         return data
+
+    def ready(self, timeout: float) -> bool:
+        """True once the peer has sent something to read (within ``timeout`` seconds), False
+        when nothing came; raises :class:`WireError` when the peer closed the connection."""
+        if self._buf:
+            return True
+        self.sock.settimeout(timeout)
+        try:
+            chunk = self.sock.recv(65536)
+        except TimeoutError:
+            return False
+        finally:
+            self.sock.settimeout(self.timeout)
+        if not chunk:
+            raise WireError("the peer closed the connection")
+        self._buf += chunk
+        return True
 
     def send(self, body: bytes) -> None:
         """Send a message of one frame."""
