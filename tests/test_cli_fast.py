@@ -90,7 +90,7 @@ def test_the_commands_scripts_call_answer_fast_exactly_as_the_full_client(daemon
                 ("result", done), ("result", failed, "--json"), ("result", done, "--trajectory"),
                 ("wait", done), ("--timeout", "20", "wait", failed, "--json"), ("wait", running, "--timeout", "0.1"),
                 ("events", "--since", str(since)), ("events", "--since", str(since), "--json", "--type", "job.state"),
-                ("events", "--oldest-first", "--limit", "2"), ("cancel", done), ("--json", "cancel", failed),
+                ("events", "--oldest-first", "--limit", "2"), ("events", "-n", "3", "--json"), ("cancel", done), ("--json", "cancel", failed),
                 ("result", "deleg_000000000000"), ("--json", "wait", "nope"), ("cancel", "nope"),
                 ("delegate", "--background", "--queue", "--env", "A=1", "--max-turns", "2", "a goal"),
                 ("delegate", "in the foreground", "--toolsets", "terminal"), ("--json", "delegate", "again")]
