@@ -201,9 +201,7 @@ class RayExecutor:
         """Restart: cancel ``queued`` drivers an earlier daemon left (each live batch starts its own)."""
         for row in self.d.jobs.list(statuses=("queued",), kinds=(KIND,)):
             if row["id"] not in self.by_job:
-                self.d.scheduler.release(row["id"])
-                self.d.jobs.transition(row["id"], "cancelled", exit_reason="interrupted",
-                                       error="a driver of an earlier hermesd: the batch has a new one")
+                self.d.runner.cancel_queued(row["id"], "a driver of an earlier hermesd: the batch has a new one")
 
     # the ItemExecutor interface ------------------------------------------------
 

@@ -196,11 +196,11 @@ class SupervisorExecutor:
 
     def open(self, owner: ItemOwner, workers: int) -> None:
         """Create (or resize) the owner's pool."""
-        self.d.scheduler.set_limit(self.pool(owner), workers)
+        self.d.runner.open_pool(self.pool(owner), workers)
 
     def close(self, owner: ItemOwner) -> None:
         """Forget the owner's pool (queued items of it no longer wait for it)."""
-        self.d.scheduler.limits.pop(self.pool(owner), None)
+        self.d.runner.close_pool(self.pool(owner))
 
     def accepting(self) -> bool:
         """False while the daemon shuts down."""
@@ -211,8 +211,8 @@ class SupervisorExecutor:
         zygote forks a spare in milliseconds; a cold start costs a whole interpreter's
         imports, on a machine the other items share): batch items start warm, in the
         order their slots came free, as spares arrive; the batch service refills every
-        run when the spawner says so (:meth:`hermesd.system.procs.Spawner.at_hand`)."""
-        return self.d.procs.spawner.at_hand()
+        run when the runner says so (:meth:`hermesd.runner.Runner.warm_start_at_hand`)."""
+        return self.d.runner.warm_start_at_hand()
 
     def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
         """Admit a ``batch_item`` job (parent: the batch) that starts when its pools have room."""
@@ -241,14 +241,12 @@ class SupervisorExecutor:
         adopted: set[int] = set()
         for row in self.d.jobs.list(statuses=("queued",), parent=owner.job_id, kinds=("batch_item",)):
             index = (row.get("spec") or {}).get("prompt_index")
-            self.d.scheduler.release(row["id"])
             if index in wanted and index not in adopted:
                 adopted.add(index)
                 self.items[row["id"]] = _Live(owner, index)
-                self.d.scheduler.enqueue(row["id"], ("global", self.pool(owner)))
+                self.d.runner.requeue(row)  # its row's pool: the owner's (same job id)
             else:
-                self.d.jobs.transition(row["id"], "cancelled", exit_reason="interrupted",
-                                       error="not needed when its batch resumed (prompt already settled)")
+                self.d.runner.cancel_queued(row["id"], "not needed when its batch resumed (prompt already settled)")
         return adopted
 
     def describe(self, batch: str) -> dict[str, Any]:
@@ -259,9 +257,7 @@ class SupervisorExecutor:
         """Cancel ``queued`` batch items whose batch is not one of ``owners`` (job ids)."""
         for row in self.d.jobs.list(statuses=("queued",), kinds=("batch_item",)):
             if row.get("parent") not in owners and row["id"] not in self.items:
-                self.d.scheduler.release(row["id"])
-                self.d.jobs.transition(row["id"], "cancelled", exit_reason="interrupted",
-                                       error="its batch is no longer running")
+                self.d.runner.cancel_queued(row["id"], "its batch is no longer running")
 
     def on_result(self, row: dict[str, Any], result: JobResult) -> None:
         """A ``batch_item`` child reported: its owner hears how the prompt went."""

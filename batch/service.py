@@ -54,7 +54,7 @@ class BatchService:
         self.ray = RayExecutor(ctx)
         self.executors = {"local": self.executor, "ray": self.ray}
         self.runs: dict[str, BatchRun] = {}
-        ctx.procs.spawner.subscribe(self._refill)  # items wait for a warm start on its way
+        ctx.runner.on_warm_start(self._refill)  # items wait for a warm start on its way
 
     def _refill(self) -> None:
         """A start is at hand again: every live run hands out the prompts it held back."""

@@ -152,11 +152,44 @@ class Runner:
         return self.jobs.require(job_id)
 
     def requeue(self, row: dict[str, Any]) -> None:
-        """Put a ``queued`` job read back from the database into the scheduler (restart)."""
+        """Put a ``queued`` job read back from the database into the scheduler (restart),
+        for the pools of its row; a job already waiting goes to the back of the queue."""
+        self.scheduler.release(row["id"])
         needs = ("global", *(row.get("pools") or []))
         if row.get("background"):
             needs = ("async", *needs)
         self._enqueue(row, needs)
+
+    def cancel_queued(self, job_id: str, error: str, status: str = JobStatus.CANCELLED,
+                      **fields: Any) -> dict[str, Any]:
+        """End job ``job_id``, still ``queued`` (never started), as ``status`` with exit reason
+        ``interrupted``, ``error`` and ``fields`` (columns); its place in the queue and any slot
+        are given back first.  No hook hears of it: the caller owns the job (a batch's items).
+        Returns the row; raises ``ProtocolError`` as :meth:`hermesd.jobs.JobTable.transition`."""
+        self.scheduler.release(job_id)
+        return self.jobs.transition(job_id, status, exit_reason="interrupted", error=error, **fields)
+
+    # pools a job type opens for its own jobs (a batch run's ``batch:<id>``) ---------------
+
+    def open_pool(self, pool: str, limit: int) -> None:
+        """Create pool ``pool`` or change its limit to ``limit`` holders (lowering it
+        stops no running job); jobs name it in :meth:`submit`'s ``pools``."""
+        self.scheduler.set_limit(pool, limit)
+
+    def close_pool(self, pool: str) -> None:
+        """Forget pool ``pool``: the jobs still queued for it no longer wait for it (a pool
+        without a limit is unlimited)."""
+        self.scheduler.limits.pop(pool, None)
+
+    def warm_start_at_hand(self) -> bool:
+        """False while no warm start is at hand but one is on its way: a child started a
+        moment later starts faster (:meth:`hermesd.system.procs.Spawner.at_hand`)."""
+        return self.procs.spawner.at_hand()
+
+    def on_warm_start(self, callback: Any) -> None:
+        """Call ``callback()`` (no arguments) each time a warm start is at hand again
+        (:meth:`hermesd.system.procs.Spawner.subscribe`)."""
+        self.procs.spawner.subscribe(callback)
 
     def _enqueue(self, row: dict[str, Any], needs: tuple[str, ...]) -> None:
         """Queue a job for its pools, or keep it waiting for its ``after`` jobs, or fail it when one failed."""
@@ -437,11 +470,9 @@ class Runner:
         if error is not None:
             self.stop_errors[job_id] = error
         if row["status"] == "queued":
-            self.scheduler.release(job_id)
             stop = STOP_REASONS.get(reason)
-            row = self.jobs.transition(job_id, stop.status if stop and stop.status else JobStatus.CANCELLED,
-                                       stop_reason=reason,
-                                       exit_reason="interrupted", error=f"{reason} before it started")
+            row = self.cancel_queued(job_id, f"{reason} before it started",
+                                     stop.status if stop and stop.status else JobStatus.CANCELLED, stop_reason=reason)
             self._finished(job_id)
             return row
         if not self.jobs.kind(row["kind"]).process:  # its plugin ends it, through its own transition
