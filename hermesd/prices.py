@@ -103,9 +103,11 @@ def model_key(model: str) -> str:
 def price_of(model: str | None, table: Mapping[str, Price], provider: str | None = None) -> Price | None:
     """The :class:`Price` of ``model`` in ``table`` (keys as :func:`model_key` makes them), or
     None when it has none (its cost is unknown); :data:`FREE` for a provider of
-    :data:`FREE_PROVIDERS` unless the table prices the model."""
-    price = table.get(model_key(model)) if model else None
-    return FREE if price is None and provider in FREE_PROVIDERS else price
+    :data:`FREE_PROVIDERS` whatever the model is called (a scripted job given the config's
+    ``model: claude-…`` still calls no model)."""
+    if provider in FREE_PROVIDERS:
+        return FREE
+    return table.get(model_key(model)) if model else None
 
 
 FIELDS = ("input", "output", "cache_write", "cache_read")

@@ -25,6 +25,7 @@ def test_cost_from_the_table_and_unknown_models():
     assert model_key("claude-haiku-4-5-20251001") == "claude-haiku-4-5"
     assert price_of("my-own-model", DEFAULT_PRICES) is None and price_of(None, DEFAULT_PRICES) is None
     assert price_of("SmolLM2", DEFAULT_PRICES, "local").cost(tokens) == 0  # no bill for this machine's own model
+    assert price_of(SONNET, DEFAULT_PRICES, "scripted").cost(tokens) == 0  # named after a paid model, calls none
 
 
 def test_config_prices_override_and_name_their_problems(tmp_path):
