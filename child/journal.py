@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from child import messages as m
+from child import redact
 from hermesd import journal as stored
 
 INTERRUPTED = ("not finished: hermesd restarted while this tool call ran, so its effect is unknown "
@@ -38,9 +39,12 @@ class Journal:
         self.fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def write(self, entry: dict[str, Any]) -> None:
-        """Append ``entry`` as one line and fsync it before returning."""
+        """Append ``entry`` as one line, every known secret value redacted (:mod:`child.redact`: a
+        key the model wrote into a reply is no more kept here than in the trajectory), and fsync it
+        before returning."""
         if self.fd is None:
             return
+        entry = redact.current().data(entry)
         data = (json.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
         try:
             while data:

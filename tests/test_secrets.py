@@ -34,7 +34,7 @@ def test_a_terminal_command_has_no_key_and_what_leaks_is_redacted_everywhere(mak
         # not even the child's own /proc/PID/environ holds a key; a file that does comes back redacted
         {"tool_calls": [{"name": "terminal", "input": {
             "command": "env; tr '\\0' '\\n' < /proc/$PPID/environ; cat leaked.txt"}}]},
-        {"text": "done"},
+        {"text": "done; the key was " + next(iter(KEYS.values()))},  # the model repeats a key: journal too
     ]
     rec = d.delegate("print the environment", script=script, toolsets=["terminal"], env=JOB_ENV)
     pid_file = d.work / "cmd.pid"
@@ -58,8 +58,10 @@ def test_a_terminal_command_has_no_key_and_what_leaks_is_redacted_everywhere(mak
     for where, text in stored.items():
         for value in (*KEYS.values(), *JOB_ENV.values()):
             assert value not in text, (where, value)
-    # and no file of HERMES_HOME holds a key (the job's env is in its stored spec, by design)
+    # and no file of HERMES_HOME holds a key (the job's env is in its stored spec, by design; so is
+    # the scripted "model" of this test, whose last reply repeats a key: the journal must not keep it)
+    assert (folder / "journal.jsonl").is_file()
     for path in d.home.rglob("*"):
-        if path.is_file():
+        if path.is_file() and not path.name.startswith("state.db"):
             data = path.read_bytes()
             assert not any(v.encode() in data for v in KEYS.values()), path
