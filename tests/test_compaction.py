@@ -92,7 +92,7 @@ def test_compact_on_request_and_the_prefix_stays_stable_until_the_next(make_daem
         api.default = model
         d = _daemon(make_daemon, api, compact_at_tokens=100000)
         for i in range(4):
-            _send(d, f"fact-{i} hello")
+            _send(d, f"fact-{i} hello " + "and some more words " * 20)
         reply = d.call("session.send", session="main", text="/compact")
         assert reply["command"] == "compact"
         rec = d.wait_job(reply["compaction"]["id"], timeout=60)
@@ -221,3 +221,16 @@ def test_a_session_without_a_cwd_keeps_one_directory_so_its_prefix_is_cached(mak
         last = api.requests[-1].usage
         total = last["input_tokens"] + last["cache_creation_input_tokens"] + last["cache_read_input_tokens"]
         assert last["cache_read_input_tokens"] > 0.8 * total, last
+
+
+def test_a_summary_longer_than_what_it_replaces_is_not_kept(make_daemon):
+    with FakeAnthropic() as api:
+        api.default = lambda r: Message([text_block(("a very long summary " * 200) if COMPACTING in _system(r) else "ok")])
+        d = _daemon(make_daemon, api, compact_at_tokens=100000)
+        for i in range(3):
+            _send(d, f"fact-{i} hi")
+        rec = d.wait_job(d.call("session.compact", session="main")["compaction"]["id"], timeout=60)
+        assert rec["status"] == "completed"
+        failed = d.call("events_since", since=0, types=["session.compaction_failed"])["events"]
+        assert failed and "no shorter" in failed[0]["data"]["error"]
+        assert d.call("session.history", session="main")["compactions"] == []

@@ -163,21 +163,24 @@ class Compactor:
         or record why it failed (the session unchanged).  Returns the events to publish."""
         meta = (row.get("spec") or {}).get("compaction") or {}
         summary = (getattr(result, "summary", None) or "").strip() if result is not None else ""
-        session = row["session"]
+        session, before, kept = row["session"], int(meta.get("tokens_before", 0)), int(meta.get("kept_tokens", 0))
+        after = estimate_tokens(SUMMARY_HEADER + summary) + kept
+        why = None
         if row["status"] != "completed" or not summary or not meta.get("upto"):
             why = (getattr(result, "error", None) if result is not None else None) or row.get("error") or (
                 "nothing to compact: the history is its most recent turns" if not meta.get("upto")
                 else f"the compaction ended {row['status']} without a summary")
+        elif after >= before:  # a summary no shorter than what it replaces is kept out
+            why = f"the summary ({after - kept} tokens) is no shorter than the turns it would replace"
+        if why is not None:
             return [self.d.events.record("session.compaction_failed", job=row["id"], session=session,
                                          data={"session": session, "status": row["status"], "error": why})]
-        after = estimate_tokens(SUMMARY_HEADER + summary) + int(meta.get("kept_tokens", 0))
         self.d.store.insert("compactions", {"session": session, "upto": int(meta["upto"]), "summary": summary,
-                                            "job": row["id"], "tokens_before": int(meta.get("tokens_before", 0)),
-                                            "tokens_after": after, "time": clock.now_iso()})
+                                            "job": row["id"], "tokens_before": before, "tokens_after": after,
+                                            "time": clock.now_iso()})
         return [self.d.events.record("session.compacted", job=row["id"], session=session,
                                      data={"session": session, "upto": int(meta["upto"]),
-                                           "tokens_before": int(meta.get("tokens_before", 0)),
-                                           "tokens_after": after})]
+                                           "tokens_before": before, "tokens_after": after})]
 
     def history_marks(self, session: str) -> list[dict[str, Any]]:
         """Every compaction of ``session``: ``{upto, time, job, tokens_before, tokens_after}``, oldest first."""
