@@ -4,7 +4,9 @@ What trainers read as it is: TRL's ``SFTTrainer`` and axolotl's ``chat_template`
 take ``messages`` (roles system/user/assistant/tool, structured ``tool_calls``,
 ``reasoning_content``) and ``tools``; TRL reads a ``tools`` that is JSON text
 with ``json.loads`` (``trl.trainer.sft_trainer``), which is what it is here.
-There is no ``conversations`` key: TRL prefers it over ``messages`` and keeps its
+``hermes_messages`` is Hermes' rendering of the same turns as plain chat messages
+(tool definitions inside the system text), for loaders that render ``messages``
+without ``tools=`` (Atropos' SFT loader).  There is no ``conversations`` key: TRL prefers it over ``messages`` and keeps its
 roles ``human``/``gpt``, so a folder holding both trains on the wrong text.
 Hermes' full lines stay in ``trajectories.jsonl`` and the batch files (the
 card's named configs ``hermes`` and ``batches``).
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from batch import files
-from batch.line import LINE, Key, feature
+from batch.line import LINE, Key, ListOf, feature
 
 NAME = "messages.jsonl"
 
@@ -37,12 +39,21 @@ VIEW: tuple[Key, ...] = (
     *(_LINE[name] for name in ("prompt_index", "group_id", "attempt", "reward")),
     Key("passed", "bool", "Whether the verifier passed it (null: no verdict)."),
     *(_LINE[name] for name in ("completed", "partial")),
+    Key("hermes_messages", ListOf((Key("role", "string"), Key("content", "string"))),
+        "Hermes' turns as plain chat messages (system, user, assistant, tool), each its text as Hermes renders "
+        "it: the tool definitions in the system text (`<tools>`), reasoning in `<think>`, calls as `<tool_call>`, "
+        "results in `<tool_response>` — for loaders that render `messages` without `tools=` (Atropos' SFT "
+        "loader with `dataset_format: oai_format`)."),
     Key("metadata", tuple(Key(name, type_) for name, type_ in (
         ("run_name", "string"), ("job", "string"), ("model", "string"), ("provider", "string"),
         ("exit_reason", "string"), ("synthetic", "bool"), ("api_calls", "int64"), ("fields", "string"))),
         "Where it came from; ``fields``: the dataset line's other fields as JSON text."),
 )
 """The keys of a view line, in order."""
+
+
+ROLES = {"system": "system", "human": "user", "gpt": "assistant", "tool": "tool"}
+"""Hermes' ShareGPT speakers as chat roles."""
 
 
 def features() -> list[dict[str, Any]]:
@@ -73,6 +84,8 @@ def view_of(line: dict[str, Any]) -> dict[str, Any]:
             "reward": float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
             "passed": verdict.get("passed") if isinstance(verdict.get("passed"), bool) else None,
             "completed": bool(line.get("completed")), "partial": bool(line.get("partial")),
+            "hermes_messages": [{"role": ROLES.get(str(t.get("from")), str(t.get("from") or "")),
+                                 "content": str(t.get("value") or "")} for t in line.get("conversations") or []],
             "metadata": {"run_name": str(meta.get("run_name") or ""), "job": str(meta.get("job") or ""),
                          "model": str(meta.get("model") or ""), "provider": str(meta.get("provider") or ""),
                          "exit_reason": str(meta.get("exit_reason") or ""), "synthetic": bool(meta.get("synthetic")),

@@ -143,8 +143,20 @@ def test_datasets_and_transformers_read_the_runs(make_daemon, tmp_path):
                                          features=hermes.features, split="train", cache_dir=cache)
     assert len(hermes_files) == 5
 
-    # the model-neutral view through SmolLM2's own chat template
+    # Atropos' SFT loader (environments/sft_loader_server.py, dataset_format oai_format) renders a column
+    # with apply_chat_template(messages) and no tools=: hermes_messages carries the tool definitions itself
     tok = _smollm2_tokenizer()
+    for row in (both[0], both[4]):
+        rendered = tok.decode(tok.apply_chat_template(row["hermes_messages"], tokenize=True, return_dict=True)[
+            "input_ids"])
+        assert [m["role"] for m in row["hermes_messages"]] == ["system", "user", "assistant", "tool", "assistant"]
+        for tool in json.loads(row["tools"]):
+            assert f'"name": "{tool["function"]["name"]}"' in rendered
+        call = row["messages"][2]["tool_calls"][0]["function"]
+        assert "<tool_call>" in rendered and f'"name": "{call["name"]}"' in rendered
+        assert "<tool_response>" in rendered and row["messages"][2]["reasoning_content"] in rendered
+
+    # the model-neutral view through SmolLM2's own chat template
     assert "<|im_start|>" in tok.chat_template
     for row in (both[0], both[4]):
         messages, tools = row["messages"], json.loads(row["tools"])
