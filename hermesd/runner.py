@@ -424,7 +424,7 @@ class Runner:
                   "stop_reason": stop_reason,
                   "model": row.get("model") or result.model,
                   "provider": row.get("provider") or result.provider}
-        if result.duration_seconds is not None:
+        if result.duration_seconds is not None and not row.get("resumes"):  # a resumed job: since its first start
             fields["duration_seconds"] = float(result.duration_seconds)
         self.jobs.transition(job_id, status, **fields)
         # in the same loop step as the transition: no client hears of it before the slots are free

@@ -11,6 +11,7 @@ per job and restart (a reply in flight when the child died is paid again).
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 import json
 import sqlite3
 import threading
@@ -92,6 +93,8 @@ def _check_resumed(d: DaemonProc, api, jobs: list[str], resumes: int = 1) -> Non
         assert final["status"] == "completed" and final["summary"] == "finished", final
         assert final["resumes"] == resumes and final["resumed_at"], final
         assert final["api_calls"] >= TURNS, final  # the earlier children's calls counted too
+        ran = (datetime.fromisoformat(final["completed_at"]) - datetime.fromisoformat(final["resumed_at"])).total_seconds()
+        assert final["duration_seconds"] > ran, final  # since its first start, not only the last child's
         with contextlib.closing(sqlite3.connect(d.home / "state.db")) as db:  # and billed once
             billed = db.execute("SELECT SUM(input), SUM(output) FROM spend WHERE job = ?", (job,)).fetchone()
         assert billed == (final["tokens"]["input"], final["tokens"]["output"]), (billed, final["tokens"])
