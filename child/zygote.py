@@ -77,11 +77,16 @@ def preload_for(providers: str, base_url: str | None) -> tuple[str, ...]:
 
 
 def warm_up(preload: tuple[str, ...]) -> list[str]:
-    """Import ``preload``; returns the names that failed (optional SDKs may be absent)."""
+    """Import ``preload`` and run the ``warm_template()`` of each module of it that has one (a
+    provider building a client once, so children share it); returns the names that failed
+    (optional SDKs may be absent)."""
     failed = []
     for name in preload:
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
+            warm = getattr(module, "warm_template", None)
+            if callable(warm):
+                warm()
         except Exception:  # noqa: BLE001 - an optional module; the child imports it itself if needed
             failed.append(name)
     import gc

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 import sys
 
 import pytest
@@ -148,3 +149,17 @@ def test_at_hand_without_a_warm_zygote_never_waits(monkeypatch, loop):
     assert client.at_hand() is True
     theirs.close()
     client.sock.close()
+
+
+def test_the_template_does_what_each_childs_first_call_would_do_itself():
+    """After the zygote's warm-up, a child building its SDK client and reaching the API it calls
+    imports nothing more (the transport and the resources are the template's, shared)."""
+    code = ("import sys; from child.zygote import preload_for, warm_up; "
+            "failed = warm_up(preload_for('anthropic,openai-compat', None)); "
+            "import anthropic, openai; before = set(sys.modules); "
+            "anthropic.Anthropic(api_key='k', base_url='http://127.0.0.1:9', max_retries=0).messages; "
+            "openai.OpenAI(api_key='k', base_url='http://127.0.0.1:9/v1', max_retries=0).chat.completions; "
+            "print(failed, sorted(set(sys.modules) - before))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[] []", out.stdout

@@ -55,6 +55,30 @@ _HINTS = {
 }
 
 
+TRACING = ("opentelemetry.propagate", "opentelemetry.trace.propagation.tracecontext",
+           "opentelemetry.baggage.propagation")
+"""What the SDK imports on its first request (its tracing's propagators, when installed)."""
+
+
+def warm_template() -> None:
+    """In the warm template (:mod:`child.zygote`): what every child's first call would otherwise
+    do itself — build a client (importing its HTTP transport: httpcore, h11, anyio's streams) and
+    import what the first request imports — so forked children share it instead of each making it
+    private (``bench/bench_memory.py``).  Nothing is sent: the client is closed unused."""
+    import importlib
+
+    import anthropic
+
+    for name in TRACING:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    client = anthropic.Anthropic(api_key=NO_KEY, base_url="http://127.0.0.1:9", max_retries=0)
+    client.messages  # noqa: B018 - the attribute imports and builds the resource
+    client.close()
+
+
 class AnthropicProvider:
     """Claude (or an Anthropic-compatible server) behind :meth:`complete`.
 

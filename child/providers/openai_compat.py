@@ -45,6 +45,18 @@ OPENAI_URL = "https://api.openai.com/v1"
 """Where the SDK sends requests without a ``base_url`` (the governor's endpoint name for it)."""
 NO_KEY = "hermesd-no-key"
 
+
+def warm_template() -> None:
+    """In the warm template (:mod:`child.zygote`): build a client once (importing its HTTP
+    transport) and reach its chat completions (imported on first use), so forked children share
+    what every child's first call would otherwise make private; nothing is sent
+    (:func:`child.providers.anthropic.warm_template`)."""
+    import openai
+
+    client = openai.OpenAI(api_key=NO_KEY, base_url="http://127.0.0.1:9/v1", max_retries=0)
+    client.chat.completions  # noqa: B018 - the attribute imports the resource modules
+    client.close()
+
 STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
                 "length": "max_tokens", "content_filter": "refusal"}
 """OpenAI ``finish_reason`` → internal ``stop_reason``."""
