@@ -20,15 +20,14 @@ FOLLOW_EVERY = 10.0
 """Seconds between two ``approvals.list {follow: true}`` of a follower (the daemon counts one for 30)."""
 
 
-def _who() -> str:
+def who() -> str:
+    """Who answers, as the requests show it: the user's name (else uid)."""
     return os.environ.get("USER") or f"uid {os.getuid()}"
 
 
 def request_line(r: dict[str, Any]) -> str:
     """One request as one line: id, state, job, tool, what it runs; its reason below once answered."""
-    what = (r.get("arguments") or {}).get("command") if isinstance(r.get("arguments"), dict) else None
-    line = (f"{r['id']:<16} {r['state']:<9} {r['job']:<18} {r['tool']:<12} "
-            f"{render.short(what if isinstance(what, str) else render.short(r.get('arguments'), 200), 200)}")
+    line = f"{r['id']:<16} {r['state']:<9} {r['job']:<18} {r['tool']:<12} {render.short(render.approval_what(r), 200)}"
     line += f"\n{'':<16} {r.get('why') or ''}" + (f" · parents {', '.join(r['chain'])}" if r.get("chain") else "")
     if r["state"] == "pending":
         line += f" · expires {r['expires_at']}"
@@ -63,7 +62,7 @@ def approvals_command(follow: bool, show_all: bool, job: str | None) -> None:
 def answer_request(op: str, request_id: str, **extra: Any) -> dict[str, Any]:
     """Answer request ``request_id`` with ``op`` (``approvals.approve``/``deny``) as this user and
     process; returns the request.  Raises ``ProtocolError``, ``ClientError``."""
-    return conn().call(op, id=request_id, by=_who(), pid=os.getpid(), **extra)
+    return conn().call(op, id=request_id, by=who(), pid=os.getpid(), **extra)
 
 
 def _answer(op: str, request_id: str, **extra: Any) -> None:

@@ -54,7 +54,7 @@ def duration(rec: dict[str, Any], now: float | None = None) -> str:
 
 def job_label(rec: dict[str, Any], now: float | None = None) -> str:
     """One job as one line, what matters first (a narrow panel cuts the end): id, status,
-    duration (elapsed while running), goal, then model calls, cost (``hermesd.billing``: as of its
+    the approval request it waits for (``waits_for``), duration (elapsed while running), goal, then model calls, cost (``hermesd.billing``: as of its
     last record), the last thing it did while live (``[turn 3 terminal 4s ago]``), kind."""
     activity = rec.get("last_activity")
     doing = ""
@@ -62,7 +62,8 @@ def job_label(rec: dict[str, Any], now: float | None = None) -> str:
         ago = (now if now is not None else time.time()) - activity[0]
         doing = f"  [{activity[1]} {render.elapsed(ago)} ago]"
     cost = f"  {render.cost_text(rec)}" if "cost_usd" in rec else ""
-    return (f"{rec['id']}  {rec.get('status') or '?'}  {duration(rec, now)}  {render.short(rec.get('goal'), 50)}"
+    waits = f"  APPROVAL? {rec['waits_for']}" if rec.get("waits_for") else ""  # first: a narrow panel cuts the end
+    return (f"{rec['id']}  {rec.get('status') or '?'}{waits}  {duration(rec, now)}  {render.short(rec.get('goal'), 50)}"
             f"  · {rec.get('api_calls') or 0} calls{cost}{doing}  {rec.get('kind') or '?'}")
 
 
@@ -87,6 +88,7 @@ class Board:
         self.progress: dict[str, dict[str, Any]] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=recent)
         self.status: dict[str, Any] | None = None
+        self.approvals: dict[str, dict[str, Any]] = {}  # pending approval requests by id
         self.last_seq = 0
 
     def add_jobs(self, records: Iterable[dict[str, Any]]) -> None:
@@ -100,6 +102,10 @@ class Board:
         self.last_seq = max(self.last_seq, event.get("seq") or 0)
         self.events.append(event)
         data = event.get("data") or {}
+        if event["type"] == "approval.requested" and data.get("id"):
+            self.approvals[data["id"]] = data
+        elif event["type"] == "approval.answered":
+            self.approvals.pop(data.get("id"), None)
         if isinstance(data.get("job"), dict) and data["job"].get("id"):
             self.add_jobs([data["job"]])
             return
@@ -122,6 +128,14 @@ class Board:
             self.jobs.pop(job_id, None)
             self.progress.pop(job_id, None)
 
+    def approval_of(self, job: str | None) -> dict[str, Any] | None:
+        """The oldest pending approval request of ``job`` (None when it waits for none)."""
+        return next((r for r in self.approvals.values() if r.get("job") == job), None)
+
+    def approval_lines(self) -> list[str]:
+        """A line per pending approval request: id, job, what it runs (``hermesctl approve ID``)."""
+        return [f"{r['id']}  {r['job']}  {render.short(render.approval_what(r), 60)}" for r in self.approvals.values()]
+
     def missing_parents(self) -> list[str]:
         """Parent ids that look like jobs but whose records are not loaded."""
         return sorted({r["parent"] for r in self.jobs.values()
@@ -132,7 +146,9 @@ class Board:
     def tree(self) -> list[Node]:
         """Sessions → jobs → their children; jobs without session or parent at the top."""
         now = time.time()
-        nodes = {i: Node(i, job_label(r, now), i, r.get("status")) for i, r in self.jobs.items()}
+        waiting = {r.get("job"): r["id"] for r in self.approvals.values()}
+        nodes = {i: Node(i, job_label({**r, "waits_for": waiting.get(i)}, now), i, r.get("status"))
+                 for i, r in self.jobs.items()}
         roots: list[Node] = []
         extra: dict[str, Node] = {}
 
@@ -224,9 +240,11 @@ class Board:
 
 
 def load(conn: Connection, board: Board, backlog: int = BACKLOG_EVENTS) -> Board:
-    """Fill ``board`` from the daemon: status, live jobs, the last ``backlog`` events, missing parents."""
+    """Fill ``board`` from the daemon: status, live jobs, pending approval requests, the last
+    ``backlog`` events, missing parents."""
     board.status = conn.call("status")
     board.add_jobs(conn.call("ps")["jobs"])
+    board.approvals = {r["id"]: r for r in conn.call("approvals.list")["approvals"]}
     start = max(board.last_seq, (board.status.get("last_seq") or 0) - backlog)
     for event in conn.follow(start, follow=False):
         board.apply(event)
@@ -250,6 +268,9 @@ def snapshot_text(board: Board) -> str:
     lines = [board.headline(), "", "caps:"] + [f"  {c}" for c in board.caps()]
     if board.batches():
         lines += ["", "batches:"] + [f"  {b}" for b in board.batches()]
+    if board.approvals:
+        lines += ["", "waiting for a person (hermesctl approve ID | deny ID):"]
+        lines += [f"  {a}" for a in board.approval_lines()]
     lines += ["", "jobs:"]
 
     def walk(nodes: list[Node], depth: int) -> None:

@@ -376,3 +376,10 @@ def event_text(event: dict[str, Any]) -> str:
         data = event.get("data") or {}
         return f"{head} events {data.get('since', 0) + 1}..{event['seq']} were removed by retention"
     return f"{head} {event_what(event)}".rstrip()
+
+
+def approval_what(request: dict[str, Any]) -> str:
+    """What an approval request would run: its command, else its tool and arguments."""
+    arguments = request.get("arguments") if isinstance(request.get("arguments"), dict) else {}
+    command = arguments.get("command")
+    return command if isinstance(command, str) else f"{request.get('tool')} {short(arguments, 200)}"

@@ -22,7 +22,8 @@ from client.common import DEFAULT_TIMEOUT, conn, is_json, out, root_obj
 def top_command(json_: bool, once: bool, refresh: float) -> None:
     """Live view of hermesd: the job tree (sessions → delegations → children; running jobs
     first, with model calls, elapsed time and last activity), caps, batch progress and
-    recent events.  Keys: c cancel the selected job (asks first), l show its log, q quit.
+    recent events.  Keys: c cancel the selected job (asks first), a approve its
+    approval request (asks first), d deny it (asks why), l show its log, q quit.
     Without a terminal (cron, pipes) it prints one snapshot instead."""
     as_json = json_ or is_json()
     if as_json or once or not (sys.stdin.isatty() and sys.stdout.isatty()):

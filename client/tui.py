@@ -5,7 +5,7 @@ Two worker threads talk to the daemon, each with its own :class:`Connection`
 once with ``Connection.follow`` and survives daemon restarts (the backlog is
 fetched again from the last seq it saw); the *controller* polls ``status``,
 tails the log panel's job with ``logs`` and carries out the keys' requests
-(``cancel``).  Neither touches the UI: both put messages on an inbox queue
+(``cancel``, ``approvals.approve``, ``approvals.deny``).  Neither touches the UI: both put messages on an inbox queue
 that the app drains on a timer, so a slow or absent daemon never freezes
 the screen.
 
@@ -13,11 +13,15 @@ The layout fits 80×24: below 110 columns the caps and batches go under the job
 tree (which then has the whole width, so goals are seen), the tree takes what
 they and a short event log leave, running jobs come first in it, and nothing
 scrolls sideways (no stray scrollbar glyphs).  ``c`` asks
-before it cancels (:class:`ConfirmCancel`).
+before it cancels (:class:`ConfirmCancel`).  A job waiting for a person shows ``APPROVAL? ID``
+after its status (the pending requests are listed above the batches): ``a`` approves its
+request after asking (:class:`ConfirmApprove`), ``d`` denies it with a reason
+(:class:`DenyReason`).
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from typing import Any
@@ -26,9 +30,10 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Header, RichLog, Static, Tree
+from textual.widgets import Footer, Header, Input, RichLog, Static, Tree
 
 from client import render
+from client.approvals import who
 from client.connection import ClientError, Connection
 from client.board import Board, Node, fetch_jobs, load
 from client.common import DEFAULT_TIMEOUT, TERMINAL
@@ -38,32 +43,79 @@ STATUS_STYLE = {"queued": "yellow", "starting": "cyan", "running": "bold cyan", 
                 "failed": "bold red", "interrupted": "magenta", "timed_out": "red", "cancelled": "dim",
                 "lost": "bold red"}
 RETRY_SECONDS = 1.0
+DENY_REASON = "denied in hermesctl top"
+"""The reason a request denied with ``d`` gives when none is typed."""
 STATUS_TIMEOUT = 5.0
 """Seconds the TUI waits for ``status`` before it shows the daemon as disconnected."""
 
 
-class ConfirmCancel(ModalScreen[bool]):
-    """Asks before ``c`` cancels a job: ``y`` cancels it, ``n`` or Escape keeps it."""
+class Confirm(ModalScreen[bool]):
+    """Asks before a key acts: ``y`` goes ahead, ``n`` or Escape does not.  ``question`` is the
+    first line, ``detail`` (cut to 120 characters) the second, ``yes``/``no`` what each key does."""
 
     DEFAULT_CSS = """
-    ConfirmCancel { align: center middle; }
+    Confirm { align: center middle; }
     #question { width: 64; max-width: 90%; height: auto; border: thick $error; padding: 1 2; background: $surface; }
     """
-    BINDINGS = [("y", "answer(True)", "Cancel it"), ("n", "answer(False)", "Keep it"),
-                ("escape", "answer(False)", "Keep it")]
+    BINDINGS = [("y", "answer(True)", "Yes"), ("n", "answer(False)", "No"), ("escape", "answer(False)", "No")]
 
-    def __init__(self, job: str, goal: str):
+    def __init__(self, question: str, detail: str, yes: str, no: str):
         super().__init__()
-        self.job, self.goal = job, goal
+        self.text = f"{question}\n{render.short(detail, 120)}\n\ny: {yes}    n or Esc: {no}"
 
     def compose(self) -> ComposeResult:
-        """The question, the job's goal and the keys."""
-        yield Static(Text(f"Cancel {self.job}?\n{render.short(self.goal, 120)}\n\n"
-                          "y: cancel it    n or Esc: keep it running"), id="question")
+        """The question, its detail and the keys."""
+        yield Static(Text(self.text), id="question")
 
     def action_answer(self, yes: bool) -> None:
         """Close with the answer."""
         self.dismiss(yes)
+
+
+class ConfirmCancel(Confirm):
+    """Asks before ``c`` cancels a job."""
+
+    def __init__(self, job: str, goal: str):
+        super().__init__(f"Cancel {job}?", goal, "cancel it", "keep it running")
+
+
+class ConfirmApprove(Confirm):
+    """Asks before ``a`` approves a request: what it runs is shown."""
+
+    def __init__(self, request: dict[str, Any]):
+        super().__init__(f"Approve {request['id']} of {request['job']}?", render.approval_what(request),
+                         "let it run", "keep it waiting")
+
+
+class DenyReason(ModalScreen["str | None"]):
+    """Asks why ``d`` denies a request: Enter denies it with the reason typed (or
+    :data:`DENY_REASON` when none is), Escape keeps it waiting (dismissed with None)."""
+
+    DEFAULT_CSS = """
+    DenyReason { align: center middle; }
+    #deny { width: 64; max-width: 90%; height: auto; border: thick $error; padding: 1 2; background: $surface; }
+    """
+    BINDINGS = [("escape", "keep", "Keep it waiting")]
+
+    def __init__(self, request: dict[str, Any]):
+        super().__init__()
+        self.request = request
+
+    def compose(self) -> ComposeResult:
+        """The question, what the request runs, the reason's input line."""
+        with Vertical(id="deny"):
+            yield Static(Text(f"Deny {self.request['id']} of {self.request['job']}?\n"
+                              f"{render.short(render.approval_what(self.request), 120)}\n"
+                              "Why (the model is told)? Enter denies, Esc keeps it waiting"))
+            yield Input(placeholder=DENY_REASON, id="reason")
+
+    def on_input_submitted(self, submitted: Input.Submitted) -> None:
+        """Enter: deny with the reason typed, or the default one."""
+        self.dismiss(submitted.value.strip() or DENY_REASON)
+
+    def action_keep(self) -> None:
+        """Escape: no answer."""
+        self.dismiss(None)
 
 
 class TopApp(App):
@@ -86,8 +138,8 @@ class TopApp(App):
     .-narrow #caps, .-narrow #batches { width: 1fr; max-height: 6; }
     .-narrow #events { height: 5; min-height: 5; }
     """
-    BINDINGS = [("c", "cancel_job", "Cancel job"), ("l", "toggle_log", "Log"), ("escape", "close_log", "Close log"),
-                ("q", "quit", "Quit")]
+    BINDINGS = [("c", "cancel_job", "Cancel job"), ("a", "approve", "Approve"), ("d", "deny", "Deny"),
+                ("l", "toggle_log", "Log"), ("escape", "close_log", "Close log"), ("q", "quit", "Quit")]
 
     def __init__(self, runtime_dir: Any = None, timeout: float = DEFAULT_TIMEOUT, refresh: float = 1.0):
         super().__init__()
@@ -194,9 +246,16 @@ class TopApp(App):
         finally:
             conn.close()
 
-    def _carry_out(self, conn: Connection, request: tuple[str, str]) -> None:
-        action, job = request
-        if action == "cancel":
+    def _carry_out(self, conn: Connection, request: tuple[str, ...]) -> None:
+        action, job = request[:2]
+        if action in ("approve", "deny"):  # job: the request's id here
+            extra = {"reason": request[2]} if action == "deny" else {}
+            try:
+                answer = conn.call(f"approvals.{action}", id=job, by=who(), pid=os.getpid(), **extra)
+                self._post("note", (f"{job} {answer['state']}", "information"))
+            except ProtocolError as err:
+                self._post("note", (f"{action} {job}: {err.message}", "error"))
+        elif action == "cancel":
             try:
                 rec = conn.call("cancel", id=job)
                 self._post("note", (f"cancel requested: {job} ({rec['status']})", "information"))
@@ -259,7 +318,9 @@ class TopApp(App):
         if self.connected:
             self.sub_title = self.board.headline()
         self.caps_panel.update(Text("\n".join(self.board.caps(bar_width=8)) or "(no caps yet)"))
-        self.batch_panel.update(Text("\n".join(self.board.batches()) or "(no batch jobs)"))
+        waiting = self.board.approval_lines()
+        self.batch_panel.border_title = "approvals · batches" if waiting else "batches"
+        self.batch_panel.update(Text("\n".join([*waiting, *self.board.batches()]) or "(no batch jobs)"))
         self._sync(self.jobs_tree.root, self.board.tree())
         if self.jobs_tree.cursor_line < 0 and self.jobs_tree.root.children:
             self.jobs_tree.cursor_line = 0  # the first job (running ones come first) is selected from the start
@@ -307,6 +368,26 @@ class TopApp(App):
                 self._requests.put(("cancel", job))
 
         self.push_screen(ConfirmCancel(job, rec.get("goal") or ""), answered)
+
+    def _selected_request(self) -> dict[str, Any] | None:
+        request = self.board.approval_of(self.selected_job())
+        if request is None:
+            self.notify(f"the selected job waits for no approval ({len(self.board.approvals)} waiting: select a "
+                        "job marked APPROVAL?)", severity="warning")
+        return request
+
+    def action_approve(self) -> None:
+        """``a``: after a ``y`` to :class:`ConfirmApprove`, approve the selected job's request (the tool runs)."""
+        request = self._selected_request()
+        if request is not None:
+            self.push_screen(ConfirmApprove(request), lambda yes: yes and self._requests.put(("approve", request["id"])))
+
+    def action_deny(self) -> None:
+        """``d``: deny the selected job's request with the reason :class:`DenyReason` asks for."""
+        request = self._selected_request()
+        if request is not None:
+            self.push_screen(DenyReason(request),
+                             lambda why: why is not None and self._requests.put(("deny", request["id"], why)))
 
     def action_toggle_log(self) -> None:
         """``l``: show the selected job's log, following it; again to hide it."""

@@ -60,3 +60,40 @@ def test_chat_shows_its_sessions_requests_answers_them_and_counts_only_while_ope
     assert daemon.wait_job(turn["id"])["status"] == "completed"
     assert "nobody to ask" in json.dumps(brain.tool_results[-1])
     assert len(_requests(daemon)) == 2, "refused at once, not stored"
+
+
+def test_top_shows_waiting_jobs_and_answers_the_selected_one(make_daemon, terminals):
+    from tests.test_approvals import HOOK, SCRIPT, _tool_result
+
+    daemon = make_daemon(config=HOOK)
+    first = daemon.delegate("run it", script=SCRIPT, toolsets=["terminal"])["id"]
+    request = wait_for(lambda: _requests(daemon, "pending"), what="the request")[0]
+    term = terminals(daemon, "top")
+    screen = term.wait(f"{first}  running  APPROVAL? {request['id']}", what="the job marked as waiting")
+    assert all(len(line) <= 80 for line in screen.splitlines()) and len(screen.splitlines()) <= 24
+    assert "approvals · batches" in screen
+    term.keys("a")  # asks first: n keeps it waiting
+    term.wait(f"Approve {request['id']} of {first}?")
+    term.keys("n")
+    term.wait(lambda s: f"Approve {request['id']}" not in s, what="the question gone")
+    assert _requests(daemon, "pending")[0]["id"] == request["id"]
+    term.keys("a")
+    term.wait(f"Approve {request['id']} of {first}?")
+    term.keys("y")
+    assert daemon.wait_job(first)["status"] == "completed"
+    assert "ran-it" in _tool_result(daemon, first)
+
+    second = daemon.delegate("run it again", script=SCRIPT, toolsets=["terminal"])["id"]
+    denied = wait_for(lambda: _requests(daemon, "pending"), what="the second request")[0]
+    term.wait(f"{second}  running  APPROVAL? {denied['id']}")
+    term.keys("d")  # the cursor is on the first job, which waits for nothing
+    term.wait("waits for no", what="the warning")
+    term.keys("Down")
+    term.keys("d")
+    term.wait(f"Deny {denied['id']} of {second}?")
+    term.type("not on this box")
+    assert daemon.wait_job(second)["status"] == "completed"
+    assert "not on this box" in _tool_result(daemon, second)
+    term.wait(lambda s: "APPROVAL?" not in s, what="no job marked waiting")
+    term.keys("q")
+    term.wait("[exit 0]")
