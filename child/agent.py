@@ -107,6 +107,7 @@ class Agent:
                         for p in prefill if p.get("role") in ("user", "assistant")]
         self.prefill_system = "\n\n".join(str(p["content"]) for p in prefill if p.get("role") == "system")
         self.started = time.monotonic()
+        self.budget = BudgetClock(self.stop, self.spec.timeout_seconds)  # paused while a person is asked
         self.activity = "starting"  # what the run is doing now (kept as it was when a stop came)
         self.turn = 0
         self.liveness = Activity(self.report_activity, float(self.spec.activity_interval_seconds))
@@ -116,7 +117,7 @@ class Agent:
 
     def run(self) -> JobResult:
         """The whole run: set up, loop, and the result whatever happens."""
-        timer = arm_timeout(self.stop, self.spec.timeout_seconds)
+        self.budget.start()
         try:
             registry = importlib.import_module("child.tools.registry")
             self.tools = [t.spec() for t in registry.tools_for(list(self.spec.toolsets), self.spec.role)]
@@ -149,8 +150,7 @@ class Agent:
             traceback.print_exc(file=sys.stderr)
             return self.finish("failed", "error", error=f"{exc.__class__.__name__}: {exc}")
         finally:
-            if timer is not None:
-                timer.cancel()
+            self.budget.pause()
 
     def loop(self, registry: Any) -> JobResult:
         """Model call → tool calls, until a final answer, a limit or the stop flag.
@@ -301,7 +301,7 @@ class Agent:
                                     auto_approve=bool(s.auto_approve), stop=self.stop, channel=self.channel,
                                     job=s.job, depth=int(s.depth), max_spawn_depth=int(s.max_spawn_depth),
                                     role=s.role, heartbeat=self.heartbeat, container=self.container,
-                                    approval_tools=tuple(s.approval_tools or ()))
+                                    approval_tools=tuple(s.approval_tools or ()), budget=self.budget)
 
     def verify(self, registry: Any) -> dict[str, Any]:
         """Run the spec's ``verifier`` where the agent worked (:mod:`child.verify`); its
@@ -542,11 +542,37 @@ def call_until_stopped(fn: Callable[[], Any], stop: Any, tick: Callable[[], None
     return box["value"]
 
 
-def arm_timeout(stop: Any, seconds: float | None) -> threading.Timer | None:
-    """Set ``stop`` with reason ``"timeout"`` after ``seconds`` (wall clock, from now); ``None`` = no limit."""
-    if not seconds:
-        return None
-    timer = threading.Timer(float(seconds), stop.set, args=("timeout",))
-    timer.daemon = True
-    timer.start()
-    return timer
+class BudgetClock:
+    """The job's opt-in wall clock: sets ``stop`` with reason ``"timeout"`` once ``seconds`` have run
+    (from :meth:`start`), not counting the time between :meth:`pause` and :meth:`resume` (a tool
+    call waiting for a person, :mod:`child.approval`).  ``seconds`` None or 0: no limit (every
+    method does nothing).  Thread-safe."""
+
+    def __init__(self, stop: Any, seconds: float | None):
+        self.stop, self.left = stop, float(seconds or 0)
+        self.lock = threading.Lock()
+        self.timer: threading.Timer | None = None
+        self.since: float | None = None  # monotonic start of the running stretch (None: paused)
+
+    def start(self) -> None:
+        """Run the clock (again) for what is left of it."""
+        with self.lock:
+            if not self.left or self.since is not None:
+                return
+            self.since = time.monotonic()
+            self.timer = threading.Timer(max(0.0, self.left), self.stop.set, args=("timeout",))
+            self.timer.daemon = True
+            self.timer.start()
+
+    resume = start
+
+    def pause(self) -> None:
+        """Stop counting until :meth:`resume` (or for good: the run ended)."""
+        with self.lock:
+            if self.since is None:
+                return
+            self.left -= time.monotonic() - self.since
+            self.since = None
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None

@@ -5,7 +5,7 @@ A command the tripwire holds (:mod:`child.tools.policy`) or a call of a tool the
 ``child.approval`` (the tool, its arguments, why it needs a person) and waits for the answer,
 asking ``child.approval_wait`` again every :data:`WAIT_SECONDS` (so a stop of the job is seen
 within that time, and each question is a sign of life: a waiting job is not stale).  No model
-call is in flight meanwhile.  The daemon refuses at once when nobody can be reached (no hook,
+call is in flight meanwhile, and the job's wall clock (``timeout_seconds``) is paused.  The daemon refuses at once when nobody can be reached (no hook,
 nobody following the approvals): today's default.
 """
 
@@ -47,12 +47,18 @@ def ask(ctx: ToolContext, tool: str, arguments: dict[str, Any], why: str) -> str
     if ctx.channel is None:
         return NO_DAEMON
     request = daemon_call(ctx, "child.approval", tool=tool, arguments=arguments, why=why)
-    while request["state"] == "pending":
-        if ctx.stop.is_set():
-            return "not run: the job was asked to stop while it waited for approval"
-        ctx.heartbeat(f"waiting for a person to approve {tool} (request {request['id']})")
-        request = daemon_call(ctx, "child.approval_wait", timeout=WAIT_SECONDS + 30, id=request["id"],
-                              seconds=WAIT_SECONDS)
+    if ctx.budget is not None and request["state"] == "pending":
+        ctx.budget.pause()  # a person's time is not the job's: its timeout_seconds does not run meanwhile
+    try:
+        while request["state"] == "pending":
+            if ctx.stop.is_set():
+                return "not run: the job was asked to stop while it waited for approval"
+            ctx.heartbeat(f"waiting for a person to approve {tool} (request {request['id']})")
+            request = daemon_call(ctx, "child.approval_wait", timeout=WAIT_SECONDS + 30, id=request["id"],
+                                  seconds=WAIT_SECONDS)
+    finally:
+        if ctx.budget is not None:
+            ctx.budget.resume()
     if request["state"] == "approved":
         return None
     return request.get("reason") or f"request {request.get('id')} was {request['state']}"

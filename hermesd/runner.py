@@ -80,6 +80,7 @@ class Runner:
         self.hooks = hooks if hooks is not None else Plugins()
         self.accepting = True
         self._timeouts: dict[str, Any] = {}
+        self._paused: dict[str, float] = {}  # job → seconds its backstop had left when it paused
         self._counters: dict[str, dict[str, Any]] = {}  # progress counters, written with the next group commit
         self._doing: dict[str, exits.Doing] = {}  # what each child last said it was doing
         jobs.events.flush_hooks.append(self._write_counters)
@@ -271,6 +272,20 @@ class Runner:
         timeout = self._timeout_of(row)
         if timeout is not None:  # opt-in: the child enforces its own wall clock; this timer is the backstop
             self._timeouts[job_id] = self.loop.call_later(timeout + 5.0, self._on_timeout, job_id)
+
+    def pause_timeout(self, job_id: str) -> None:
+        """Job ``job_id`` waits for a person (``hermesd.control.approvals``): its wall-clock backstop
+        stops counting until :meth:`resume_timeout` (the child pauses its own clock the same way)."""
+        handle = self._timeouts.pop(job_id, None)
+        if handle is not None:
+            handle.cancel()
+            self._paused[job_id] = max(0.0, handle.when() - self.loop.time())
+
+    def resume_timeout(self, job_id: str) -> None:
+        """The wait of :meth:`pause_timeout` is over: the backstop counts what it had left."""
+        left = self._paused.pop(job_id, None)
+        if left is not None and job_id in self.tokens:
+            self._timeouts[job_id] = self.loop.call_later(left, self._on_timeout, job_id)
 
     def _timeout_of(self, row: dict[str, Any]) -> float | None:
         """The job's wall-clock limit in seconds: its ``timeout_seconds``, else
@@ -492,6 +507,7 @@ class Runner:
         self._finished(job_id)
 
     def _finished(self, job_id: str) -> None:
+        self._paused.pop(job_id, None)
         handle = self._timeouts.pop(job_id, None)
         if handle is not None:
             handle.cancel()

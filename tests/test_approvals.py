@@ -114,3 +114,15 @@ def test_a_request_survives_kill_9_and_restart(make_daemon):
     assert d.ctl("approve", request["id"]).returncode == 0
     assert d.wait_job(job)["status"] == "completed"
     assert "ran-it" in _tool_result(d, job)
+
+
+def test_a_waiting_jobs_budget_clock_does_not_run(make_daemon):
+    d = make_daemon(config=HOOK)
+    job = d.delegate("run it", script=SCRIPT, toolsets=["terminal"], timeout_seconds=3)["id"]
+    request = _pending(d, job)
+    time.sleep(9.0)  # past its 3 s and the daemon's backstop (3 s + 5 s): neither counts a person's time
+    assert d.call("job", id=job)["status"] == "running"
+    assert d.ctl("approve", request["id"]).returncode == 0
+    rec = d.wait_job(job)
+    assert rec["status"] == "completed", rec
+    assert "ran-it" in _tool_result(d, job)

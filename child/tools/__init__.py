@@ -64,6 +64,8 @@ class ToolContext:
       mounted inside), where the terminal runs its commands; ``None``: on the host.
     * ``approval_tools``: names of the tools whose every call waits for a person
       (``approvals.always``: :mod:`child.approval`).
+    * ``budget``: the job's wall clock (``pause()``, ``resume()``: :class:`child.agent.BudgetClock`),
+      paused while a call waits for a person; ``None``: none.
     """
 
     cwd: str
@@ -78,6 +80,7 @@ class ToolContext:
     heartbeat: Callable[[str], None] = lambda _what: None
     container: Any = None
     approval_tools: tuple[str, ...] = ()
+    budget: Any = None
 
     def __post_init__(self) -> None:
         self.limits = {**DEFAULT_LIMITS, **{k: v for k, v in (self.limits or {}).items() if v is not None}}

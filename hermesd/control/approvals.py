@@ -154,6 +154,7 @@ class Approvals:
         restart of the daemon (its journal) asks again, and still waits for the same answer."""
         again = self.pending_for(job, tool, arguments)
         if again is not None:  # the same call asked again: a job resumed after a restart
+            self.ctx.runner.pause_timeout(job)
             return again
         session = self.session_of(job)
         nobody = self.nobody(session)
@@ -170,6 +171,7 @@ class Approvals:
             self.ctx.store.insert("approvals", row)
             self.ctx.events.emit("approval.requested", job=job, session=session, data=self.record(row))
         self._arm(row)
+        self.ctx.runner.pause_timeout(job)  # a person's time is not the job's budget
         command = self.ctx.config.hooks.on_approval_request
         if command:
             run = self.hooks.run(command, self.ctx.jobs.get(job) or {"id": job, "status": "running"},
@@ -195,6 +197,7 @@ class Approvals:
         timer = self.timers.pop(request_id, None)
         if timer is not None:
             timer.cancel()
+        self.ctx.runner.resume_timeout(current["job"])
         answered = {**current, **fields}
         for waiter in self.waiters.pop(request_id, []):
             if not waiter.done():
