@@ -14,15 +14,10 @@ from typing import Any
 import click
 
 from client import render
-from client.common import conn, is_json, json_option, out, print_all, show
+from client.common import conn, is_json, json_option, out, print_all, show, who
 
 FOLLOW_EVERY = 10.0
 """Seconds between two ``approvals.list {follow: true}`` of a follower (the daemon counts one for 30)."""
-
-
-def who() -> str:
-    """Who answers, as the requests show it: the user's name (else uid)."""
-    return os.environ.get("USER") or f"uid {os.getuid()}"
 
 
 def request_line(r: dict[str, Any]) -> str:

@@ -109,6 +109,11 @@ def conn() -> Connection:
     return obj["conn"]
 
 
+def who() -> str:
+    """Who the person running this client is, as answers show it: the user's name (else the uid)."""
+    return os.environ.get("USER") or f"uid {os.getuid()}"
+
+
 def new_connection(timeout: float | None = None) -> Connection:
     """A fresh connection with the invocation's runtime directory and ``timeout`` (default ``--timeout``);
     for a second thread (ZeroMQ sockets are not thread-safe)."""

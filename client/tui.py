@@ -33,10 +33,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, RichLog, Static, Tree
 
 from client import render
-from client.approvals import who
 from client.connection import ClientError, Connection
 from client.board import Board, Node, fetch_jobs, load
-from client.common import DEFAULT_TIMEOUT, TERMINAL
+from client.common import DEFAULT_TIMEOUT, TERMINAL, who
 from hermesd.protocol import ProtocolError
 
 STATUS_STYLE = {"queued": "yellow", "starting": "cyan", "running": "bold cyan", "completed": "green",
