@@ -69,7 +69,8 @@ def test_a_429_pauses_everyone_for_retry_after_and_halves_the_window():
 
 
 def test_slow_start_from_the_initial_window_then_one_more_per_success():
-    limiter = Limiter("x", max_concurrent=6, now=0.0)
+    limiter = Limiter("x", now=0.0)
+    limiter.max_concurrent = 6  # the ceiling, not configured at the start
     grants = [limiter.ask("a", f"g{i}", 1, 1, 0.0) for i in range(int(INITIAL_WINDOW))]
     assert all(isinstance(g, Grant) for g in grants)
     wait, reason = limiter.ask("a", "gx", 1, 1, 0.0)
@@ -79,7 +80,8 @@ def test_slow_start_from_the_initial_window_then_one_more_per_success():
     for grant in grants[1:]:
         limiter.done(grant.id, "ok", headers.Learned(), {}, 0.2)
     assert limiter.window == 6.0  # at max_concurrent
-    assert Limiter("y", max_concurrent=2, now=0.0).window == 2.0  # never above it
+    assert Limiter("y", max_concurrent=2, now=0.0).window == 2.0  # a configured one is where it starts
+    assert Limiter("z", max_concurrent=32, now=0.0).window == 32.0
 
 
 def test_no_retry_after_backs_off_exponentially():

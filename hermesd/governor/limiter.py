@@ -16,7 +16,8 @@ Three things decide, all on monotonic seconds (``now`` passed in, so tests drive
   granted after the one whose response said it, and its reset pushed back by what each grant
   takes at the refill rate the headers imply;
 * **concurrency**, adaptive, as TCP's congestion window (RFC 5681 §3.1): it starts at
-  :data:`INITIAL_WINDOW` calls in flight (TCP's larger initial window, RFC 6928: one long call —
+  :data:`INITIAL_WINDOW` calls in flight, or at a configured ``max_concurrent`` (TCP's larger
+  initial window, RFC 6928: one long call —
   a minute of thinking — must not hold every other job of the key; the first responses' headers
   say what the provider allows before a bigger burst can be refused) and grows by one per call
   that went well (slow start) until the first refusal; from
@@ -144,7 +145,8 @@ class Limiter:
             if per_minute:
                 rate = per_minute / 60.0
                 self.buckets[name] = Bucket(rate, max(1.0, rate), self.now)
-        self.window = min(INITIAL_WINDOW, float(self.ceiling()))
+        # a configured max_concurrent is what the operator knows the key allows: the window starts there
+        self.window = float(self.max_concurrent) if self.max_concurrent else min(INITIAL_WINDOW, float(self.ceiling()))
 
     def ceiling(self) -> int:
         """The most calls in flight the window may grow to."""
