@@ -17,6 +17,7 @@ interrupted by a person (Ctrl-C).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import sys
@@ -65,12 +66,25 @@ def _set_timeout(ctx: click.Context, _param: click.Parameter, value: float | Non
         ctx.ensure_object(dict)["timeout"] = value
 
 
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: not eager, so that ``--json`` (eager) is known wherever it stands."""
+    if not value or ctx.resilient_parsing:
+        return
+    version = importlib.metadata.version("hermesd")
+    if ctx.ensure_object(dict).get("json"):
+        render.emit_json({"version": version})
+    else:
+        click.echo(f"{ctx.find_root().info_name}, version {version}")
+    ctx.exit()
+
+
 def global_options(fn: Callable) -> Callable:
     """The options every front end takes before its command: ``--json``,
     ``--runtime-dir`` (``HERMES_RUNTIME_DIR``), ``--timeout`` (seconds per reply,
     :data:`DEFAULT_TIMEOUT`; after the command too, see :class:`Ctl`) and ``--version``.
     They are stored on the root context's ``obj``."""
-    fn = click.version_option(None, "--version", package_name="hermesd", message="%(prog)s, version %(version)s")(fn)
+    fn = click.option("--version", is_flag=True, expose_value=False, callback=_show_version,
+                      help="Show the version and exit (JSON {\"version\": …} with --json).")(fn)
     fn = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT,
                       show_default=True, expose_value=False, callback=_set_root("timeout"), help=TIMEOUT_HELP)(fn)
     fn = click.option("--runtime-dir", envvar="HERMES_RUNTIME_DIR", type=click.Path(file_okay=False, readable=False),
@@ -201,6 +215,15 @@ def print_all(items: list[dict[str, Any]], text: Callable[[dict[str, Any]], str]
         out(empty)
 
 
+def one_line_usage_error(err: click.ClickException, prog: str) -> str:
+    """click's error ``err`` as the one line every client error is (``PROG CMD: message``, then
+    where help is for a usage error), instead of click's three (usage, hint, message)."""
+    ctx = getattr(err, "ctx", None)
+    where = ctx.command_path if ctx is not None else prog
+    hint = f" (see '{where} --help')" if isinstance(err, click.UsageError) else ""
+    return f"{where}: {' '.join(err.format_message().split())}{hint}"
+
+
 class Ctl(click.Group):
     """A click group that turns protocol and connection errors into clean exits,
     and usage errors into JSON too when ``--json`` is on the command line; the
@@ -231,7 +254,7 @@ class Ctl(click.Group):
         except click.ClickException as err:
             if "--json" in argv:
                 render.emit_json({"error": {"code": "bad_request", "message": err.format_message()}})
-            err.show()
+            click.echo(render.clean(one_line_usage_error(err, prog_name or self.name or "hermesctl")), err=True)
             sys.exit(err.exit_code)
         except click.Abort:
             click.echo("", err=True)

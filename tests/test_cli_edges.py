@@ -1,6 +1,6 @@
 """What a systemctl or pueue user expects of ``hermesctl`` and ``hermes-batch`` (real daemon, real CLI).
 
-``--version``; ``--timeout`` after the command too; ``shutdown --wait``; ``--queue`` without
+``--version`` (JSON with ``--json``); click's usage errors in one line; ``--timeout`` after the command too; ``shutdown --wait``; ``--queue`` without
 ``--background`` and ``--toolsets ""`` refused; ``ps`` escaping control characters as ``events``
 does; ``uptime_seconds`` rounded; a request over 16 MiB refused at once as ``too_large``.
 """
@@ -23,6 +23,8 @@ LONG = [{"text": "resting", "sleep": 60}]
 def test_version_and_timeout_after_the_command(daemon):
     assert daemon.ctl("--version").stdout.strip() == f"hermesctl, version {__version__}"
     assert hermes_batch(daemon, "--version").stdout.strip() == f"hermes-batch, version {__version__}"
+    for argv in (["--version", "--json"], ["--json", "--version"]):
+        assert json.loads(daemon.ctl(*argv).stdout) == {"version": __version__}
     for argv in (["status", "--timeout", "2"], ["--timeout", "2", "status"], ["ps", "--timeout", "2", "--all"],
                  ["batch", "list", "--timeout", "2"]):
         out = daemon.ctl(*argv)
@@ -40,6 +42,16 @@ def test_refused_flags_say_why(daemon):
     assert empty.returncode == 2 and "--toolsets names no toolset" in empty.stderr
     send = daemon.ctl("send", "s", "hi", "--toolsets", " , ")
     assert send.returncode == 2 and "--toolsets names no toolset" in send.stderr
+    assert daemon.call("ps", all=True)["jobs"] == []
+
+
+def test_click_usage_errors_are_one_line_exit_2(daemon):
+    """click's own refusals read as every other client error: one line, exit 2 (fast path or not)."""
+    for argv, said in ((["usage", "--by", "bogus"], "hermesctl usage: Invalid value for '--by'"),
+                       (["delegate", "--max-tokens", "1.5", "g"], "hermesctl delegate: Invalid value for '--max-tokens'"),
+                       (["events", "-n", "-2"], "hermesctl events: Invalid value for '--lines'")):
+        out = daemon.ctl(*argv)
+        assert out.returncode == 2 and out.stderr.startswith(said) and out.stderr.count("\n") == 1, (argv, out.stderr)
     assert daemon.call("ps", all=True)["jobs"] == []
 
 
