@@ -38,17 +38,22 @@ class _Formatter(argparse.HelpFormatter):
         super().__init__(prog, width=max(width - 2, 40))
 
 
+INVALID_CONFIG = 7
+"""The exit status of a configuration hermesd cannot use: an invalid config file, or a
+``HERMES_HOME`` that is no directory (where the config file and state would be)."""
+
+
 def _load(path: str | None) -> config_mod.Config:
     try:
         return config_mod.load(path)
     except config_mod.ConfigError as err:
         for problem in err.problems:
             print(f"hermesd: invalid configuration: {problem}", file=sys.stderr)
-        sys.exit(7)
+        sys.exit(INVALID_CONFIG)
 
 
 def _check_home() -> None:
-    """Exit 1 with one line naming ``HERMES_HOME`` when it is there but no directory (a file, or
+    """Exit :data:`INVALID_CONFIG` with one line naming ``HERMES_HOME`` when it is there but no directory (a file, or
     a path through one); a missing one is made by the daemon."""
     home = paths.hermes_home()
     try:
@@ -61,7 +66,7 @@ def _check_home() -> None:
         why = f"cannot be used: {exc.strerror or exc}"
     print(f"hermesd: HERMES_HOME {home} {why}; set HERMES_HOME to the daemon's state directory "
           "(default ~/.hermes)", file=sys.stderr)
-    sys.exit(1)
+    sys.exit(INVALID_CONFIG)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -79,7 +84,8 @@ def run(args: argparse.Namespace) -> None:
 def check_config(args: argparse.Namespace) -> None:
     """Validate the config file (PATH, else $HERMES_HOME/config.yaml).
 
-    Exit 0 if valid, 7 with one file:line: key: reason line per problem if not."""
+    Exit 0 if valid, 7 with one file:line: key: reason line per problem if not (7 too, with one
+    line, when no PATH is given and HERMES_HOME is no directory)."""
     if not (args.path or args.config):
         _check_home()
     cfg = _load(args.path or args.config)
@@ -119,7 +125,7 @@ def _command(commands: Any, name: str, fn: Callable[[argparse.Namespace], None])
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point.  Exits 2 on a usage error (as argparse does), 7 on an
-    invalid configuration, 130 on a Ctrl-C."""
+    invalid configuration (or HERMES_HOME no directory), 130 on a Ctrl-C."""
     args, extra = parser().parse_known_args(argv)
     if getattr(args, "func", None) is not run:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, daemon.STOP_SIGNALS)
