@@ -190,7 +190,8 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     run that does not exist; field ``executor``: Ray not installed, the cluster
     unreachable), ``invalid_state`` (already running; the directory holds a run
     and ``resume`` is off).  ``idempotency_key``: a repeat of a request with the same key
-    gets the run the first one started (its record, with ``repeat: true``), while that job is kept.
+    gets the run the first one started (its record, with ``repeat: true``), while that job is kept;
+    the key with other arguments is ``bad_request``.
     """
     key = idempotency.key_of(args, "batch.run")
     first = idempotency.earlier(ctx.jobs, key)

@@ -9,11 +9,18 @@ The key is stored with the job (``jobs.idempotency_key``, unique), so it holds
 for as long as the job is kept (until retention or ``clean`` removes it) and
 across restarts.  Keys are per request kind (``delegate``, ``spawn_parallel``,
 ``session.send``, ``batch.run``): the same text sent to two of them is two
-keys.  The earlier job is answered whatever the arguments of the repeat are.
+keys.  A repeat is the same request: the key is stored with a digest of the
+request's other arguments (SHA-256 of their canonical JSON), and the key sent
+again with other arguments is refused (``bad_request`` naming the key and the
+first job), as the draft (422, "a key reused with a different payload") and
+Stripe do, instead of answering a job the caller did not ask for.  A job stored
+before digests were (a key alone) is answered whatever the repeat's arguments.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from hermesd.protocol import ProtocolError, arg
@@ -25,8 +32,20 @@ MAX_KEY_CHARS = 200
 """The longest key accepted (UUIDs, hashes, ``cron-2026-01-01`` fit with room)."""
 
 
+DIGEST_SEP = "\x1f"
+"""Between ``SCOPE:KEY`` and the arguments' digest in the stored form (a key is printable: never in it)."""
+
+
+def digest(args: dict[str, Any]) -> str:
+    """The hex SHA-256 (first 32 digits) of ``args`` but the key, as canonical JSON (sorted keys)."""
+    rest = {k: v for k, v in args.items() if k != ARG}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 def key_of(args: dict[str, Any], scope: str) -> str | None:
-    """The stored form (``SCOPE:KEY``) of the request's ``idempotency_key``, None without one.
+    """The stored form (``SCOPE:KEY``, :data:`DIGEST_SEP`, the :func:`digest` of the other
+    arguments) of the request's ``idempotency_key``, None without one.
 
     Raises ``ProtocolError(bad_request)`` for a key that is not a string of 1 to
     :data:`MAX_KEY_CHARS` printable characters.
@@ -37,15 +56,26 @@ def key_of(args: dict[str, Any], scope: str) -> str | None:
     if not key or len(key) > MAX_KEY_CHARS or not key.isprintable():
         raise ProtocolError("bad_request", f"{ARG} must be 1 to {MAX_KEY_CHARS} printable characters",
                             {"field": ARG})
-    return f"{scope}:{key}"
+    return f"{scope}:{key}{DIGEST_SEP}{digest(args)}"
 
 
 def earlier(jobs: Any, key: str | None) -> dict[str, Any] | None:
     """The row of the job submitted with stored ``key`` (:func:`key_of`) and still kept, else None.
-    ``jobs``: the :class:`hermesd.jobs.JobTable`."""
+    ``jobs``: the :class:`hermesd.jobs.JobTable`.
+
+    Raises ``ProtocolError(bad_request)`` naming the key and the first job when that job
+    was submitted with the same key but other arguments (another digest)."""
     if key is None:
         return None
-    return jobs.store.one("SELECT * FROM jobs WHERE idempotency_key = ?", (key,))
+    scoped, _, _ = key.partition(DIGEST_SEP)
+    row = jobs.store.one("SELECT * FROM jobs WHERE idempotency_key = ? OR (idempotency_key > ? AND idempotency_key < ?)"
+                         " LIMIT 1", (scoped, scoped + DIGEST_SEP, scoped + chr(ord(DIGEST_SEP) + 1)))
+    if row is None or row["idempotency_key"] in (key, scoped):
+        return row
+    sent = scoped.partition(":")[2]
+    raise ProtocolError("bad_request", f"{ARG} {sent!r} was sent before with other arguments (job {row['id']}); "
+                        "a repeat must be the same request, another request needs another key",
+                        {"field": ARG, "job": row["id"]})
 
 
 def repeat(answer: dict[str, Any]) -> dict[str, Any]:

@@ -82,7 +82,8 @@ async def delegate(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``exit_reason: resource_limit`` and the limit named in ``error``).
     Returns the job record; for a background job ``status`` is its state and
     ``delegation_id`` its id.  ``idempotency_key``: a repeat of a request with the same
-    key gets the job the first one made, with ``repeat: true`` (:mod:`hermesd.idempotency`).
+    key gets the job the first one made, with ``repeat: true``;
+    the key with other arguments is ``bad_request`` (:mod:`hermesd.idempotency`).
     """
     key = idempotency.key_of(args, "delegate")
     first = idempotency.earlier(ctx.jobs, key)
@@ -102,7 +103,8 @@ async def spawn_parallel(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
     At most ``delegation.max_concurrent_children`` of the group run at once;
     the rest wait their turn.  Returns ``{group, jobs: [record…]}`` in task order.
-    ``idempotency_key``: a repeat gets the group the first request made, with ``repeat: true``.
+    ``idempotency_key``: a repeat gets the group the first request made, with ``repeat: true``;
+    the key with other arguments is ``bad_request``.
     """
     key = idempotency.key_of(args, "spawn_parallel")
     first = idempotency.earlier(ctx.jobs, key)

@@ -123,7 +123,8 @@ async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``{session, command, …}`` instead.  A new message never stops running children.
     ``resume=false``: a restart ends the turn ``lost`` instead of resuming it.
     ``idempotency_key``: a repeat of a message sent with the same key gets the turn the
-    first one started, with ``repeat: true`` (:mod:`hermesd.idempotency`)."""
+    first one started, with ``repeat: true``;
+    the key with other arguments is ``bad_request`` (:mod:`hermesd.idempotency`)."""
     key = idempotency.key_of(args, "session.send")
     first = idempotency.earlier(ctx.jobs, key)
     if first is not None:
