@@ -98,12 +98,21 @@ def short(text: Any, width: int = 60) -> str:
     return one_line(text, width)
 
 
+def remaining(until: Any, told: Any) -> float:
+    """Seconds left now until epoch ``until`` (never below 0), else ``told`` (a reply without it)."""
+    if isinstance(until, (int, float)):
+        return max(0.0, until - time.time())
+    return told if isinstance(told, (int, float)) else 0.0
+
+
 def waiting_text(rec: dict[str, Any]) -> str:
-    """``[waiting 4.0s for the provider: REASON] `` for a job the governor told to wait, else ``""``."""
+    """``[waiting 4.0s for the provider: REASON] `` for a job the governor told to wait (the time
+    left as it is shown, counting down to ``until``), else ``""``."""
     waiting = rec.get("waiting")
     if not isinstance(waiting, dict):
         return ""
-    return f"[waiting {waiting.get('seconds', 0):.1f}s for {waiting.get('endpoint')}: {waiting.get('reason')}] "
+    left = remaining(waiting.get("until"), waiting.get("seconds"))
+    return f"[waiting {left:.1f}s for {waiting.get('endpoint')}: {waiting.get('reason')}] "
 
 
 STATE_COLOURS = {"queued": "33", "starting": "36", "running": "36", "completed": "32", "failed": "31",
@@ -223,12 +232,12 @@ def status_text(st: dict[str, Any]) -> str:
 
 def governor_lines(limiters: list[dict[str, Any]]) -> list[str]:
     """``status``'s ``governor`` as lines: each endpoint's calls in flight and window, and while
-    paused how long, why and who waits."""
+    paused or any job waits how long (left now), why and who waits."""
     lines = []
     for g in limiters:
         line = f"  provider {g.get('endpoint')}: {g.get('in_flight', 0)} in flight (window {g.get('concurrency')})"
-        if g.get("paused_seconds"):
-            line += f", PAUSED {g['paused_seconds']:.1f}s: {g.get('reason')}"
+        if g.get("reason"):
+            line += f", PAUSED {remaining(g.get('paused_until'), g.get('paused_seconds')):.1f}s: {g.get('reason')}"
         if g.get("waiting"):
             line += f"; waiting: {', '.join(g['waiting'])}"
         lines.append(line)

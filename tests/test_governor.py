@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -113,3 +114,27 @@ def test_an_overload_mid_stream_is_asked_for_again_not_failed(make_daemon):
         assert ended["status"] == "completed" and len(api.requests) == 2, ended
         calls = daemon.call("status")["governor"][0]["calls"]
         assert calls == {"overloaded": 1, "ok": 1}, calls
+
+
+def test_a_headers_only_wait_counts_down_in_ps_and_status_says_why(make_daemon):
+    """No 429: the first reply's headers say no requests remain until the reset; the next job waits,
+    ``ps`` shows the time left (less each time it is asked) and ``status`` the wait and its reason."""
+    with FakeAnthropic(limits=Limits(requests=1, window=12)) as api:
+        daemon = warm(make_daemon(_anthropic(api)))
+        assert daemon.wait_job(daemon.delegate("first", background=True)["id"])["status"] == "completed"
+        job = daemon.delegate("second", background=True)["id"]
+        wait_for(lambda: any(r.get("waiting") for r in daemon.call("ps")["jobs"]), timeout=20, what="a wait in ps")
+
+        def shown() -> float:
+            ps = daemon.ctl("ps", env={"COLUMNS": "300"}).stdout
+            return float(re.search(r"\[waiting ([0-9.]+)s for [^\]]*no requests remain", ps).group(1))
+
+        first = shown()
+        wait_for(lambda: shown() <= first - 0.5, timeout=5, what="the wait shown counting down")
+        limiter = daemon.call("status")["governor"][0]
+        assert limiter["waiting"] == [job] and limiter["paused_seconds"] > 0, limiter
+        assert "no requests remain" in limiter["reason"] and limiter["paused_until"] > time.time()
+        status = daemon.ctl("status", env={"COLUMNS": "300"}).stdout
+        assert f"no requests remain until its reset; waiting: {job}" in status, status
+        assert daemon.wait_job(job, timeout=30)["status"] == "completed"
+        assert api.limits.refused_total == 0

@@ -80,8 +80,9 @@ class Governor:
         answer = limiter.ask(job, f"g{next(self._ids)}", input_tokens, max_tokens, now)
         if not isinstance(answer, Grant):
             seconds, reason = answer
+            wall = self.wall()
             self.waiting[job] = {"endpoint": limiter.label, "reason": reason, "seconds": round(seconds, 3),
-                                 "since": self.waiting.get(job, {}).get("since", self.wall())}
+                                 "until": round(wall + seconds, 3), "since": self.waiting.get(job, {}).get("since", wall)}
             return {"wait": round(seconds, 3), "reason": f"{limiter.label}: {reason}"}
         self.waiting.pop(job, None)
         if self.ledger is not None:
@@ -130,8 +131,8 @@ class Governor:
                 self.grants.pop(grant_id, None)
 
     def waiting_for(self, job: str) -> dict[str, Any] | None:
-        """What ``job`` waits for (``endpoint``, ``reason``, ``seconds`` it was told, ``since``
-        epoch seconds), or None."""
+        """What ``job`` waits for (``endpoint``, ``reason``, ``seconds`` it was told, ``until`` and
+        ``since`` epoch seconds: a display counts down to ``until``), or None."""
         return self.waiting.get(job)
 
     def annotate(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -142,12 +143,22 @@ class Governor:
         return record
 
     def describe(self) -> list[dict[str, Any]]:
-        """Every limiter (:meth:`Limiter.describe`) with the jobs waiting for it (``waiting``)."""
-        now = self.clock()
+        """Every limiter (:meth:`Limiter.describe`) with the jobs waiting for it (``waiting``) and,
+        whenever any wait, ``paused_seconds``, ``paused_until`` (epoch seconds) and ``reason``:
+        the limiter's pause (a 429 or 529), else the longest wait it told a job (such as the
+        headers' "no requests remain until its reset")."""
+        now, wall = self.clock(), self.wall()
         out = []
         for limiter in self.limiters.values():
             entry = limiter.describe(now)
-            entry["waiting"] = sorted(j for j, w in self.waiting.items() if w["endpoint"] == limiter.label)
+            waits = {j: w for j, w in self.waiting.items() if w["endpoint"] == limiter.label}
+            entry["waiting"] = sorted(waits)
+            if "paused_seconds" in entry:
+                entry["paused_until"] = round(wall + entry["paused_seconds"], 3)
+            elif waits:
+                longest = max(waits.values(), key=lambda w: w["until"])
+                entry.update(paused_seconds=round(max(0.0, longest["until"] - wall), 3),
+                             paused_until=longest["until"], reason=longest["reason"])
             out.append(entry)
         return out
 

@@ -34,7 +34,8 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``HERMES_LOOP_LAG_MS`` (:mod:`hermesd.looplag`); the queue (``queue``: ``paused``, ``paused_at``,
     ``waiting_for_jobs`` that wait for others), whether ``hooks.on_job_end`` is set, and the
     governor (``governor``: per provider endpoint and key, ``in_flight``, ``concurrency``,
-    ``paused_seconds`` and ``reason`` while paused, ``calls`` by outcome, ``configured``
+    ``paused_seconds``, ``paused_until`` (epoch seconds) and ``reason`` while paused or a job
+    waits for it (the longest wait), ``calls`` by outcome, ``configured``
     limits, ``waiting`` jobs), and the bill (``spend``: ``today``'s calls, tokens and cost,
     UTC, and the daily limits ``daily_cost_usd``, ``daily_tokens``).  Only reads."""
     ctx.events.flush()  # buffered progress events count in last_seq

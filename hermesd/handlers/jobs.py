@@ -66,7 +66,8 @@ async def ps(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``{jobs: [record…], more, next}``: ``more`` is true when jobs beyond this
     page exist (also when the page was cut to fit a frame); ask again with
     ``cursor=next`` for them.  A job told to wait by the governor has ``waiting``:
-    ``{endpoint, reason, seconds, since}`` (the provider's rate limit).
+    ``{endpoint, reason, seconds, until, since}`` (the provider's rate limit; ``seconds`` it was
+    told, ``until`` and ``since`` epoch seconds: the time left is ``until`` minus now).
     """
     show_all = arg(args, "all", bool, False)
     kind = arg(args, "kind", str, None, choices=tuple(ctx.jobs.kinds))
