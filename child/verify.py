@@ -66,8 +66,8 @@ def verdict(output: str, returncode: int) -> dict[str, Any]:
 def run(verifier: dict[str, Any], ctx: ToolContext, shown: Any = None) -> dict[str, Any]:
     """Run ``verifier`` (see the module doc) with the tool context ``ctx``; returns
     ``{command, passed, reward, exit_status, details, output, error, seconds}``
-    (``output``: its last :data:`OUTPUT_CHARS` characters, through ``shown(text)``
-    when given — e.g. the working directory masked).  Never raises for the verifier's
+    (``output``: its last :data:`OUTPUT_CHARS` characters; every string of it, ``details`` and
+    ``command`` included, through ``shown(text)`` when given — e.g. the working directory masked).  Never raises for the verifier's
     own failures."""
     from child.tools.terminal import run_shell
 
@@ -82,5 +82,17 @@ def run(verifier: dict[str, Any], ctx: ToolContext, shown: Any = None) -> dict[s
         result = {"passed": None, "reward": None, "exit_status": None, "details": {},
                   "error": f"the verifier did not finish: {output.splitlines()[0].strip('[]')}"}
     tail = output[-OUTPUT_CHARS:]
-    return {"command": command, **result, "output": shown(tail) if shown else tail,
-            "seconds": round(time.monotonic() - started, 3)}
+    outcome = {"command": command, **result, "output": tail, "seconds": round(time.monotonic() - started, 3)}
+    return _masked(outcome, shown) if shown else outcome
+
+
+def _masked(value: Any, shown: Any) -> Any:
+    """``value`` with every string in it (the command, the output, the verifier's own JSON
+    ``details`` and ``error``, keys too) passed through ``shown``: no host path in a line."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, dict):
+        return {_masked(k, shown): _masked(v, shown) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v, shown) for v in value]
+    return value

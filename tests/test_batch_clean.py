@@ -18,11 +18,13 @@ LOOK = {"thinking": "I look around.", "tool_calls": [
 
 def test_a_job_works_in_a_folder_of_its_own_and_its_line_shows_no_host(make_daemon, tmp_path):
     daemon = make_daemon()
+    verifier = 'printf \'{"reward": 1, "note": "%s %s"}\' "$PWD" "$HOME"'  # its own JSON names host paths
     record = start(daemon, write_dataset(tmp_path / "d.jsonl", [{"prompt": "p", "script": [LOOK, {"text": "ok"}]}]),
-                   "clean", allow_synthetic=True)
+                   "clean", allow_synthetic=True, verifier=verifier)
     final = finish(daemon, record)
     assert final["status"] == "completed", final
     line = read_run(Path(final["run_dir"]))["trajectories"][0]
+    assert line["reward"] == 1 and line["verifier"]["details"]["note"] == ". ~", line["verifier"]
     result = next(m["content"] for m in line["messages"] if m["role"] == "tool")
     shown = dict(x.split("=", 1) for x in result.splitlines() if "=" in x)
     assert shown["pwd"] == "."  # the placeholder the system prompt shows
