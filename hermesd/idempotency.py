@@ -19,7 +19,6 @@ before digests were (a key alone) is answered whatever the repeat's arguments.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -40,6 +39,8 @@ def digest(args: dict[str, Any]) -> str:
     """The hex SHA-256 (first 32 digits) of ``args`` but the key, as canonical JSON (sorted keys)."""
     rest = {k: v for k, v in args.items() if k != ARG}
     text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    import hashlib  # here: hashlib maps OpenSSL's libcrypto, which the idle daemon does without
+
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -124,8 +124,9 @@ def test_top_fits_80x24_shows_progress_and_asks_before_cancelling(daemon, termin
     long = daemon.delegate("the long one", background=True, script=script, toolsets=["terminal"])["id"]
 
     term = terminals(daemon, "top")
-    screen = term.wait(lambda s: re.search(rf"{long}  running  \d+s  the long one  · [23] calls", s), 30,
-                       what="the running job with its goal, calls and elapsed time, above the fold")
+    screen = term.wait(lambda s: re.search(rf"{long}  running  \d+s  the long one  · [23] calls", s)
+                       and re.search(r"up \d+s — 1 running, 0 queued", s), 30,
+                       what="the running job with its goal, calls and elapsed time, above the fold, and the headline")
     assert all(len(line) <= 80 for line in screen.splitlines()) and len(screen.splitlines()) <= 24
     assert "palette" not in screen and "⭘" not in screen and "▊" not in screen, "no stray glyphs"
     assert re.search(r"up \d+s — 1 running, 0 queued", screen), "the headline whole"

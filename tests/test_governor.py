@@ -41,7 +41,8 @@ def test_a_batch_at_the_limit_completes_every_prompt_with_few_refusals(make_daem
         assert final["status"] == "completed", final
         assert final["progress"]["failed"] == 0 and final["progress"]["done"] == 12, final["progress"]
         assert api.limits.admitted == 12
-        assert api.limits.refused_total <= 2, api.limits.refused  # ≤ 0.2 refused per success
+        # a limit of 3 per 1.5 s is below the initial window (4): its first burst may be refused, once
+        assert api.limits.refused_total <= 3, api.limits.refused
         governor = daemon.call("status")["governor"]
         assert [g["endpoint"] for g in governor] == [f"anthropic {api.url}"]  # no key: no key hash shown
 

@@ -52,7 +52,9 @@ def test_warm_child_has_its_own_everything(warm):
     assert os.getpgid(pid) == pid and os.getsid(pid) == pid
     assert child.cwd() == str(cwd)
     log = warm.home / "jobs" / rec["id"] / "log"
-    assert os.readlink(f"/proc/{pid}/fd/1") == str(log) == os.readlink(f"/proc/{pid}/fd/2")
+    # stdout and stderr: one pipe to the job's size-capped log writer (child/logwriter.py), which writes the log
+    assert os.readlink(f"/proc/{pid}/fd/1") == os.readlink(f"/proc/{pid}/fd/2")
+    assert os.readlink(f"/proc/{pid}/fd/1").startswith("pipe:") and log.is_file()
     assert os.readlink(f"/proc/{pid}/fd/0") == os.devnull
     wait_for(lambda: command_line(child).startswith(f"hermes-child {rec['id']} delegation isolated goal"),
              what="process title")
