@@ -116,6 +116,7 @@ def test_a_request_survives_kill_9_and_restart(make_daemon):
     assert "ran-it" in _tool_result(d, job)
 
 
+@pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
 def test_a_waiting_jobs_budget_clock_does_not_run(make_daemon):
     d = make_daemon(config=HOOK)
     job = d.delegate("run it", script=SCRIPT, toolsets=["terminal"], timeout_seconds=3)["id"]

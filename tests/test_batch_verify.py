@@ -4,6 +4,8 @@ groups.jsonl, and groups resumed exactly across kill -9."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import sys
 from collections import Counter
@@ -88,6 +90,7 @@ def test_verifiers_rewards_groups_and_min_reward(make_daemon, tmp_path):
     assert loaded["reward"] == [1.0, 1.0, 0.5, 0.75] and loaded["passed"] == [True, True, False, True]
 
 
+@pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
 def test_groups_resume_exactly_across_kill9(make_daemon, tmp_path):
     daemon = make_daemon({"supervisor": {"max_children": 2}})
     slow = [{**SCRIPTS["normal"][0], "sleep": 0.2}, SCRIPTS["normal"][1]]

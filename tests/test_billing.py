@@ -26,6 +26,7 @@ def fake_daemon(make_daemon, api, **config):
                         **config}, env={"ANTHROPIC_API_KEY": "test-key"})
 
 
+@pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
 def test_tokens_and_cost_per_job_rolled_up_shown_and_kept(make_daemon, api):
     api.reply_tool_use("terminal", {"command": "echo one"})
     d = fake_daemon(make_daemon, api)
@@ -96,6 +97,7 @@ def test_bad_limits_are_bad_requests(daemon, value):
     assert shown.returncode != 0 and "argument 'max_tokens' must be a number > 0" in shown.stderr
 
 
+@pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
 def test_the_governors_grant_asks_the_ledger_first(make_daemon, api):
     for _ in range(12):
         api.reply_tool_use("terminal", {"command": "echo again"})

@@ -7,6 +7,8 @@ does; ``uptime_seconds`` rounded; a request over 16 MiB refused at once as ``too
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -128,6 +130,7 @@ def test_states_in_colour_on_a_terminal_only(daemon):
     assert "\x1b[" not in daemon.ctl("ps", "--all").stdout  # a pipe: never
 
 
+@pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
 def test_chat_without_a_terminal_says_at_once_when_the_daemon_dies(make_daemon):
     d = make_daemon(env={"HERMES_SCRIPTED_STEP_SECONDS": "60"})
     chat = subprocess.Popen([sys.executable, "-m", "client", "chat", "main"], env=d.env, stdin=subprocess.PIPE,

@@ -5,6 +5,8 @@ answered without importing click or pyzmq, printing exactly what the full client
 
 from __future__ import annotations
 
+import pytest
+
 import re
 import subprocess
 import sys
@@ -77,6 +79,7 @@ def _side_by_side(daemon, tmp_path, *args: str, env: dict[str, str] | None = Non
     return path
 
 
+@pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
 def test_the_commands_scripts_call_answer_fast_exactly_as_the_full_client(daemon, tmp_path):
     done = daemon.wait_job(daemon.delegate("ended", script=[{"text": "fine"}])["id"])["id"]
     failed = daemon.wait_job(daemon.delegate("broken", script=[{"error": "boom"}])["id"])["id"]

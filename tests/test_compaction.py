@@ -123,6 +123,7 @@ def test_a_failed_compaction_leaves_the_session_as_it_was_and_the_turn_runs(make
         assert len(d.call("session.history", session="main")["messages"]) == 8
 
 
+@pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
 def test_a_completion_arriving_during_a_compaction_is_delivered_once_after_it(make_daemon):
     with FakeAnthropic() as api:
         order = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import re
 import threading
@@ -91,6 +93,7 @@ def test_quota_exhausted_is_not_retried(make_daemon):
         assert len(api.requests) == 1
 
 
+@pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
 def test_a_waiting_child_is_not_stale_and_shows_in_ps_and_status(make_daemon):
     with FakeAnthropic(limits=Limits().overload(1, retry_after=10)) as api:
         daemon = warm(make_daemon({"delegation": {"stale_after_seconds": 6}, **_anthropic(api)}))
@@ -117,6 +120,7 @@ def test_an_overload_mid_stream_is_asked_for_again_not_failed(make_daemon):
         assert calls == {"overloaded": 1, "ok": 1}, calls
 
 
+@pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
 def test_a_headers_only_wait_counts_down_in_ps_and_status_says_why(make_daemon):
     """No 429: the first reply's headers say no requests remain until the reset; the next job waits,
     ``ps`` shows the time left (less each time it is asked) and ``status`` the wait and its reason."""
