@@ -36,12 +36,6 @@ class BillingPlugin(Plugin):
         "`tokens`), `reason`, `scope`, `error`.",
     }
 
-    events = {
-        "budget.exceeded": "A job's report showed one of its budgets spent (once per budget; the job is stopped, "
-        "`failed` with `budget_exceeded`, unless it is a batch item: its run stops dispatching). `data`: `budget` "
-        "(its name), `spent`, `in_flight`, `limit`, `unit` (`usd` or `tokens`), `scope`, `error`.",
-    }
-
     def __init__(self, ctx: Any):
         super().__init__(ctx)
         self.ledger = ctx.provide(Ledger(ctx.store, ctx.jobs, lambda: ctx.config, on_refusal=self.announce))
