@@ -17,6 +17,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from batch import output
 from child.providers import llama_build, local
 from child.providers.base import ProviderError
 from hermesd.exits import signal_name
@@ -48,14 +49,18 @@ needs_model = pytest.mark.skipif(not local.available(), reason=f"local model not
 
 def test_action_schema_is_a_union_over_tools_and_final_answer():
     schema = local.action_schema(TOOLS)
-    good = [{"thought": "t", "tool": "terminal", "arguments": {"command": "ls"}},
-            {"thought": "t", "tool": "file", "arguments": {"action": "read", "path": "a.txt"}},
-            {"thought": "t", "final_answer": "done"}]
+    t = "I will list the files first."
+    good = [{"thought": t, "tool": "terminal", "arguments": {"command": "ls"}},
+            {"thought": t, "tool": "file", "arguments": {"action": "read", "path": "a.txt"}},
+            {"thought": "I have done it.", "final_answer": "done"}]
     for action in good:
         jsonschema.validate(action, schema)
-    bad = [{"thought": "t", "tool": "web", "arguments": {}},
-           {"thought": "t", "tool": "file", "arguments": {"action": "delete", "path": "a"}},
-           {"thought": "t", "tool": "terminal", "arguments": {"command": "x" * (local.ARG_CHARS + 1)}}]
+    bad = [{"thought": t, "tool": "web", "arguments": {}},
+           {"thought": t, "tool": "file", "arguments": {"action": "delete", "path": "a"}},
+           {"thought": t, "tool": "terminal", "arguments": {"command": "x" * (local.ARG_CHARS + 1)}},
+           # a lone word or an ellipsis is no reasoning (the batch would discard the sample)
+           {"thought": "...", "tool": "terminal", "arguments": {"command": "ls"}},
+           {"thought": "has_close_elements", "final_answer": "done"}]
     for action in bad:
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(action, schema)
@@ -120,7 +125,9 @@ def test_tool_call_then_final_answer(steps):
     uses = [b for b in step["content"] if b["type"] == "tool_use"]
     assert len(uses) == 1 and uses[0]["name"] in {"terminal", "file"}
     jsonschema.validate(uses[0]["input"], {"terminal": TERMINAL, "file": FILE}[uses[0]["name"]]["input_schema"])
-    assert all(b["signature"] == "" for b in step["content"] if b["type"] == "thinking")
+    thoughts = [b for b in step["content"] if b["type"] == "thinking"]
+    assert all(b["signature"] == "" for b in thoughts)
+    assert thoughts and output.real_reasoning(thoughts[0]["thinking"], {uses[0]["input"].get("command", "")}), thoughts
     assert step["usage"]["input"] > 0 and step["usage"]["output"] > 0
     final = steps["more"][-1]
     print(f"final after {len(steps['more'])} more steps: {final['content']}")

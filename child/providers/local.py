@@ -10,7 +10,9 @@ Toy quality, said plainly: a 135M-parameter model follows simple instructions
 every step: its output is constrained by a grammar (built from a JSON schema)
 to one JSON action, either ``{"thought", "tool", "arguments"}`` with a tool
 that was offered and arguments matching that tool's schema, or
-``{"thought", "final_answer"}``.  Actions map to content blocks: ``thought`` →
+``{"thought", "final_answer"}``, the thought a short first-person sentence of words
+(:data:`THOUGHT_PATTERN`: a lone word or "..." is not reasoning a trainer can use).
+Actions map to content blocks: ``thought`` →
 ``thinking`` (empty signature), a tool → ``tool_use``, a final answer → ``text``.
 
 Steps are steered by how many tool results the current task (everything since
@@ -48,6 +50,8 @@ FINAL_NOTE = "The task is done. Reply with final_answer and say what the tool re
 # Length bounds (characters) written into the grammar, so an action normally ends
 # well within MAX_NEW_TOKENS (one cut short comes back with stop_reason max_tokens).
 THOUGHT_CHARS = 160
+# The thought's shape: "I", a verb, then 2-12 more words, ending in a full stop (at most ~320 chars).
+THOUGHT_PATTERN = r"^I [a-z]{1,16}( [A-Za-z0-9,'_-]{1,24}){2,12}[.]$"
 ANSWER_CHARS = 600
 ARG_CHARS = 240
 ARRAY_ITEMS = 4
@@ -176,7 +180,7 @@ def action_schema(tools: list[dict[str, Any]], *, final: bool = True, only_final
     the final one is ``{"thought", "final_answer"}``.  ``final=False`` leaves it out (needs
     tools), ``only_final`` keeps nothing else.
     """
-    thought = {"type": "string", "maxLength": THOUGHT_CHARS}
+    thought = {"type": "string", "pattern": THOUGHT_PATTERN}
     answer = {"type": "object", "properties": {
         "thought": thought, "final_answer": {"type": "string", "minLength": 1, "maxLength": ANSWER_CHARS}},
         "required": ["thought", "final_answer"]}
@@ -217,9 +221,9 @@ def _system_text(system: str, tools: list[dict[str, Any]]) -> str:
     lines = [_clip(system.strip(), SYSTEM_CHARS), "",
              "Reply with one JSON object per step."]
     if tools:
-        lines += ['To use a tool: {"thought": "...", "tool": "<name>", "arguments": {...}}',
+        lines += ['To use a tool: {"thought": "I will ...", "tool": "<name>", "arguments": {...}}',
                   "Tools:", *(_tool_line(t) for t in tools)]
-    lines.append('When done: {"thought": "...", "final_answer": "..."}')
+    lines.append('When done: {"thought": "I have ...", "final_answer": "..."}')
     return "\n".join(lines).strip()
 
 
