@@ -118,8 +118,7 @@ run = pathlib.Path(sys.argv[1])
 try:
     stats = json.loads((run / "statistics.json").read_text())
     print("statistics.json:", json.dumps({k: stats[k] for k in list(stats)[:8]}, indent=None)[:600], file=sys.stderr)
-    lines = (run / "trajectories.jsonl").read_text().splitlines() or [  # the toy model's samples may all be filtered
-        x for f in sorted(run.glob("batch_*.jsonl")) for x in f.read_text().splitlines()]
+    lines = (run / "trajectories.jsonl").read_text().splitlines()
 except (OSError, ValueError) as exc:
     print(f"   ({exc})", file=sys.stderr)
     lines = []
