@@ -179,7 +179,10 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``auto``), ``ray_num_cpus`` and ``ray_memory_mb`` (what each item reserves).
     With ``ray`` the answer waits until the run's driver has joined the cluster.
     The run writes
-    ``OUTPUT_DIR/RUN_NAME/``.  Returns the batch record (see ``batch.status``).
+    ``OUTPUT_DIR/RUN_NAME/``.  Returns the batch record (see ``batch.status``) with
+    ``warnings``, texts for the user: a resume whose ``allow_synthetic``/``exclude_partial``/
+    ``min_reward`` differ from the run's names them and how many written samples
+    ``trajectories.jsonl`` kept and will keep (it is written again from the batch files).
     A line's ``docker_image`` runs that prompt's terminal commands in a
     container of that image.  Errors: ``bad_request`` (a bad argument, an
     unreadable dataset, a ``docker_image`` line that cannot run — a bad image

@@ -32,7 +32,7 @@ from batch.executor_ray import RayExecutor
 from batch.job import STATISTICS, BatchRun
 from batch.output import TRAJECTORIES, batch_files
 from batch.runner_iface import SupervisorExecutor
-from batch.settings import Settings, job_id_of, no_run
+from batch.settings import Settings, filter_change, job_id_of, no_run
 from hermesd import jobs as jobs_mod
 from hermesd.billing.ledger import Ledger
 from hermesd.containers import plugin as containers
@@ -43,6 +43,9 @@ log = logging.getLogger("hermesd.batch")
 
 ERRORS_SHOWN = 50
 """At most this many bad-line messages travel in a status record."""
+NO_SAMPLE = (" (no sample kept: `datasets.load_dataset(RUN_DIR)` raises on an empty split, as every `datasets` "
+             "release to 5.2 does — with streaming=True it gives the declared features and no row)")
+"""Said after the count of ``trajectories.jsonl`` when it is 0 (the summary of a run)."""
 
 
 class BatchService:
@@ -115,8 +118,12 @@ class BatchService:
 
     def run(self, s: Settings, *, resume: bool, allow_changed: bool = False,
             idempotency_key: str | None = None) -> dict[str, Any]:
-        """Start batch ``s.run_name`` (or continue it with ``resume``); returns its record.
+        """Start batch ``s.run_name`` (or continue it with ``resume``); returns its record with
+        ``warnings``.
         ``idempotency_key``: the request's, stored with the job (``hermesd.idempotency``).
+
+        ``warnings``: what the user should know (a resume that changes the filters:
+        :func:`batch.settings.filter_change`).
 
         Raises ``ProtocolError``: ``invalid_state`` when it is already running or
         its directory holds a run and ``resume`` is off; ``bad_request`` for a
@@ -149,11 +156,14 @@ class BatchService:
         if not allow_changed:
             self._unchanged(s, stored, data)
         run = self._open(job_id, s, data)
+        refiltered = filter_change(stored.settings, s.filters, list(run.written.values())) if stored else None
+        if refiltered:
+            log.warning("batch %s: %s", s.run_name, refiltered)
         self.d.jobs.create("batch", id=job_id, replace_ended=True, goal=f"batch {s.run_name}: {s.dataset_file}",
                            model=s.model, toolsets=list(distributions.get(s.distribution)), spec=s.to_dict(),
                            idempotency_key=idempotency_key)
         self._go(run)
-        return self.record(job_id)
+        return {**self.record(job_id), "warnings": [refiltered] if refiltered else []}
 
     def _go(self, run: BatchRun, *, adopt: bool = False) -> None:
         status = self.d.jobs.require(run.job_id)["status"]
@@ -202,7 +212,7 @@ class BatchService:
                                   f"{p['filtered_synthetic']} filtered (synthetic: --allow_synthetic keeps them), "
                                   f"{p['filtered_partial']} filtered (partial), {p['failed']} failed, "
                                   f"{p['pending']} pending; {p['in_trajectories']} in {run.run_dir / TRAJECTORIES}"
-                                  + _scores_text(stats))
+                                  + ("" if p["in_trajectories"] else NO_SAMPLE) + _scores_text(stats))
         self.d.jobs.transition(run.job_id, status, **fields)
 
     # reports -----------------------------------------------------------------

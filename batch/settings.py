@@ -28,6 +28,11 @@ RESUMED = ("dataset_file", "batch_size", "num_workers", "max_turns", "distributi
 """The settings a resume takes from the run's checkpoint when the request does not give them
 (a request can turn a flag on, not off: ``False`` is not sent)."""
 
+FILTERS = ("allow_synthetic", "exclude_partial", "min_reward")
+"""The settings that choose which written samples ``trajectories.jsonl`` keeps
+(:meth:`batch.output.Written.reason`); a resume may change them: the merged files are
+written again from the batch files, which keep every sample (:func:`filter_change`)."""
+
 MAX_SAMPLES_PER_PROMPT = 1000
 """Most attempts of one prompt (``--samples_per_prompt``)."""
 MAX_VERIFIER_TIMEOUT = 3600.0
@@ -102,6 +107,34 @@ def resume_args(args: dict[str, Any], run_name: str, run_dir: Path) -> dict[str,
         return args
     own = {key: value for key, value in stored.settings.items() if key in RESUMED and value is not None}
     return {**own, **{k: v for k, v in args.items() if v is not None}}
+
+
+def filter_change(before: dict[str, Any], after: dict[str, Any], written: list[Any]) -> str | None:
+    """The warning of a resume that changes the run's filters (:data:`FILTERS`) from ``before``
+    (the checkpoint's settings) to ``after`` (the resume's ``Settings.filters``): the flags, and
+    how many of the ``written`` samples (``batch.output.Written``) ``trajectories.jsonl`` kept
+    and will keep, with why the others stay out; None when the filters are the same or nothing
+    was written yet (then there is nothing to rewrite)."""
+    old = {key: before.get(key, Settings.__dataclass_fields__[key].default) for key in FILTERS}
+    changed = [key for key in FILTERS if old[key] != after[key]]
+    if not changed or not written:
+        return None
+
+    def shown(value: Any) -> str:
+        return "none" if value is None else ("on" if value is True else "off" if value is False else f"{value:g}")
+
+    flags = ", ".join(f"--{key} {shown(after[key])} (the run had {shown(old[key])})" for key in changed)
+    reasons: dict[str, int] = {}
+    for w in written:
+        why = w.reason(**after)
+        if why:
+            reasons[why[0]] = reasons.get(why[0], 0) + 1
+    kept_before = sum(1 for w in written if w.reason(**old) is None)
+    kept_now = len(written) - sum(reasons.values())
+    out = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    return (f"this resume changes the run's filters: {flags}; trajectories.jsonl and messages.jsonl are written "
+            f"again from the {len(written)} sample(s) of the batch files: {kept_before} kept before, {kept_now} now"
+            + (f" (left out: {out})" if out else "") + "; the batch files keep every sample")
 
 
 BUDGET_ARGS = ("max_cost_usd", "max_total_tokens")
@@ -231,8 +264,7 @@ class Settings:
     def filters(self) -> dict[str, Any]:
         """The keywords of ``batch.output.Written.reason``: what keeps a written sample out
         of ``trajectories.jsonl``."""
-        return {"allow_synthetic": self.allow_synthetic, "exclude_partial": self.exclude_partial,
-                "min_reward": self.min_reward}
+        return {key: getattr(self, key) for key in FILTERS}
 
     @property
     def run_dir(self) -> Path:

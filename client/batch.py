@@ -261,6 +261,8 @@ def run_batch(flags: dict[str, Any]) -> None:
     connection = conn()
     record = connection.call("batch.run", max(connection.timeout, RUN_REPLY_SECONDS), **args)
     said_repeat(record, record["id"])
+    for message in record.get("warnings") or []:
+        out(f"warning: {message}", err=True)
     for message in record.get("errors") or []:
         out(message, err=True)
     if (record.get("bad_lines") or 0) > len(record.get("errors") or []):

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from batch import card
-from tests.test_batch_daemon import THINK, finish, start, write_dataset
+from batch import card, view
+from tests.test_batch_daemon import THINK, finish, hermes_batch, start, write_dataset
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WRITE = {"thinking": "I write the note.", "tool_calls": [{"name": "write_file",
@@ -204,6 +204,44 @@ def test_datasets_never_serves_one_run_folder_for_another(make_daemon, tmp_path,
     assert finish(daemon, record)["status"] == "completed"
     assert len(datasets.load_dataset(str(runs[0]), split="train", cache_dir=cache)) == 4
     assert "dataset_info" not in capfd.readouterr().err  # the finished card is one datasets reads whole
+
+
+def test_a_resume_that_filters_every_sample_out_warns_and_the_empty_run_loads(daemon, tmp_path):
+    """A finished run resumed with ``--min_reward`` (its samples have no reward): ``hermes-batch``
+    says on stderr which flag changed and how many samples ``trajectories.jsonl`` kept and keeps;
+    the run, now without a sample, loads with the real ``datasets`` as an empty split of the
+    declared features.  ``datasets`` (every release to 5.2) refuses to read back a split it
+    prepared with no example (``make_file_instructions`` skips it: huggingface/datasets#8401), so
+    that load streams; the non-streaming one is checked to fail only that way (or to work)."""
+    import datasets
+
+    entries = [{"prompt": f"p{i}", "script": [THINK, {"thinking": "It is done now.", "text": "ok"}]} for i in range(2)]
+    common = ("--run_name", "refilter", "--output_dir", str(tmp_path / "out"))
+    first = hermes_batch(daemon, "--dataset_file", str(write_dataset(tmp_path / "d.jsonl", entries)), "--batch_size",
+                         "5", "--allow_synthetic", *common)
+    assert first.returncode == 0 and "warning" not in first.stderr, first.stderr
+    run_dir = tmp_path / "out" / "refilter"
+    assert len((run_dir / "trajectories.jsonl").read_text().splitlines()) == 2
+    again = hermes_batch(daemon, "--resume", "--min_reward", "0.5", *common)
+    assert again.returncode == 0, again.stderr
+    assert ("warning: this resume changes the run's filters: --min_reward 0.5 (the run had none); trajectories.jsonl "
+            "and messages.jsonl are written again from the 2 sample(s) of the batch files: 2 kept before, 0 now (left "
+            "out: 2 below_min_reward)") in again.stderr
+    assert (run_dir / "trajectories.jsonl").read_text() == (run_dir / "messages.jsonl").read_text() == ""
+    assert "0 in" in (summary := daemon.call("batch.status", id="refilter")["summary"]) and "no sample kept" in summary
+    same = hermes_batch(daemon, "--resume", "--min_reward", "0.5", *common)
+    assert same.returncode == 0 and "warning" not in same.stderr, same.stderr
+
+    declared = datasets.Features._from_yaml_list(view.features())
+    cache = str(tmp_path / "hf")
+    streamed = datasets.load_dataset(str(run_dir), split="train", streaming=True, cache_dir=cache)
+    assert streamed.features == declared and list(streamed) == []
+    try:
+        loaded = datasets.load_dataset(str(run_dir), split="train", cache_dir=cache)
+    except ValueError as exc:
+        assert 'Instruction "train" corresponds to no data' in str(exc), exc
+    else:
+        assert len(loaded) == 0 and loaded.features == declared
 
 
 LOAD_ALL = '''
