@@ -17,7 +17,7 @@ from batch import distributions
 from batch.settings import Settings, flag_options, job_id_of, resume_args
 from hermesd import config as config_mod, idempotency
 from hermesd.context import Context
-from hermesd.contract import LIVE, JobResult
+from hermesd.contract import EXECUTORS, LIVE, JobResult
 from hermesd.handlers.jobs import ended
 from hermesd.jobs import JobKind
 from hermesd.plugin import Plugin
@@ -140,7 +140,7 @@ def settings_from(ctx: Context, args: dict[str, Any]) -> Settings:
                     max_turns=_positive(args, "max_turns", ctx.config.batch.max_turns), distribution=distribution,
                     reasoning_effort=arg(args, "reasoning_effort", str, None, choices=config_mod.REASONING_EFFORTS),
                     max_samples=_positive(args, "max_samples"), model=arg(args, "model", str, None),
-                    executor=arg(args, "executor", str, ctx.config.batch.executor, choices=config_mod.EXECUTORS),
+                    executor=arg(args, "executor", str, ctx.config.batch.executor, choices=EXECUTORS),
                     ray_address=arg(args, "ray_address", str, ctx.config.batch.ray_address),
                     ray_num_cpus=_not_negative(args, "ray_num_cpus", ctx.config.batch.ray_num_cpus),
                     ray_memory_mb=_positive(args, "ray_memory_mb", ctx.config.batch.ray_memory_mb),

@@ -7,7 +7,10 @@ typo never silently falls back to a default.
 
 Each section is a frozen dataclass; a field's type and ``metadata`` (``min``,
 ``choices``, ``names`` for lists, ``url``) are its validation rule, so the
-schema is written once.  Every name is checked where it is given: a toolset
+schema is written once.  This module holds the rules and the core's sections
+(:class:`Core`); each job type or plugin declares its own sections in its
+package's ``config`` module (:data:`PLUGIN_ROOTS`), and :class:`Config` is
+put together from them.  Every name is checked where it is given: a toolset
 that does not exist, a provider that does not exist or a ``base_url`` that is
 not an ``http(s)://`` URL is an error of ``check-config`` and ``reload``.
 PyYAML is imported when a file is parsed (clients import this module for its
@@ -26,16 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from hermesd import paths, prices
-from hermesd.contract import (EXECUTORS, PROVIDERS, REASONING_EFFORTS, TOOL_NAMES,  # noqa: F401 (choices)
-                              TOOLSETS)
+from hermesd import paths
+from hermesd.contract import PROVIDERS, REASONING_EFFORTS, TOOLSETS
 from hermesd.protocol import INT64_MAX
 
 if TYPE_CHECKING:
     import yaml
 
 START_METHODS = ("spawn", "forkserver")
-TERMINAL_BACKENDS = ("local", "docker", "podman")
 
 
 class ConfigError(Exception):
@@ -58,12 +59,19 @@ class ConfigError(Exception):
         return {"file": self.file, "line": self.line, "key": self.key, "reason": self.reason}
 
 
-def _min(n: float, most: float | None = None) -> dict[str, Any]:
+def at_least(n: float, most: float | None = None) -> dict[str, Any]:
+    """A field's ``metadata``: a number >= ``n`` (and <= ``most``)."""
     return {"min": n} if most is None else {"min": n, "max": most}
 
 
-def _choices(*values: str) -> dict[str, Any]:
+def one_of(*values: str) -> dict[str, Any]:
+    """A field's ``metadata``: one of ``values``."""
     return {"choices": values}
+
+
+def section(cls: type) -> Any:
+    """A field holding section ``cls`` (a frozen dataclass), all defaults when not given."""
+    return field(default_factory=cls)
 
 
 TOOLSET_NAMES = {"names": (*TOOLSETS, "all", "*")}
@@ -75,128 +83,24 @@ ENV_NAMES = {"env_names": True}
 
 
 @dataclass(frozen=True)
-class Delegation:
-    """``delegation:`` — the caps and rules of delegation.
-
-    ``child_timeout_seconds``: an opt-in wall-clock limit of every child (none by
-    default); ``stale_after_seconds``: a child that shows no activity (model call,
-    streamed reply, tool, tool output) this long is interrupted as stale;
-    ``resume_on_restart``: a job running when hermesd stopped or died resumes from
-    its journal in a new child at the next start (:mod:`hermesd.resume`), else it ends ``lost``.
-    """
-
-    max_async_children: int = field(default=3, metadata=_min(1))
-    max_concurrent_children: int = field(default=3, metadata=_min(1))
-    max_spawn_depth: int = field(default=1, metadata=_min(0))
-    max_tasks_per_call: int = field(default=8, metadata=_min(1))
-    child_timeout_seconds: float | None = field(default=None, metadata=_min(0.1))
-    stale_after_seconds: float = field(default=600.0, metadata=_min(0.1))
-    subagent_auto_approve: bool = False
-    resume_on_restart: bool = True
-    max_turns: int = field(default=10, metadata=_min(1))
-    model: str | None = None
-    provider: str | None = field(default=None, metadata=_choices(*PROVIDERS))
-
-
-@dataclass(frozen=True)
-class Hooks:
-    """``hooks:`` — operator callbacks (:mod:`hermesd.control.hooks`)."""
-
-    on_job_end: str | None = None
-    on_approval_request: str | None = None
-    timeout_seconds: float = field(default=30.0, metadata=_min(0.1))
-
-
-@dataclass(frozen=True)
-class Approvals:
-    """``approvals:`` — tool calls that wait for a person (:mod:`hermesd.control.approvals`).
-
-    ``timeout_seconds``: a request nobody answers this long is denied (the model is told so);
-    ``always``: tools that always wait for a person (``approval: always``), besides the
-    commands the tripwire holds.
-    """
-
-    timeout_seconds: float = field(default=600.0, metadata=_min(1))
-    always: list[str] = field(default_factory=list, metadata={"names": TOOL_NAMES})
-
-
-@dataclass(frozen=True)
 class Supervisor:
     """``supervisor:`` — the global cap, stopping, and where state and logs live."""
 
-    max_children: int = field(default=16, metadata=_min(1))
-    stop_timeout_seconds: float = field(default=10.0, metadata=_min(0.1))
-    interrupt_grace_seconds: float = field(default=3.0, metadata=_min(0.0))
+    max_children: int = field(default=16, metadata=at_least(1))
+    stop_timeout_seconds: float = field(default=10.0, metadata=at_least(0.1))
+    interrupt_grace_seconds: float = field(default=3.0, metadata=at_least(0.0))
     state_dir: str | None = None
     log_dir: str | None = None
-    start_method: str = field(default="forkserver", metadata=_choices(*START_METHODS))
+    start_method: str = field(default="forkserver", metadata=one_of(*START_METHODS))
 
 
 @dataclass(frozen=True)
 class Limits:
     """``limits:`` — caps on what one tool call may produce."""
 
-    max_output_bytes: int = field(default=65536, metadata=_min(256))
-    max_file_bytes: int = field(default=1048576, metadata=_min(1))
-    terminal_timeout_seconds: float = field(default=60.0, metadata=_min(0.1))
-
-
-@dataclass(frozen=True)
-class Batch:
-    """``batch:`` — defaults of the batch job type.  ``executor``: where items run
-    (``local`` children, or ``ray``: tasks on the Ray cluster at ``ray_address``,
-    else ``RAY_ADDRESS``); ``ray_num_cpus`` and ``ray_memory_mb``: what each item
-    reserves on a Ray node (``ray_memory_mb`` None: nothing)."""
-
-    output_dir: str = "data"
-    num_workers: int = field(default=4, metadata=_min(1))
-    max_turns: int = field(default=10, metadata=_min(1))
-    executor: str = field(default="local", metadata=_choices(*EXECUTORS))
-    ray_address: str | None = None
-    ray_num_cpus: float = field(default=1.0, metadata=_min(0.0))
-    ray_memory_mb: int | None = field(default=None, metadata=_min(1))
-
-
-@dataclass(frozen=True)
-class Kanban:
-    """``kanban:`` — the dispatcher's timing and retry rules."""
-
-    heartbeat_ttl_seconds: float = field(default=300.0, metadata=_min(1))
-    max_spawn_failures: int = field(default=3, metadata=_min(1))
-    dispatch_interval_seconds: float = field(default=1.0, metadata=_min(0.05))
-
-
-@dataclass(frozen=True)
-class Sessions:
-    """``sessions:``: what a session's turn is sent (:mod:`hermesd.sessions.compaction`).  Past
-    ``compact_at_tokens`` (default: ``compact_share`` of the model's context window — the known
-    window of ``model``, or ``context_window_tokens``) the older turns are summarised; the most
-    recent ``keep_recent_tokens`` (default: a quarter of the limit) stay verbatim."""
-
-    compact_at_tokens: int | None = field(default=None, metadata=_min(256))
-    compact_share: float = field(default=0.6, metadata=_min(0.05, 0.95))
-    keep_recent_tokens: int | None = field(default=None, metadata=_min(1))
-    context_window_tokens: int | None = field(default=None, metadata=_min(1024))
-
-
-@dataclass(frozen=True)
-class Retention:
-    """``retention:`` — which finished jobs go, with their folders and events (see
-    :mod:`hermesd.upkeep.retention`); both rules off by default (nothing is removed)."""
-
-    max_age_days: float | None = field(default=None, metadata=_min(0))
-    max_jobs: int | None = field(default=None, metadata=_min(1))
-    interval_seconds: float = field(default=300.0, metadata=_min(1))
-    batch_size: int = field(default=200, metadata=_min(1, 100_000))
-
-
-@dataclass(frozen=True)
-class Logs:
-    """``logs:`` — the cap of each job's log (see :mod:`hermesd.upkeep.logcap`)."""
-
-    max_bytes: int = field(default=10 * 1024 * 1024, metadata=_min(4096))
-    keep: int = field(default=2, metadata=_min(0, 100))
-    check_interval_seconds: float = field(default=1.0, metadata=_min(0.05))
+    max_output_bytes: int = field(default=65536, metadata=at_least(256))
+    max_file_bytes: int = field(default=1048576, metadata=at_least(1))
+    terminal_timeout_seconds: float = field(default=60.0, metadata=at_least(0.1))
 
 
 @dataclass(frozen=True)
@@ -204,37 +108,11 @@ class ChildLimits:
     """``child_limits:`` — resource limits of each child and everything it starts
     (see :mod:`hermesd.system.limits`); unset: unlimited.  A job may ask for lower ones."""
 
-    memory_mb: int | None = field(default=None, metadata=_min(16, 1 << 40))
-    cpu_seconds: int | None = field(default=None, metadata=_min(1, 1 << 40))
-    processes: int | None = field(default=None, metadata=_min(1, 1 << 22))
-    open_files: int | None = field(default=None, metadata=_min(16, 1 << 30))
+    memory_mb: int | None = field(default=None, metadata=at_least(16, 1 << 40))
+    cpu_seconds: int | None = field(default=None, metadata=at_least(1, 1 << 40))
+    processes: int | None = field(default=None, metadata=at_least(1, 1 << 22))
+    open_files: int | None = field(default=None, metadata=at_least(16, 1 << 30))
     cgroup: bool = True
-
-
-@dataclass(frozen=True)
-class Terminal:
-    """``terminal:`` — where a job's terminal commands run (see ``hermesd.containers.plugin``).
-
-    ``backend``: ``local`` (on the host) or a container engine for every job
-    (``docker``/``podman``, with ``image``); a job may still ask for an image
-    itself (a dataset's ``docker_image``, ``delegate --image``).  ``engine_path``:
-    the engine's command (default: ``backend`` on ``PATH``; for ``local``,
-    ``podman`` then ``docker``).  ``runtime``: the OCI runtime the engine uses
-    (``--runtime``, e.g. ``runc``).  ``network``: give containers the engine's
-    default network (default: none).  ``pull``: pull a missing image (default:
-    never; the job fails).  ``max_processes``: the containers' ``nproc`` limit
-    (at most the job's own).  ``start_timeout_seconds``: how long starting a
-    container may take.
-    """
-
-    backend: str = field(default="local", metadata=_choices(*TERMINAL_BACKENDS))
-    image: str | None = None
-    engine_path: str | None = None
-    runtime: str | None = None
-    network: bool = False
-    pull: bool = False
-    max_processes: int = field(default=4096, metadata=_min(1))
-    start_timeout_seconds: float = field(default=60.0, metadata=_min(1))
 
 
 POSITIVE = {"gt": 0}
@@ -242,69 +120,21 @@ POSITIVE = {"gt": 0}
 
 
 @dataclass(frozen=True)
-class Budgets:
-    """``budgets:`` — limits on spend (see :mod:`hermesd.billing`), checked before each model
-    call against what was spent plus what the calls in flight may still spend; unset: none.
-
-    ``daily_cost_usd`` / ``daily_tokens``: all of this daemon's jobs together per UTC day;
-    ``session_daily_cost_usd`` / ``session_daily_tokens``: each session (its turns and their
-    subagents) per UTC day.  Tokens count input and output.
-    """
-
-    daily_cost_usd: float | None = field(default=None, metadata=POSITIVE)
-    daily_tokens: int | None = field(default=None, metadata=POSITIVE)
-    session_daily_cost_usd: float | None = field(default=None, metadata=POSITIVE)
-    session_daily_tokens: int | None = field(default=None, metadata=POSITIVE)
-
-
-@dataclass(frozen=True)
-class RateLimit:
-    """One entry of ``rate_limits:`` — what the governor (:mod:`hermesd.governor`) lets every
-    child together send to one provider endpoint with one key: requests, input tokens and
-    output tokens per minute, and calls in flight (unset: not limited by the config; what the
-    provider's 429s and headers say still holds)."""
-
-    requests_per_minute: float | None = field(default=None, metadata=_min(0.001))
-    input_tokens_per_minute: float | None = field(default=None, metadata=_min(1))
-    output_tokens_per_minute: float | None = field(default=None, metadata=_min(1))
-    max_concurrent: int | None = field(default=None, metadata=_min(1, 100_000))
-
-
-RATE_LIMIT_KEYS = {"rate_limit_key": True}
-"""``rate_limits:`` is keyed by a provider name (all its endpoints) or an endpoint's ``http(s)://`` URL."""
-
-
-@dataclass(frozen=True)
-class Config:
-    """The whole ``config.yaml``.  ``source`` is the file it came from (or None for defaults).
-    ``prices``: the ``prices:`` section as written (:mod:`hermesd.prices`; :meth:`price_table`)."""
+class Core:
+    """The core's part of ``config.yaml``: the model every job uses unless told otherwise, the
+    toolsets, the supervisor, the caps of a tool call and of a child, the secrets.  ``source``
+    is the file it came from (or None for defaults).  The rest is the plugins' (:data:`PARTS`)."""
 
     model: str | None = None
-    provider: str | None = field(default=None, metadata=_choices(*PROVIDERS))
+    provider: str | None = field(default=None, metadata=one_of(*PROVIDERS))
     base_url: str | None = field(default=None, metadata=URL)
-    reasoning_effort: str | None = field(default=None, metadata=_choices(*REASONING_EFFORTS))
+    reasoning_effort: str | None = field(default=None, metadata=one_of(*REASONING_EFFORTS))
     toolsets: list[str] = field(default_factory=lambda: ["terminal", "file", "web"], metadata=TOOLSET_NAMES)
-    delegation: Delegation = field(default_factory=Delegation)
-    supervisor: Supervisor = field(default_factory=Supervisor)
-    limits: Limits = field(default_factory=Limits)
-    batch: Batch = field(default_factory=Batch)
-    kanban: Kanban = field(default_factory=Kanban)
-    sessions: Sessions = field(default_factory=Sessions)
-    retention: Retention = field(default_factory=Retention)
-    logs: Logs = field(default_factory=Logs)
-    child_limits: ChildLimits = field(default_factory=ChildLimits)
-    hooks: Hooks = field(default_factory=Hooks)
-    approvals: Approvals = field(default_factory=Approvals)
-    terminal: Terminal = field(default_factory=Terminal)
+    supervisor: Supervisor = section(Supervisor)
+    limits: Limits = section(Limits)
+    child_limits: ChildLimits = section(ChildLimits)
     secrets: list[str] = field(default_factory=list, metadata=ENV_NAMES)
-    rate_limits: dict[str, RateLimit] = field(default_factory=dict, metadata=RATE_LIMIT_KEYS)
-    prices: dict[str, Any] = field(default_factory=dict, metadata={"check": prices.parse_prices})
-    budgets: Budgets = field(default_factory=Budgets)
     source: str | None = field(default=None, metadata={"internal": True})
-
-    def price_table(self) -> dict[str, prices.Price]:
-        """The prices of models (:data:`hermesd.prices.DEFAULT_PRICES` and the ``prices:`` section)."""
-        return prices.parse_prices(self.prices)[0]
 
     def state_dir(self) -> Path:
         """Directory of ``state.db`` (``supervisor.state_dir`` or ``HERMES_HOME``)."""
@@ -317,6 +147,64 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         """Plain-data view (for ``status`` and child specs)."""
         return dataclasses.asdict(self)
+
+
+PLUGIN_ROOTS = ("hermesd", "batch")
+"""Where the job types' and plugins' packages are (``hermesd/<type>/``, and ``batch/`` itself):
+a package's ``config`` module, when it has one, declares the package's part of ``config.yaml``
+as a frozen dataclass ``Sections`` (one field per top-level key, each a section's dataclass or a
+mapping; its methods become the config's; a ``check(config)`` method returns ``[(dotted key,
+reason)]`` for rules across keys).  Found by file, so a new job type adds its section in its own
+package and the clients' imports stay light."""
+
+
+def _part_modules() -> list[str]:
+    """The dotted names of the plugins' ``config`` modules (:data:`PLUGIN_ROOTS`), in name order."""
+    import importlib.util
+
+    names = []
+    for root in PLUGIN_ROOTS:
+        spec = importlib.util.find_spec(root)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for folder in map(Path, spec.submodule_search_locations):
+            if (folder / "config.py").is_file() and root != __name__.partition(".")[0]:
+                names.append(f"{root}.config")
+            names += [f"{root}.{p.parent.name}.config" for p in sorted(folder.glob("*/config.py"))
+                      if (p.parent / "__init__.py").is_file()]
+    return names
+
+
+@functools.cache
+def parts() -> tuple[type, ...]:
+    """Every plugin's ``Sections`` (:data:`PLUGIN_ROOTS`), in module name order; :class:`Config` is
+    :class:`Core` and these."""
+    import importlib
+
+    return tuple(importlib.import_module(name).Sections for name in _part_modules())
+
+
+@functools.cache
+def config_class() -> type:
+    """The whole ``config.yaml``'s frozen dataclass (``hermesd.config.Config``): the fields of
+    :class:`Core`, then those of each plugin's part (:func:`parts`), with their methods.  Raises
+    ``ValueError`` when two parts declare the same key."""
+    keys = [(f.name, part) for part in (Core, *parts()) for f in dataclasses.fields(part)]
+    twice = sorted({name for name, _ in keys if [n for n, _ in keys].count(name) > 1})
+    if twice:
+        raise ValueError(f"config keys declared twice: {', '.join(twice)} "
+                         f"({', '.join(sorted({p.__module__ for n, p in keys if n in twice}))})")
+    return dataclasses.make_dataclass(
+        "Config", [], bases=(*reversed(parts()), Core), frozen=True,
+        namespace={"__module__": __name__, "__doc__": "The whole ``config.yaml``: :class:`Core` and every "
+                   "plugin's part (:func:`parts`)."})
+
+
+def __getattr__(name: str) -> Any:
+    """``Config``: :func:`config_class` (made when first asked for, once the plugins' parts can be imported)."""
+    if name == "Config":
+        return config_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @functools.lru_cache(maxsize=8)
@@ -533,11 +421,11 @@ def from_data(data: Any, source: str | None = None) -> Config:
 
 def _validated(data: Any, file: str | None, lines: _Lines, errors: list[ConfigError]) -> Config:
     """:class:`Config` from ``data``, or the first of ``errors`` and its own problems raised."""
-    config = _build(Config, data, "", file, lines, errors)
-    if config.terminal.backend != "local" and not config.terminal.image:
-        errors.append(ConfigError(f"{config.terminal.backend} runs every job's commands in a container, so "
-                                  "terminal.image must name its image", file, lines.get("terminal.backend"),
-                                  "terminal.backend"))
+    config = _build(config_class(), data, "", file, lines, errors)
+    for part in parts():
+        check = vars(part).get("check")
+        for key, reason in check(config) if check else ():
+            errors.append(ConfigError(reason, file, lines.get(key), key))
     if errors:
         errors.sort(key=lambda e: e.line or 0)
         errors[0].problems = errors
@@ -559,7 +447,7 @@ def load(path: str | os.PathLike | None = None) -> Config:
     except FileNotFoundError:
         if explicit:
             raise ConfigError("no such file", str(file)) from None
-        return Config()
+        return config_class()()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", str(file)) from None
     return parse(text, str(file))

@@ -206,3 +206,17 @@ def test_notification_states_change_only_along_their_transitions(tmp_path):
             notes.acknowledge("bg_3")
     finally:
         store.close()
+
+
+def test_each_config_section_is_declared_by_one_plugin_package():
+    """``config.yaml``'s sections are the core's and those the plugins' packages declare (their
+    ``config`` module), each key once, and every such package is a plugin's."""
+    from hermesd import config
+
+    packages = {cls.__module__.rpartition(".")[0] for cls in PLUGINS}
+    declared = [f.name for part in (config.Core, *config.parts()) for f in dataclasses.fields(part)]
+    assert sorted(declared) == sorted(f.name for f in dataclasses.fields(config.Config))
+    assert len(declared) == len(set(declared))
+    assert {part.__module__.rpartition(".")[0] for part in config.parts()} <= packages
+    assert {"delegation", "sessions", "kanban", "batch"} <= {f.name for part in config.parts()
+                                                            for f in dataclasses.fields(part)}

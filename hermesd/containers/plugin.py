@@ -41,7 +41,8 @@ import zlib
 from typing import Any
 
 from hermesd.system import limits
-from hermesd.config import Config, Terminal
+from hermesd.config import Config
+from hermesd.containers.config import Terminal
 from hermesd.contract import ACTIVE
 from hermesd.jobs import JobTable
 from hermesd.plugin import Plugin

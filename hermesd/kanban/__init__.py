@@ -9,7 +9,16 @@
 * :mod:`hermesd.kanban.ops`: the plugin, the ``kanban.*``/``profile.*`` client ops and the agents' child ops.
 """
 
-from hermesd.kanban.actors import PERSON, Actor
-from hermesd.kanban.board import STATUSES, TRANSITIONS, WORKER_ROLE, Board
-
 __all__ = ["PERSON", "STATUSES", "TRANSITIONS", "WORKER_ROLE", "Actor", "Board"]
+
+
+def __getattr__(name: str) -> object:
+    """``PERSON``, ``Actor`` (:mod:`hermesd.kanban.actors`), ``STATUSES``, ``TRANSITIONS``, ``WORKER_ROLE``,
+    ``Board`` (:mod:`hermesd.kanban.board`); this module imports nothing itself (its ``config`` is a leaf)."""
+    if name in ("PERSON", "Actor"):
+        from hermesd.kanban import actors
+        return getattr(actors, name)
+    if name in __all__:
+        from hermesd.kanban import board
+        return getattr(board, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

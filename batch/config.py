@@ -1,0 +1,31 @@
+"""The batch job type's part of ``config.yaml``: ``batch:`` (a leaf: dataclasses only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hermesd.config import at_least, one_of, section
+from hermesd.contract import EXECUTORS
+
+
+@dataclass(frozen=True)
+class Batch:
+    """``batch:`` — defaults of the batch job type.  ``executor``: where items run
+    (``local`` children, or ``ray``: tasks on the Ray cluster at ``ray_address``,
+    else ``RAY_ADDRESS``); ``ray_num_cpus`` and ``ray_memory_mb``: what each item
+    reserves on a Ray node (``ray_memory_mb`` None: nothing)."""
+
+    output_dir: str = "data"
+    num_workers: int = field(default=4, metadata=at_least(1))
+    max_turns: int = field(default=10, metadata=at_least(1))
+    executor: str = field(default="local", metadata=one_of(*EXECUTORS))
+    ray_address: str | None = None
+    ray_num_cpus: float = field(default=1.0, metadata=at_least(0.0))
+    ray_memory_mb: int | None = field(default=None, metadata=at_least(1))
+
+
+@dataclass(frozen=True)
+class Sections:
+    """The batch plugin's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
+
+    batch: Batch = section(Batch)

@@ -1,0 +1,39 @@
+"""The delegation job type's part of ``config.yaml``: ``delegation:`` (a leaf: dataclasses only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hermesd.config import at_least, one_of, section
+from hermesd.contract import PROVIDERS
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """``delegation:`` — the caps and rules of delegation.
+
+    ``child_timeout_seconds``: an opt-in wall-clock limit of every child (none by
+    default); ``stale_after_seconds``: a child that shows no activity (model call,
+    streamed reply, tool, tool output) this long is interrupted as stale;
+    ``resume_on_restart``: a job running when hermesd stopped or died resumes from
+    its journal in a new child at the next start (:mod:`hermesd.resume`), else it ends ``lost``.
+    """
+
+    max_async_children: int = field(default=3, metadata=at_least(1))
+    max_concurrent_children: int = field(default=3, metadata=at_least(1))
+    max_spawn_depth: int = field(default=1, metadata=at_least(0))
+    max_tasks_per_call: int = field(default=8, metadata=at_least(1))
+    child_timeout_seconds: float | None = field(default=None, metadata=at_least(0.1))
+    stale_after_seconds: float = field(default=600.0, metadata=at_least(0.1))
+    subagent_auto_approve: bool = False
+    resume_on_restart: bool = True
+    max_turns: int = field(default=10, metadata=at_least(1))
+    model: str | None = None
+    provider: str | None = field(default=None, metadata=one_of(*PROVIDERS))
+
+
+@dataclass(frozen=True)
+class Sections:
+    """The delegation plugin's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
+
+    delegation: Delegation = section(Delegation)
