@@ -20,6 +20,11 @@ export CMAKE_ARGS=${CMAKE_ARGS:--DGGML_NATIVE=OFF}
 "$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -vE "^WARNING: Location|^$" || true
 "$VENV/bin/pip" install -q -e "$ROOT$EXTRAS" 2>&1 | grep -vE "^WARNING: Location|^$" || true
 "$VENV/bin/python" -c "import hermesd" # the install above must have worked
+# With the test extra: Atropos' atroposlib for tests/test_batch_atropos.py, without its dependencies
+# (about 90 — wandb, polars, gymnasium, nltk, fastapi… — that the module the test runs does not import).
+case "$EXTRAS" in *test*)
+  "$VENV/bin/pip" install -q --no-deps "atroposlib==0.4.0" 2>&1 | grep -vE "^WARNING: Location|^$" || true ;;
+esac
 # Bytecode for the project's own modules: an editable install compiles nothing, and where
 # PYTHONDONTWRITEBYTECODE is set (as on the CI machines) every cold child and every hermesctl
 # would compile them again from source.
