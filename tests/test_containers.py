@@ -29,7 +29,7 @@ from tests.chaos.helpers import delegate_warm, forkserver, wait_warm
 from tests.containers import (APT_HINT, ensure_image, kill_orphans, labelled_under, podman, remove_under,
                               runc_orphans)
 from tests.harness import wait_for
-from tests.test_batch_daemon import finish, start, write_dataset
+from tests.test_batch_daemon import finish, read_run, start, write_dataset
 
 ENGINE = podman()
 needs_podman = pytest.mark.skipif(ENGINE is None, reason=f"podman, runc and busybox-static are needed: {APT_HINT}")
@@ -137,15 +137,20 @@ def test_a_batch_runs_the_prompts_with_docker_image_in_containers(make_daemon, t
         (tmp_path / f"p{i}").mkdir()
         entries.append({"prompt": f"p{i}", "cwd": str(tmp_path / f"p{i}"), "script": script,
                         **({"docker_image": boxed} if i % 2 else {})})
-    record = start(daemon, write_dataset(tmp_path / "d.jsonl", entries), "boxes", num_workers=6)
-    assert finish(daemon, record)["status"] == "completed"
+    verifier = 'printf \'{"reward": 1, "host": "%s"}\' "$(hostname)"'  # where the verifier runs
+    record = start(daemon, write_dataset(tmp_path / "d.jsonl", entries), "boxes", num_workers=6, verifier=verifier)
+    final = finish(daemon, record)
+    assert final["status"] == "completed"
+    lines = {ln["prompt_index"]: ln for lns in read_run(Path(final["run_dir"]))["batches"].values() for ln in lns}
     items = daemon.call("ps", all=True, kind="batch_item")["jobs"]
     assert len(items) == 6 and {j["status"] for j in items} == {"completed"}
     host_root = sorted(name for name in os.listdir("/") if not name.startswith("."))  # as ls shows it
     for i in range(6):
         where = tmp_path / f"p{i}"
         name, root = (where / "host.txt").read_text().strip(), sorted((where / "root.txt").read_text().split())
-        if i % 2:
+        assert lines[i]["reward"] == 1.0, lines[i]["verifier"]
+        if i % 2:  # the verifier ran in the item's own container, where its agent's commands ran
+            assert lines[i]["verifier"]["details"]["host"] == name
             assert name != socket.gethostname() and root != host_root and "workspace" in root
             assert (where / "where.txt").read_text().strip() == "/workspace"
             interfaces = [line.split(":")[0].strip() for line in (where / "net.txt").read_text().splitlines()[2:]]
