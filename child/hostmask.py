@@ -12,7 +12,8 @@ verifier's output), the paths and names of this host by fixed placeholders:
   ``$HERMES_RUNTIME_DIR``; the home directory by ``~``;
 * the host's name (as a whole word, when it is at least :data:`MIN_HOSTNAME_CHARS`
   long) by ``localhost``;
-* the model server's address (``base_url``, whose port is the host's) by ``$BASE_URL``.
+* the model server's address (``base_url``, whose port is the host's) by ``$BASE_URL``, and so
+  its ``host:port`` alone when it has a port.
 
 Longer paths are replaced first, so a path under another gets its own placeholder.
 What the model saw is not changed: only what is recorded (the model worked with
@@ -29,6 +30,17 @@ from typing import Any
 
 MIN_HOSTNAME_CHARS = 2
 """A shorter host name is not masked: it would garble words of the text."""
+
+
+def _with_port(url: str) -> str | None:
+    """The ``host:port`` of ``url`` when it names a port (a bare host name is not the host's), else None."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return parts.netloc.rsplit("@", 1)[-1] if parts.port is not None else None
+    except ValueError:
+        return None
 
 
 class HostMask:
@@ -51,6 +63,9 @@ class HostMask:
                     pairs[variant.rstrip("/")] = shown
         if base_url:
             pairs[base_url.rstrip("/")] = "$BASE_URL"
+            netloc = _with_port(base_url)
+            if netloc:  # as an error shows it: "connection refused: 127.0.0.1:8765"
+                pairs[netloc] = "$BASE_URL"
         ordered = sorted(pairs.items(), key=lambda kv: len(kv[0]), reverse=True)
         self.pairs = [(path, re.compile(re.escape(path) + r"(?![\w.-])"), shown) for path, shown in ordered]
         host = socket.gethostname()

@@ -7,6 +7,7 @@ import os
 import socket
 from pathlib import Path
 
+from child.hostmask import HostMask
 from tests.test_batch_daemon import SCRIPTS, finish, read_run, start, write_dataset
 
 LOOK = {"thinking": "I look around.", "tool_calls": [
@@ -62,3 +63,14 @@ def test_out_of_turns_is_partial_and_a_resume_keeps_the_runs_settings(make_daemo
     assert again["progress"]["total"] == 2 and read_run(Path(again["run_dir"]))["statistics"]["filtered"] == {
         "1": {"reason": "partial", "tools": []}}
     assert len(daemon.call("ps", all=True, kind="batch_item")["jobs"]) == 2  # nothing ran again
+
+
+def test_the_model_servers_address_and_port_are_masked(tmp_path):
+    work = tmp_path / "jobs" / "item_1" / "work"
+    mask = HostMask(str(work), ".", "http://127.0.0.1:8765/v1/", environ={"HOME": str(tmp_path / "home")})
+    said = (f"POST http://127.0.0.1:8765/v1/chat/completions: connection refused (127.0.0.1:8765); "
+            f"{work}/solution.py; {tmp_path}/home/.cache; 127.0.0.1:87650 stays")
+    assert mask.text(said) == ("POST $BASE_URL/chat/completions: connection refused ($BASE_URL); ./solution.py; "
+                               "~/.cache; 127.0.0.1:87650 stays")
+    assert HostMask(str(work), ".", "https://api.example.com/v1").text("api.example.com is up") == \
+        "api.example.com is up"  # a server without a port names no port of this host
