@@ -39,6 +39,11 @@ fails on the whole card when any config names it; there ``datasets`` infers thei
 with 4.7 or newer ``features=datasets.Features._from_yaml_list(FEATURES)`` loads them typed."""
 
 
+EMPTY = ("**This run kept no sample** (`statistics.json` says why). `datasets` refuses to load an empty split "
+         "(`Instruction \"train\" corresponds to no data`); `load_dataset(\"path/to/this/folder\", split=\"train\", "
+         "streaming=True)` gives the declared features and no row.\n\n")
+"""Said first in the card of a finished run whose default config has no line."""
+
 Sizes = dict[str, tuple[int, int]]
 """Per config name: ``(lines, bytes)`` of its data files (:func:`sizes_of`)."""
 
@@ -86,9 +91,10 @@ def sizes_of(run_dir: Path) -> Sizes:
 
 def text(run_name: str, sizes: Sizes | None = None) -> str:
     """The card: the YAML header (with the data files' ``sizes`` once the run is finished),
-    then a short description of the files."""
+    then a short description of the files (after :data:`EMPTY` when the run kept no sample)."""
     key = tuple((name, lines, size) for name, (lines, size) in sorted((sizes or {}).items()))
-    return (f"---\n{header(key)}---\n\n# hermesd batch run `{run_name}`\n\n"
+    empty = (sizes or {}).get("default", (None, 0))[0] == 0
+    return (f"---\n{header(key)}---\n\n# hermesd batch run `{run_name}`\n\n" + (EMPTY if empty else "") +
             "Agent trajectories written by hermesd's batch job type. The default config, `messages.jsonl`, is "
             "the model-neutral view of the samples that passed the filters — `messages` (roles "
             "system/user/assistant/tool, structured `tool_calls`, `reasoning_content`), `tools` (the offered "

@@ -222,6 +222,7 @@ def test_a_resume_that_filters_every_sample_out_warns_and_the_empty_run_loads(da
     assert first.returncode == 0 and "warning" not in first.stderr, first.stderr
     run_dir = tmp_path / "out" / "refilter"
     assert len((run_dir / "trajectories.jsonl").read_text().splitlines()) == 2
+    assert card.EMPTY not in (run_dir / "README.md").read_text()
     again = hermes_batch(daemon, "--resume", "--min_reward", "0.5", *common)
     assert again.returncode == 0, again.stderr
     assert ("warning: this resume changes the run's filters: --min_reward 0.5 (the run had none); trajectories.jsonl "
@@ -229,6 +230,7 @@ def test_a_resume_that_filters_every_sample_out_warns_and_the_empty_run_loads(da
             "out: 2 below_min_reward)") in again.stderr
     assert (run_dir / "trajectories.jsonl").read_text() == (run_dir / "messages.jsonl").read_text() == ""
     assert "0 in" in (summary := daemon.call("batch.status", id="refilter")["summary"]) and "no sample kept" in summary
+    assert card.EMPTY in (run_dir / "README.md").read_text()
     same = hermes_batch(daemon, "--resume", "--min_reward", "0.5", *common)
     assert same.returncode == 0 and "warning" not in same.stderr, same.stderr
 
