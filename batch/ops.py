@@ -172,7 +172,8 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``exclude_partial`` (see ``batch.settings``); ``verifier`` (a shell command run in
     each item's working directory after its agent ends: exit status 0 passes, or it
     prints ``{"reward": float}``; see ``batch.verify``), ``verifier_timeout`` (seconds,
-    default 60), ``min_reward`` (samples below it stay out of ``trajectories.jsonl``),
+    default 60), ``min_reward`` (samples below it stay out of ``trajectories.jsonl``; ``"none"``: no such
+    filter — on a resume, as ``allow_synthetic``/``exclude_partial`` ``false``, it drops the run's own),
     ``samples_per_prompt`` (K attempts of each prompt, default 1: ``batch.groups``); ``executor`` (``local`` or
     ``ray``; default ``batch.executor``) and, for ``ray``, ``ray_address``
     (default ``batch.ray_address``, else the daemon's ``RAY_ADDRESS``, else

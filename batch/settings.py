@@ -26,7 +26,8 @@ RESUMED = ("dataset_file", "batch_size", "num_workers", "max_turns", "distributi
            "verifier_timeout", "min_reward", "samples_per_prompt", "executor", "ray_address", "ray_num_cpus",
            "ray_memory_mb", "budget")
 """The settings a resume takes from the run's checkpoint when the request does not give them
-(a request can turn a flag on, not off: ``False`` is not sent)."""
+(given ones win: ``allow_synthetic``/``exclude_partial`` ``false`` turns the run's off, ``min_reward``
+``"none"`` drops the run's)."""
 
 FILTERS = ("allow_synthetic", "exclude_partial", "min_reward")
 """The settings that choose which written samples ``trajectories.jsonl`` keeps
@@ -176,7 +177,7 @@ def flag_options(args: dict[str, Any]) -> dict[str, Any]:
     if not 0 < timeout <= MAX_VERIFIER_TIMEOUT:
         raise ProtocolError("bad_request", f"argument 'verifier_timeout' must be in (0, {MAX_VERIFIER_TIMEOUT:g}] "
                             f"seconds, not {timeout:g}", {"field": "verifier_timeout"})
-    min_reward = arg(args, "min_reward", (int, float), None)
+    min_reward = None if args.get("min_reward") == "none" else arg(args, "min_reward", (int, float), None)
     if min_reward is not None and not math.isfinite(min_reward):
         raise ProtocolError("bad_request", f"argument 'min_reward' must be a finite number, not {min_reward}",
                             {"field": "min_reward"})

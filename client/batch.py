@@ -43,6 +43,26 @@ def _flag(name: str, **kwargs: Any) -> Callable:
     return click.option(*spellings, name, **kwargs)
 
 
+SWITCHES = ("allow_synthetic", "exclude_partial")
+"""Filter flags a resume can turn off too (``--no-NAME``: sent as ``false``, which wins over the run's own)."""
+
+
+def _switch(name: str, **kwargs: Any) -> Callable:
+    dashed = name.replace("_", "-")
+    return click.option(*dict.fromkeys([f"--{name}/--no-{name}", f"--{dashed}/--no-{dashed}"]), name, default=None,
+                        **kwargs)
+
+
+def min_reward_value(_ctx: Any, _param: Any, value: str | None) -> float | str | None:
+    """``--min_reward``: a number, or ``none`` (a resume then drops the run's)."""
+    if value is None or value == "none":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a number nor 'none'") from None
+
+
 RUN_OPTIONS = [
     _flag("dataset_file", default=None, help="JSONL dataset, one {\"prompt\": ...} per line (required)."),
     _flag("batch_size", type=click.IntRange(min=1), default=None, help="Prompts per batch_N.jsonl (required)."),
@@ -72,16 +92,19 @@ RUN_OPTIONS = [
     _flag("reasoning_disabled", is_flag=True, help="No reasoning/thinking tokens (reasoning effort none)."),
     _flag("provider", type=click.Choice(PROVIDERS), default=None, help="Model provider of this run (default: the daemon's)."),
     _flag("base_url", default=None, help="Model server of this run (default: the daemon's)."),
-    _flag("allow_synthetic", is_flag=True,
-          help="Let samples of the scripted provider into trajectories.jsonl (left out and counted otherwise)."),
-    _flag("exclude_partial", is_flag=True,
-          help="Leave partial samples (stopped for invalid tool calls) out of trajectories.jsonl (counted)."),
+    _switch("allow_synthetic",
+            help="Let samples of the scripted provider into trajectories.jsonl (left out and counted otherwise; "
+                 "--no-allow_synthetic on a resume leaves them out again)."),
+    _switch("exclude_partial",
+            help="Leave partial samples (stopped for invalid tool calls, out of turns) out of trajectories.jsonl "
+                 "(counted; --no-exclude_partial on a resume takes them in again)."),
     _flag("verifier", default=None, help="Shell command judging each sample in its working directory after the "
           "agent ends: exit status 0 passes, or it prints {\"reward\": float}; HERMES_SAMPLE tells it which sample."),
     _flag("verifier_timeout", type=click.FloatRange(min=0, min_open=True, max=3600), default=None,
           help="Seconds the verifier may run (default 60); past it, that sample has a verifier error."),
-    _flag("min_reward", type=float, default=None,
-          help="Leave samples with a lower reward (or none) out of trajectories.jsonl (counted)."),
+    _flag("min_reward", default=None, callback=min_reward_value, metavar="FLOAT|none",
+          help="Leave samples with a lower reward (or none) out of trajectories.jsonl (counted; 'none' on a "
+               "resume drops the run's)."),
     _flag("samples_per_prompt", type=click.IntRange(min=1, max=1000), default=None,
           help="Independent attempts of each prompt (a group; pass@1 and pass@k in statistics.json, groups.jsonl)."),
     _flag("verbose", is_flag=True, help="Print what became of each prompt."),
@@ -254,7 +277,7 @@ def run_batch(flags: dict[str, Any]) -> None:
     if missing:
         raise click.UsageError(f"missing required option(s): {', '.join(missing)}")
     detach, verbose = flags.pop("detach"), flags.pop("verbose")
-    args = {k: v for k, v in flags.items() if v is not None and v is not False}
+    args = {k: v for k, v in flags.items() if v is not None and (v is not False or k in SWITCHES)}
     for key in ("dataset_file", "output_dir", "prefill_messages_file"):
         if key in args:
             args[key] = os.path.abspath(os.path.expanduser(args[key]))

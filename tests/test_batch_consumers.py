@@ -14,9 +14,11 @@ import types
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 from batch import card, view
+from client.batch import min_reward_value
 from tests.test_batch_daemon import THINK, finish, hermes_batch, start, write_dataset
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -244,6 +246,17 @@ def test_a_resume_that_filters_every_sample_out_warns_and_the_empty_run_loads(da
         assert 'Instruction "train" corresponds to no data' in str(exc), exc
     else:
         assert len(loaded) == 0 and loaded.features == declared
+
+    # and back: the filters turned off again keep every sample once more
+    back = hermes_batch(daemon, "--resume", "--min_reward", "none", *common)
+    assert back.returncode == 0 and "--min_reward none (the run had 0.5)" in back.stderr, back.stderr
+    assert "2 kept before" not in back.stderr and "0 kept before, 2 now;" in back.stderr
+    assert len((run_dir / "messages.jsonl").read_text().splitlines()) == 2
+    off = hermes_batch(daemon, "--resume", "--no-allow-synthetic", *common)
+    assert "--allow_synthetic off (the run had on)" in off.stderr and "(left out: 2 synthetic)" in off.stderr, off.stderr
+    assert (run_dir / "trajectories.jsonl").read_text() == ""
+    with pytest.raises(click.BadParameter, match="'high' is neither a number nor 'none'"):
+        min_reward_value(None, None, "high")
 
 
 LOAD_ALL = '''
