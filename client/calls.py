@@ -13,10 +13,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
 
 from hermesd import paths, protocol
 from hermesd.protocol import ProtocolError
+
+TYPE_CHECKING = False  # as hermesd.protocol's: typing is not imported
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator
 
 GAP_EVENT = "events.removed"
 """Type of the marker :meth:`client.connection.Connection.follow` yields where retention removed

@@ -27,12 +27,15 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from client import zmtp
 from client.calls import Calls, ClientError, check_socket, daemon_gone, lock_pid, not_running, replaced, too_large
 from client.verbs import INTERRUPTED, VERBS, Arg, Opt, Session, Usage, Verb, waits_for_job
 from hermesd import paths, protocol
+
+TYPE_CHECKING = False  # as hermesd.protocol's: typing is not imported
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds a client waits for one reply (``--timeout``), the same for every front end."""

@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Iterable
 
 from hermesd.protocol import one_line
+
+TYPE_CHECKING = False  # as hermesd.protocol's: typing is not imported
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 
 def clean(text: Any) -> str:

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Iterator
 
 from client import render
 from client.calls import GAP_EVENT
 from hermesd.protocol import EXIT_CODES
+
+TYPE_CHECKING = False  # as hermesd.protocol's: typing is not imported
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT, as shells report it)."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import stat
+from collections import namedtuple
 from pathlib import Path
-from typing import NamedTuple
 
 from hermesd.private import umask
 
@@ -37,11 +37,12 @@ def runtime_dir() -> Path:
     return hermes_home() / "run"
 
 
-class Sockets(NamedTuple):
-    """Paths of the three sockets and the lock file inside one runtime directory (a named tuple:
-    ``dataclasses`` would cost a client's start its import)."""
+class Sockets(namedtuple("Sockets", "dir")):
+    """Paths of the three sockets and the lock file inside one runtime directory ``dir`` (a
+    :class:`pathlib.Path`); a named tuple of :mod:`collections`: ``dataclasses`` or
+    ``typing.NamedTuple`` would cost a client's start their import."""
 
-    dir: Path
+    __slots__ = ()
 
     @property
     def control(self) -> Path:

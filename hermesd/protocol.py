@@ -24,9 +24,13 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from typing import Any, NamedTuple
+from collections import namedtuple
 
 import msgpack
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a fast command's start pays for it)
+if TYPE_CHECKING:
+    from typing import Any
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -117,13 +121,12 @@ class ProtocolError(Exception):
         return {"code": self.code, "message": self.message, "details": self.details}
 
 
-class Request(NamedTuple):
+class Request(namedtuple("Request", "id op args")):
     """A decoded, validated request: ``id`` (str or int), ``op`` (str), ``args`` (dict).
-    (A named tuple, not a dataclass: ``dataclasses`` would cost a client's start its import.)"""
+    (A named tuple of :mod:`collections`: ``dataclasses`` or ``typing.NamedTuple`` would cost a
+    client's start their import.)"""
 
-    id: Any
-    op: str
-    args: dict[str, Any]
+    __slots__ = ()
 
 
 _ids = itertools.count(1)

@@ -45,11 +45,11 @@ def test_fast_commands_print_what_the_full_client_prints(daemon):
 
 def test_fast_path_imports_neither_click_nor_pyzmq(daemon):
     code = ("import sys; sys.argv = ['hermesctl', 'status']; import client; client.main(); "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'click', 'zmq', 'dataclasses', 'json'}), "
-            "file=sys.stderr)")
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'click', 'zmq', 'dataclasses', 'json', 'typing'}), "
+            "sys.modules['datetime'].__name__, file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], env=daemon.env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("hermesd "), out.stderr
-    assert out.stderr.strip() == "[]"
+    assert out.stderr.strip() == "[] _datetime"
 
 
 def test_what_the_fast_path_does_not_answer_goes_to_the_full_client(daemon, tmp_path):
