@@ -210,7 +210,9 @@ class BatchService:
                                   f"{p['discarded_invalid_tool_calls']} discarded (stopped on invalid tool calls), "
                                   f"{p['filtered_invalid_tools']} filtered (unknown tools), "
                                   f"{p['filtered_synthetic']} filtered (synthetic: --allow_synthetic keeps them), "
-                                  f"{p['filtered_partial']} filtered (partial), {p['failed']} failed, "
+                                  f"{p['filtered_partial']} filtered (partial), "
+                                  f"{p['filtered_below_min_reward']} filtered (below --min_reward), "
+                                  f"{p['failed']} failed, "
                                   f"{p['pending']} pending; {p['in_trajectories']} in {run.run_dir / TRAJECTORIES}"
                                   + ("" if p["in_trajectories"] else NO_SAMPLE) + _scores_text(stats))
         self.d.jobs.transition(run.job_id, status, **fields)

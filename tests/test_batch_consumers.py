@@ -231,7 +231,8 @@ def test_a_resume_that_filters_every_sample_out_warns_and_the_empty_run_loads(da
             "and messages.jsonl are written again from the 2 sample(s) of the batch files: 2 kept before, 0 now (left "
             "out: 2 below_min_reward)") in again.stderr
     assert (run_dir / "trajectories.jsonl").read_text() == (run_dir / "messages.jsonl").read_text() == ""
-    assert "0 in" in (summary := daemon.call("batch.status", id="refilter")["summary"]) and "no sample kept" in summary
+    summary = daemon.call("batch.status", id="refilter")["summary"]
+    assert "2 filtered (below --min_reward)" in summary and "0 in" in summary and "no sample kept" in summary
     assert card.EMPTY in (run_dir / "README.md").read_text()
     same = hermes_batch(daemon, "--resume", "--min_reward", "0.5", *common)
     assert same.returncode == 0 and "warning" not in same.stderr, same.stderr
