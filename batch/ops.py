@@ -18,6 +18,7 @@ from batch.settings import Settings, flag_options, job_id_of, resume_args
 from hermesd import config as config_mod, idempotency
 from hermesd.context import Context
 from hermesd.contract import EXECUTORS, LIVE, JobResult
+from hermesd.delegation.config import child_defaults
 from hermesd.handlers.jobs import ended
 from hermesd.jobs import JobKind
 from hermesd.plugin import Plugin
@@ -58,6 +59,10 @@ class BatchPlugin(Plugin):
         super().__init__(ctx)
         self._service: BatchService | None = None
         ctx.provide(self)
+
+    def spec_defaults(self, row: dict[str, Any]) -> dict[str, Any]:
+        """An item's (and a Ray driver's) defaults, those of a subagent: the ``delegation:`` section's (:func:`hermesd.delegation.config.child_defaults`)."""
+        return child_defaults(self.ctx.config.delegation)
 
     @property
     def service(self) -> "BatchService":

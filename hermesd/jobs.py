@@ -32,6 +32,18 @@ from hermesd.store import Store, StoreError
 
 
 @dataclass(frozen=True)
+class AdmissionPool:
+    """A pool each job of a kind holds from its admission, not only while it runs (the
+    background delegations' ``async``): ``name``, the pool; ``refusal``, the ``capacity_reached``
+    message when it is full and the request did not ask to queue (``{running}`` and ``{limit}``
+    filled in); ``setting``, the config key of its limit (in the message and the error's details)."""
+
+    name: str
+    refusal: str
+    setting: str
+
+
+@dataclass(frozen=True)
 class JobKind:
     """One kind of job.
 
@@ -44,7 +56,8 @@ class JobKind:
     daemon starts again (``lost``: its process died with the daemon; ``resume``:
     the plugin's :meth:`hermesd.plugin.Plugin.restore` continues it; ``journal``: its
     child keeps a journal, and a new child resumes it from there, also after a graceful
-    stop: :mod:`hermesd.resume`).
+    stop: :mod:`hermesd.resume`); ``pool``: a pool its jobs hold from admission
+    (:class:`AdmissionPool`; the pools a job holds while it runs are the submitter's ``pools``).
     """
 
     name: str
@@ -52,6 +65,7 @@ class JobKind:
     process: bool = True
     at_shutdown: Literal["stop", "keep"] = "keep"
     at_restart: Literal["lost", "resume", "journal"] = "lost"
+    pool: AdmissionPool | None = None
 
 
 S = JobStatus
@@ -67,7 +81,7 @@ was spawned": a job kind with a process goes ``queued → starting → running``
 (:attr:`JobKind.process` false) ``queued → running`` (:func:`check_transition`).
 ``starting``/``running → queued``: a job whose process ended with the daemon goes back to the
 queue to resume from its journal in a new child (:mod:`hermesd.resume`)."""
-__all__ = ["ACTIVE", "TERMINAL", "TRANSITIONS", "JobKind", "JobTable", "InvalidTransition", "check_transition", "record"]
+__all__ = ["ACTIVE", "TERMINAL", "TRANSITIONS", "AdmissionPool", "JobKind", "JobTable", "InvalidTransition", "check_transition", "record"]
 PROCESS_EDGES = {(S.QUEUED, S.STARTING): True, (S.QUEUED, S.RUNNING): False, (S.RUNNING, S.QUEUED): True}
 """Edges only a job kind with a process (True) or only one without (False) may take."""
 RECORD_FIELDS = ("id", "kind", "status", "exit_reason", "goal", "context", "toolsets", "role", "model",

@@ -76,6 +76,13 @@ class Plugin:
     # jobs of this plugin's kinds ------------------------------------------------
 
     @own
+    def spec_defaults(self, row: Row) -> dict[str, Any]:
+        """What a child of this kind gets unless its job says otherwise (``child.hello``, before
+        the job's row and ``spec``): :class:`hermesd.contract.JobSpec` field → value; ``provider``
+        and ``model`` None fall back to the config's.  None declared: the spec's own defaults."""
+        return {}
+
+    @own
     def spec(self, row: Row, spec: "JobSpec") -> None:
         """Add to the spec a child of this kind receives (``child.hello``)."""
 

@@ -33,7 +33,7 @@ from hermesd.control import dependencies
 from hermesd.control.pause import QueuePause
 from hermesd.control.staleness import ActivityLog, stale_error
 from hermesd.contract import JOB_ENV_NAMES, LIVE, LOG_CAP_ENV, SECRETS_ENV, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
-from hermesd.jobs import JobTable
+from hermesd.jobs import AdmissionPool, JobTable
 from hermesd.plugin import Plugins
 from hermesd.protocol import ProtocolError, one_line
 from hermesd.scheduler import PROCESS_POOLS, Scheduler
@@ -113,8 +113,9 @@ class Runner:
                queue: bool = False, **fields: Any) -> dict[str, Any]:
         """Admit a job and start it when its pools have room; returns its row.
 
-        Background jobs go through the ``async`` cap (``capacity_reached``
-        unless ``queue``).  The plugins' ``admit`` hook may change its fields
+        A job of a kind that holds a pool from admission (:attr:`hermesd.jobs.JobKind.pool`:
+        background delegations' ``async``) takes its slot now (``capacity_reached`` when full
+        unless ``queue``; paused, or waiting for ``after``, it waits for it in the queue).  The plugins' ``admit`` hook may change its fields
         first (a spec ``image`` becomes the spec's ``container``:
         :class:`hermesd.containers.plugin.ContainersPlugin`).  Raises ``ProtocolError``
         (``shutting_down``, ``bad_request`` for a missing cwd or a container
@@ -132,9 +133,11 @@ class Runner:
             fields["spec"]["after"] = dependencies.check(job_id, after, self.jobs.get)
         self.hooks.admit(job_id, kind, fields)
         needs = ("global", *pools)
-        if background:  # while paused nothing is refused: it waits for its async slot in the queue
-            if after or self.pause.paused or not self.scheduler.admit_background(job_id, queue=queue):
-                needs = ("async", *needs)
+        held = self._admission_pool(kind)
+        if held:  # while paused nothing is refused: it waits for its slot in the queue
+            if after or self.pause.paused or not self.scheduler.admit(job_id, held.name, queue=queue,
+                                                                      refusal=held.refusal, setting=held.setting):
+                needs = (held.name, *needs)
         before = set(self.procs.children)
         try:
             # The row and, when the job fits at once, its start: one commit (one fsync) before
@@ -156,10 +159,17 @@ class Runner:
         """Put a ``queued`` job read back from the database into the scheduler (restart),
         for the pools of its row; a job already waiting goes to the back of the queue."""
         self.scheduler.release(row["id"])
-        needs = ("global", *(row.get("pools") or []))
-        if row.get("background"):
-            needs = ("async", *needs)
-        self._enqueue(row, needs)
+        self._enqueue(row, self._needs(row))
+
+    def _admission_pool(self, kind: str) -> AdmissionPool | None:
+        """The pool jobs of ``kind`` hold from admission (:attr:`hermesd.jobs.JobKind.pool`), or None."""
+        declared = self.hooks.kinds.get(kind)
+        return declared.pool if declared else None
+
+    def _needs(self, row: dict[str, Any]) -> tuple[str, ...]:
+        """Every pool queued job ``row`` waits for: its kind's admission pool, ``global``, its own ``pools``."""
+        held = self._admission_pool(row["kind"])
+        return (*([held.name] if held else []), "global", *(row.get("pools") or []))
 
     def cancel_queued(self, job_id: str, error: str, status: str = JobStatus.CANCELLED,
                       **fields: Any) -> dict[str, Any]:
@@ -215,8 +225,7 @@ class Runner:
                 if row is None or row["status"] != "queued":
                     self.waiting.discard(job_id)
                     continue
-                needs = ("global", *(row.get("pools") or []))
-                self._enqueue(row, ("async", *needs) if row.get("background") else needs)
+                self._enqueue(row, self._needs(row))
 
     def queue_state(self) -> dict[str, Any]:
         """``{paused, paused_at, waiting_for_jobs}``: the queue's state (``status``, ``pause``, ``resume``)."""
@@ -349,23 +358,22 @@ class Runner:
 
     def child_spec(self, row: dict[str, Any]) -> dict[str, Any]:
         """The job spec (:class:`hermesd.contract.JobSpec`, as its wire map) a child
-        receives in reply to ``child.hello``: the config's values, then the row's
-        ``spec`` column, then the spec hook of the job's kind."""
-        cfg, deleg = self.config, self.config.delegation
+        receives in reply to ``child.hello``: the config's values and the defaults of the job's
+        kind (its plugin's ``spec_defaults``), then the row's ``spec`` column, then the spec hook
+        of the job's kind."""
+        cfg = self.config
+        defaults = dict(self.hooks.spec_defaults(row))
+        provider, model = defaults.pop("provider", None), defaults.pop("model", None)
         spec = JobSpec(
             job=row["id"], kind=row["kind"], goal=row.get("goal") or "", context=row.get("context"),
             toolsets=row.get("toolsets") or [], role=row.get("role") or "leaf",
-            provider=row.get("provider") or deleg.provider or cfg.provider,
-            model=row.get("model") or deleg.model or cfg.model,
+            provider=row.get("provider") or provider or cfg.provider, model=row.get("model") or model or cfg.model,
             base_url=cfg.base_url, reasoning_effort=cfg.reasoning_effort,
-            max_turns=deleg.max_turns, timeout_seconds=deleg.child_timeout_seconds,
-            activity_interval_seconds=min(2.0, deleg.stale_after_seconds / 4),
             cwd=self.cwd_of(row), depth=row.get("depth") or 0,
-            max_spawn_depth=deleg.max_spawn_depth, auto_approve=deleg.subagent_auto_approve,
             approval_tools=list(cfg.approvals.always),
             limits={"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
                     "terminal_timeout_seconds": cfg.limits.terminal_timeout_seconds},
-            record_trajectory=True, journal=resume.spec_journal(self, row))
+            record_trajectory=True, journal=resume.spec_journal(self, row), **defaults)
         names = JobSpec.names()
         for key, value in (row.get("spec") or {}).items():
             if key in names:  # the rest (a batch item's prompt_index, after, env…) is the daemon's bookkeeping

@@ -1,7 +1,8 @@
 """Capacity caps and the queue in front of them.
 
 Caps are *pools* with a limit: ``global`` (``supervisor.max_children``: every
-child process of every kind), ``async`` (``delegation.max_async_children``:
+child process of every kind), a pool a job kind's jobs hold from admission
+(:class:`hermesd.jobs.AdmissionPool`: ``async``, ``delegation.max_async_children``,
 background delegations), and per-owner pools created on demand, such as
 ``group:<id>`` (``delegation.max_concurrent_children`` for one foreground
 parallel group) or ``batch:<id>`` (a batch's ``num_workers``).
@@ -82,25 +83,22 @@ class Scheduler:
             self.count[p] += 1
         return True
 
-    def admit_background(self, job: str, *, queue: bool, limit_name: str = "delegation.max_async_children") -> bool:
-        """Admit a background job into the ``async`` pool.
+    def admit(self, job: str, pool: str, *, queue: bool, refusal: str, setting: str) -> bool:
+        """Admit ``job`` into ``pool`` now (a slot it holds from admission:
+        :class:`hermesd.jobs.AdmissionPool`).
 
         Returns True when it holds a slot now, False when it was queued to wait
-        for one (``queue=True``).  Raises ``ProtocolError(capacity_reached)``
-        with a message on how to fall back when the pool is full and
-        ``queue`` is False.
+        for one (``queue=True``).  Raises ``ProtocolError(capacity_reached)`` with
+        ``refusal`` (``{running}``, ``{limit}``, ``{setting}`` filled in) when the pool
+        is full and ``queue`` is False.
         """
-        if self.try_hold(job, ("async",)):
+        if self.try_hold(job, (pool,)):
             return True
         if queue:
             return False
-        limit = self.limits.get("async")
-        raise ProtocolError(
-            "capacity_reached",
-            f"{self.count['async']} background delegations are already running ({limit_name} = {limit}); "
-            "run this task in the foreground instead, wait for one to finish "
-            "(hermesctl wait ID), or pass --queue to wait for a free slot",
-            {"pool": "async", "limit": limit, "running": self.count["async"]})
+        limit, running = self.limits.get(pool), self.count[pool]
+        raise ProtocolError("capacity_reached", refusal.format(running=running, limit=limit, setting=setting),
+                            {"pool": pool, "limit": limit, "running": running})
 
     def enqueue(self, job: str, pools: tuple[str, ...]) -> None:
         """Queue ``job`` until it can hold every pool in ``pools``."""

@@ -135,12 +135,21 @@ def test_schema_version_and_newer_db_refused(tmp_path):
 
 
 def test_scheduler_async_cap_rejects_or_queues():
+    from hermesd.delegation.ops import ASYNC
+
     s = Scheduler({"global": 10, "async": 2})
-    assert s.admit_background("a", queue=False) and s.admit_background("b", queue=False)
+
+    def admit(job, queue):
+        return s.admit(job, ASYNC.name, queue=queue, refusal=ASYNC.refusal, setting=ASYNC.setting)
+
+    assert admit("a", False) and admit("b", False)
     with pytest.raises(ProtocolError) as info:
-        s.admit_background("c", queue=False)
+        admit("c", False)
     assert info.value.code == "capacity_reached"
-    assert s.admit_background("c", queue=True) is False
+    assert str(info.value.message).startswith("2 background delegations are already running "
+                                              "(delegation.max_async_children = 2); run this task")
+    assert info.value.details == {"pool": "async", "limit": 2, "running": 2}
+    assert admit("c", True) is False
     s.enqueue("c", ("async", "global"))
     assert s.take_startable() == []
     s.release("a")

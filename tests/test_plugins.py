@@ -96,7 +96,7 @@ def test_the_hooks_are_declared_once_and_plugins_derives_its_calls():
     """Plugins has one call per hook of Plugin, with its scope; the runner calls through it."""
     from hermesd.plugin import HOOKS
 
-    assert HOOKS == {"spec": "own", "on_result": "own", "on_terminal": "own", "on_exit": "own", "stop": "own",
+    assert HOOKS == {"spec_defaults": "own", "spec": "own", "on_result": "own", "on_terminal": "own", "on_exit": "own", "stop": "own",
                      "admit": "every", "after_exit": "every", "on_event": "every", "configure": "every",
                      "status": "every", "restore": "every", "shutdown": "every"}
     assert all(getattr(Plugins, name).__name__ == name for name in HOOKS)
@@ -220,3 +220,18 @@ def test_each_config_section_is_declared_by_one_plugin_package():
     assert {part.__module__.rpartition(".")[0] for part in config.parts()} <= packages
     assert {"delegation", "sessions", "kanban", "batch"} <= {f.name for part in config.parts()
                                                             for f in dataclasses.fields(part)}
+
+
+def test_every_kind_with_a_process_takes_its_defaults_from_its_plugin():
+    """A child's defaults are its kind's declaration (``spec_defaults``); today every job type's
+    children take the ``delegation:`` section's, as before the declaration moved to them."""
+    from hermesd import config
+    from hermesd.delegation.config import child_defaults
+
+    cfg = config.parse("delegation: {max_turns: 7, model: m, child_timeout_seconds: 5, stale_after_seconds: 4}\n")
+    plugins = Plugins(PLUGINS)
+    owners = {kind.name: cls for cls in PLUGINS for kind in cls.kinds}
+    for name in plugins.names(process=True):
+        got = owners[name].spec_defaults(SimpleNamespace(ctx=SimpleNamespace(config=cfg)), {"kind": name})
+        assert got == child_defaults(cfg.delegation), name
+    assert got["max_turns"] == 7 and got["activity_interval_seconds"] == 1.0 and got["timeout_seconds"] == 5

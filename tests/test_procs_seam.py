@@ -7,6 +7,10 @@ import signal
 import sqlite3
 
 import pytest
+from dataclasses import replace
+from types import SimpleNamespace
+
+from hermesd.contract import JobSpec
 
 from hermesd.config import Config, Supervisor
 from hermesd.events import EventLog
@@ -142,15 +146,15 @@ class RefusingCommit:
         return getattr(self.db, name)
 
 
-def _runner(tmp_path):
+def _runner(tmp_path, plugins=None, limits=None):
     store = Store(tmp_path / "state.db")
     sent = []
-    jobs = JobTable(store, EventLog(store, sent.append))
+    jobs = JobTable(store, EventLog(store, sent.append), plugins.kinds if plugins else None)
     fake, loop = FakeOS(), FakeLoop()
     exits = []
     pm = ProcessManager(loop, exits.append, os_seam=fake, grace=1.0, supervisor_id="sup")
     config = Config(supervisor=Supervisor(log_dir=str(tmp_path / "jobs")))
-    runner = Runner(config, jobs, Scheduler({"global": 2}), pm, tmp_path / "children.sock", loop)
+    runner = Runner(config, jobs, Scheduler(limits or {"global": 2}), pm, tmp_path / "children.sock", loop, plugins)
     pm.on_exit = runner.on_exit
     store.db = RefusingCommit(store.db)
     return runner, store, fake, sent
@@ -228,3 +232,48 @@ def test_without_a_spawner_children_start_cold_through_the_seam(tmp_path):
     assert pm.spawner.describe() == {"method": "spawn"}
     child = pm.start("j1", cwd=str(tmp_path), log_path=tmp_path / "log", env={})
     assert child.pid in fake.alive
+
+
+def test_a_kind_declares_the_pool_its_jobs_hold_from_admission(tmp_path):
+    """The runner names no pool: a kind's ``pool`` is taken at admission, refused when full
+    (its own message) unless queued, and waited for when paused."""
+    from hermesd.jobs import AdmissionPool, JobKind
+    from hermesd.plugin import Plugin, Plugins
+    from hermesd.protocol import ProtocolError
+
+    class Held(Plugin):
+        kinds = (JobKind("held", "held", pool=AdmissionPool("x", "{running} held ({setting} = {limit})", "x.max")),
+                 JobKind("free", "free"))
+
+    runner, store, fake, sent = _runner(tmp_path, Plugins((Held,)), {"global": 5, "x": 1})
+    first = runner.submit("held", goal="g", cwd=str(tmp_path))
+    assert first["status"] == "starting" and runner.scheduler.count["x"] == 1
+    with pytest.raises(ProtocolError, match=r"^1 held \(x.max = 1\)$") as info:
+        runner.submit("held", goal="g", cwd=str(tmp_path))
+    assert info.value.code == "capacity_reached" and info.value.details["pool"] == "x"
+    waits = runner.submit("held", goal="g", cwd=str(tmp_path), queue=True)
+    assert waits["status"] == "queued" and runner.scheduler.queue[-1].pools == ("x", "global")
+    assert runner.submit("free", goal="g", cwd=str(tmp_path))["status"] == "starting"
+    runner.requeue(runner.jobs.require(waits["id"]))
+    assert runner.scheduler.queue[-1].pools == ("x", "global")
+
+
+def test_a_childs_spec_takes_the_defaults_its_kind_declares(tmp_path):
+    from hermesd.jobs import JobKind
+    from hermesd.plugin import Plugin, Plugins
+
+    class Own(Plugin):
+        kinds = (JobKind("own", "own"), JobKind("plain", "plain"))
+
+        def spec_defaults(self, row):
+            return {"max_turns": 3, "model": None, "auto_approve": True} if row["kind"] == "own" else {}
+
+    plugins = Plugins((Own,))
+    runner, store, fake, sent = _runner(tmp_path, plugins)
+    runner.config = replace(runner.config, model="top", delegation=replace(runner.config.delegation, max_turns=9))
+    plugins.start(SimpleNamespace())
+    own = runner.child_spec({"id": "own_1", "kind": "own", "spec": {}})
+    assert (own["max_turns"], own["model"], own["auto_approve"]) == (3, "top", True)
+    plain = runner.child_spec({"id": "plain_1", "kind": "plain", "spec": {"max_turns": 4}})
+    assert (plain["max_turns"], plain["auto_approve"]) == (4, False)  # the spec's own default, then the job's
+    assert runner.child_spec({"id": "plain_2", "kind": "plain", "spec": {}})["max_turns"] == JobSpec().max_turns

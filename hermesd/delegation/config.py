@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hermesd.config import at_least, one_of, section
 from hermesd.contract import PROVIDERS
@@ -37,3 +38,13 @@ class Sections:
     """The delegation plugin's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
 
     delegation: Delegation = section(Delegation)
+
+
+def child_defaults(section: Delegation) -> dict[str, Any]:
+    """What a child of a job type that takes its defaults from ``delegation:`` gets unless its job
+    says otherwise: :class:`hermesd.contract.JobSpec` field → value (``provider``, ``model``: None
+    falls back to the config's top-level ones).  A plugin's :meth:`hermesd.plugin.Plugin.spec_defaults`."""
+    return {"provider": section.provider, "model": section.model, "max_turns": section.max_turns,
+            "timeout_seconds": section.child_timeout_seconds,
+            "activity_interval_seconds": min(2.0, section.stale_after_seconds / 4),
+            "max_spawn_depth": section.max_spawn_depth, "auto_approve": section.subagent_auto_approve}

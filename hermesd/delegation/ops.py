@@ -13,15 +13,24 @@ from hermesd.config import Config
 from hermesd.context import Context
 from hermesd.contract import TERMINAL
 from hermesd.delegation import notifications
+from hermesd.delegation.config import child_defaults
 from hermesd.delegation.delivery import Delivery
 from hermesd.delegation.service import (Inbox, delegate_from_child, list_children, steer_child, stop_child,
                                 stop_foreground_children)
 from hermesd.handlers.jobs import submitted
-from hermesd.jobs import JobKind
+from hermesd.jobs import AdmissionPool, JobKind
 from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op
 from hermesd.delegation.tasks import new_group, task_fields
+
+
+ASYNC = AdmissionPool(
+    "async", "{running} background delegations are already running ({setting} = {limit}); run this task in the "
+    "foreground instead, wait for one to finish (hermesctl wait ID), or pass --queue to wait for a free slot",
+    "delegation.max_async_children")
+"""Background delegations hold a slot of ``async`` from admission: beyond ``delegation.max_async_children``
+a new one is refused (``capacity_reached``) unless it asks to queue."""
 
 
 class DelegationPlugin(Plugin):
@@ -39,13 +48,17 @@ class DelegationPlugin(Plugin):
     }
 
     kinds = (JobKind("delegation", "deleg", at_shutdown="stop", at_restart="journal"),
-             JobKind("background", "bg", at_restart="journal"))
+             JobKind("background", "bg", at_restart="journal", pool=ASYNC))
     migrations = notifications.MIGRATIONS
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
         ctx.provide(Inbox())  # steer messages waiting for their subagent
         self.delivery = ctx.provide(Delivery(ctx.store, ctx.events))
+
+    def spec_defaults(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A subagent's defaults: the ``delegation:`` section's (:func:`hermesd.delegation.config.child_defaults`)."""
+        return child_defaults(self.ctx.config.delegation)
 
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """A background job's notification, stored with its terminal state."""
@@ -54,7 +67,7 @@ class DelegationPlugin(Plugin):
     def configure(self, config: Config) -> None:
         """The pools of delegations: ``async`` (background jobs, ``delegation.max_async_children``) and
         ``group:<id>`` (one foreground parallel group, ``delegation.max_concurrent_children``)."""
-        self.ctx.scheduler.set_limit("async", config.delegation.max_async_children)
+        self.ctx.scheduler.set_limit(ASYNC.name, config.delegation.max_async_children)
         self.ctx.scheduler.prefix_limits["group:"] = config.delegation.max_concurrent_children
 
     def status(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hermesd.context import Context
+from hermesd.delegation.config import child_defaults
 from hermesd.kanban import actors, profiles
 from hermesd.kanban.actors import PERSON, Actor
 from hermesd.kanban.board import MIGRATIONS, STATUSES, Board, board_arg
@@ -60,6 +61,10 @@ class KanbanPlugin(Plugin):
     def __init__(self, ctx: Context):
         super().__init__(ctx)
         self.dispatcher = ctx.provide(Dispatcher(ctx))
+
+    def spec_defaults(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A worker's defaults, those of a subagent: the ``delegation:`` section's (:func:`hermesd.delegation.config.child_defaults`)."""
+        return child_defaults(self.ctx.config.delegation)
 
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """A worker that ended holding its claim gives the task back (or blocks it)."""

@@ -8,6 +8,7 @@ from typing import Any
 from hermesd import idempotency, jobs as jobs_mod
 from hermesd.context import Context
 from hermesd.contract import JobSpec
+from hermesd.delegation.config import child_defaults
 from hermesd.delegation.service import child_toolsets
 from hermesd.jobs import JobKind
 from hermesd.plugin import Plugin
@@ -51,6 +52,10 @@ class SessionsPlugin(Plugin):
     def __init__(self, ctx: Context):
         super().__init__(ctx)
         self.sessions = ctx.provide(Sessions(ctx))
+
+    def spec_defaults(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A turn's (and a compaction's) defaults, those of a subagent: the ``delegation:`` section's (:func:`hermesd.delegation.config.child_defaults`)."""
+        return child_defaults(self.ctx.config.delegation)
 
     def configure(self, config: Any) -> None:
         """The pool of a session's turns: ``session:<id>``, one at a time."""
