@@ -17,7 +17,7 @@ the job table (state machine).  Its rules:
 * No healthy work is killed by a clock: a child is interrupted as ``stale``
   after ``delegation.stale_after_seconds`` without activity
   (:mod:`hermesd.control.staleness`); a wall-clock limit applies only when set
-  (``timeout_seconds`` of the job, else ``delegation.child_timeout_seconds``).
+  (``timeout_seconds`` of the job, else its kind's default: ``delegation.child_timeout_seconds``).
 """
 
 from __future__ import annotations
@@ -297,9 +297,9 @@ class Runner:
             self._timeouts[job_id] = self.loop.call_later(left, self._on_timeout, job_id)
 
     def _timeout_of(self, row: dict[str, Any]) -> float | None:
-        """The job's wall-clock limit in seconds: its ``timeout_seconds``, else
-        ``delegation.child_timeout_seconds``; None (the default) for none."""
-        limit = (row.get("spec") or {}).get("timeout_seconds") or self.config.delegation.child_timeout_seconds
+        """The job's wall-clock limit in seconds: its ``timeout_seconds``, else its kind's default
+        (``spec_defaults``: ``delegation.child_timeout_seconds``); None (the default) for none."""
+        limit = (row.get("spec") or {}).get("timeout_seconds") or self.hooks.spec_defaults(row).get("timeout_seconds")
         return None if limit is None else float(limit)
 
     def _arm_stale_check(self) -> None:
@@ -426,8 +426,8 @@ class Runner:
         if status is None:
             status = JobStatus.FAILED
             tail = log_tail(self.log_path(job_id)).strip()
-            error = exits.exit_error(returncode, doing, row.get("provider") or self.config.delegation.provider
-                                     or self.config.provider)
+            error = exits.exit_error(returncode, doing, row.get("provider") or self.hooks.spec_defaults(row).get(
+                "provider") or self.config.provider)
             if tail:
                 error += f"; last log lines:\n{tail[-800:]}"
         if job_id in self.stop_errors:
