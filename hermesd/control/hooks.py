@@ -38,7 +38,7 @@ LOG_TAIL_BYTES = 500
 
 class JobEndHooks(Plugin):
     """Run ``hooks.on_job_end`` once per job that turns terminal: a plugin without a
-    job kind whose hooks are :meth:`on_event` (a job ended) and :meth:`shutdown`.
+    job kind whose hooks are :meth:`on_event` (a job ended), :meth:`status` and :meth:`shutdown`.
 
     From ``ctx``: the config in force (a reload changes the command), the job
     table, each job's directory, the environment hooks start from (the daemon's,
@@ -55,6 +55,10 @@ class JobEndHooks(Plugin):
         ctx.provide(self, JobEndHooks)  # as ctx.service(JobEndHooks), whatever plugin class it is
         self.running: dict[asyncio.Task, str] = {}
         self.pids: set[int] = set()
+
+    def status(self) -> dict[str, Any]:
+        """``hooks``: ``on_job_end``, whether a command runs when a job ends (``status``)."""
+        return {"hooks": {"on_job_end": bool(self.config().hooks.on_job_end)}}
 
     def on_event(self, event: dict[str, Any]) -> None:
         """A ``job.state`` event into a terminal state starts the hook for that job."""

@@ -48,7 +48,6 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
            "queued": len(ctx.scheduler.queue), "caps": ctx.scheduler.usage(), "jobs": dict(counts),
            "last_seq": last_seq, **{key: value for part in added for key, value in part.items()},
            "start": ctx.procs.spawner.describe(), "queue": ctx.runner.queue_state(),
-           "hooks": {"on_job_end": bool(ctx.config.hooks.on_job_end)},
            "governor": ctx.service(Governor).describe()}
     if ctx.control.loop_lag is not None:
         out["loop_lag"] = ctx.control.loop_lag.describe()
