@@ -123,7 +123,7 @@ POSITIVE = {"gt": 0}
 class Core:
     """The core's part of ``config.yaml``: the model every job uses unless told otherwise, the
     toolsets, the supervisor, the caps of a tool call and of a child, the secrets.  ``source``
-    is the file it came from (or None for defaults).  The rest is the plugins' (:data:`PARTS`)."""
+    is the file it came from (or None for defaults).  The rest is the plugins' (:func:`parts`)."""
 
     model: str | None = None
     provider: str | None = field(default=None, metadata=one_of(*PROVIDERS))
@@ -168,7 +168,7 @@ def _part_modules() -> list[str]:
         if spec is None or not spec.submodule_search_locations:
             continue
         for folder in map(Path, spec.submodule_search_locations):
-            if (folder / "config.py").is_file() and root != __name__.partition(".")[0]:
+            if (folder / "config.py").is_file() and f"{root}.config" != __name__:  # this module is no part
                 names.append(f"{root}.config")
             names += [f"{root}.{p.parent.name}.config" for p in sorted(folder.glob("*/config.py"))
                       if (p.parent / "__init__.py").is_file()]
