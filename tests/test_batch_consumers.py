@@ -263,29 +263,32 @@ def test_a_resume_that_filters_every_sample_out_warns_and_the_empty_run_loads(da
 LOAD_ALL = '''
 import json, sys
 import datasets
-with_calls, without, cache = sys.argv[1:4]
+with_calls, without, empty, cache = sys.argv[1:5]
 folders = [datasets.load_dataset(d, split="train", cache_dir=cache) for d in (with_calls, without)]
+streamed = datasets.load_dataset(empty, split="train", streaming=True, cache_dir=cache)
 both = datasets.concatenate_datasets(folders)
 plain = datasets.load_dataset("json", data_files=[with_calls + "/messages.jsonl", without + "/messages.jsonl"],
                               split="train", cache_dir=cache)
 print(json.dumps({"version": datasets.__version__, "both": len(both), "plain": len(plain),
                   "columns": sorted(both.column_names), "calls": [len(m["tool_calls"]) for m in both[0]["messages"]],
-                  "tools": json.loads(both[-1]["tools"])}))
+                  "tools": json.loads(both[-1]["tools"]), "empty": [sorted(streamed.features), list(streamed)]}))
 '''
 """Loads two run folders — with tool calls and without — as folders, concatenated, and with
-the plain JSON loader; prints what it found as JSON (run by the ``datasets`` under test)."""
+the plain JSON loader, and streams a run that kept no sample; prints what it found as JSON
+(run by the ``datasets`` under test)."""
 
 
 def two_runs(make_daemon, tmp_path: Path) -> list[Path]:
-    """Run folders: with tool calls (terminal) and without any."""
+    """Run folders: with tool calls (terminal), without any, and one that kept no sample."""
     daemon = make_daemon()
     plans = {"calls": ([THINK, {"thinking": "It worked fine.", "text": "ok"}], "terminal_only"),
-             "none": ([{"thinking": "I just answer it.", "text": "42"}], "terminal_only")}
+             "none": ([{"thinking": "I just answer it.", "text": "42"}], "terminal_only"),
+             "empty": ([{"thinking": "I just answer it.", "text": "42"}], "terminal_only")}
     dirs = []
     for name, (script, dist) in plans.items():
         entries = [{"prompt": f"{name} {i}", "script": script} for i in range(2)]
-        record = start(daemon, write_dataset(tmp_path / f"{name}.jsonl", entries), name, allow_synthetic=True,
-                       distribution=dist)
+        record = start(daemon, write_dataset(tmp_path / f"{name}.jsonl", entries), name,
+                       allow_synthetic=name != "empty", distribution=dist)  # synthetic: filtered out
         assert finish(daemon, record)["status"] == "completed"
         dirs.append(Path(record["run_dir"]))
     return dirs
@@ -304,6 +307,7 @@ def _check_loaded(found: dict[str, Any]) -> None:
     assert (found["both"], found["plain"]) == (4, 4), found
     assert "conversations" not in found["columns"] and found["calls"] == [0, 0, 1, 0, 0]
     assert [t["function"]["name"] for t in found["tools"]] == ["terminal"]
+    assert found["empty"] == [sorted(k.name for k in view.VIEW), []]
 
 
 def test_runs_with_and_without_tool_calls_load_and_concatenate(make_daemon, tmp_path):
