@@ -10,11 +10,20 @@ hands it the items to start and to cancel, or tells it to stop.  The batch run
 the checkpoint; the driver only carries items to the cluster and outcomes back.
 
 Exactly once.  Each attempt of a prompt has its own handle (a fresh
-``batch_item`` id); an outcome counts only when its handle is the live attempt
+``ray_item`` id); an outcome counts only when its handle is the live attempt
 of its prompt index, so a report repeated, a Ray retry's second result, or a
 report from a driver since replaced is dropped, and each prompt is recorded
-once.  Items are not rows of the job table: their counts reach the batch's
-files and events as a local run's do.
+once.
+
+Items are jobs.  Each attempt handed to a driver is a ``ray_item`` row (parent:
+the batch; a kind without a process here): ``queued`` until its first report
+comes through the driver (``child.batch_relay``: it is up on a worker), then
+``running``, and ended once, by :meth:`RayExecutor._deliver`, with its outcome.
+What it relays is answered as for a local child: its model calls ask the
+daemon's governor and are billed to it (so ``usage``, ``batch status`` and
+``statistics.json`` count them), its progress is its activity, so the runner's
+stale rule stops a quiet item (:meth:`RayExecutor.stop_item`, as ``cancel``
+does), and ``ps`` and ``top`` show it.
 
 Failures.  A driver that dies while its batch runs (``kill -9``, the cluster
 lost) is started again after :data:`RESTART_DELAYS` and is handed every
@@ -36,12 +45,14 @@ from typing import Any
 from batch.runner_iface import ItemOutcome, ItemOwner, ItemRequest, SubmitError, guarded, item_spec
 from batch.settings import Settings
 from hermesd import clock
-from hermesd.contract import JobResult
+from hermesd.billing import ops as billing
+from hermesd.contract import STOP_REASONS, TERMINAL, JobResult, JobStatus, exit_reason_of
 from hermesd.protocol import ProtocolError
 
 log = logging.getLogger("hermesd.batch")
 
 KIND = "batch_driver"
+ITEM_KIND = "ray_item"
 CONNECT_SECONDS = 60.0
 """How long ``batch.run`` waits for a new driver to join the cluster before it gives up."""
 RESTART_DELAYS = (0.5, 2.0, 5.0)
@@ -67,7 +78,10 @@ class DriverFailed(Exception):
 class _Item:
     index: int
     spec: dict[str, Any]
+    row: dict[str, Any]
     sent: bool = False
+    created: bool = False  # its ray_item row is written (when first handed to a driver)
+    up: bool = False  # it reported through the driver: its row is running
 
 
 @dataclass
@@ -198,10 +212,12 @@ class RayExecutor:
                 pass  # already ending
 
     def cancel_orphans(self) -> None:
-        """Restart: cancel ``queued`` drivers an earlier daemon left (each live batch starts its own)."""
-        for row in self.d.jobs.list(statuses=("queued",), kinds=(KIND,)):
-            if row["id"] not in self.by_job:
-                self.d.runner.cancel_queued(row["id"], "a driver of an earlier hermesd: the batch has a new one")
+        """Restart: cancel ``queued`` drivers and items an earlier daemon left (each live batch
+        starts its own driver, and hands it new attempts)."""
+        for row in self.d.jobs.list(statuses=("queued",), kinds=(KIND, ITEM_KIND)):
+            if row["id"] not in self.by_job and not any(row["id"] in d.items for d in self.drivers.values()):
+                self.d.runner.cancel_queued(row["id"], "a driver of an earlier hermesd: the batch has a new one"
+                                            if row["kind"] == KIND else "its Ray driver ended with an earlier hermesd")
 
     # the ItemExecutor interface ------------------------------------------------
 
@@ -228,12 +244,12 @@ class RayExecutor:
         drv = self.drivers.get(owner.job_id)
         if drv is None or drv.owner is not owner:
             raise SubmitError("the batch has no Ray driver", retry_later=True)
-        handle = self.d.jobs.new_id("batch_item")
-        row = {"id": handle, "kind": "batch_item", "goal": request.prompt, "toolsets": list(request.toolsets),
-               "model": request.model, "parent": owner.job_id, "spec": item_spec(request)}
+        handle = self.d.jobs.new_id(ITEM_KIND)
+        row = {"id": handle, "kind": ITEM_KIND, "goal": request.prompt, "toolsets": list(request.toolsets),
+               "model": request.model, "parent": owner.job_id, "spec": item_spec(request), "cwd": request.cwd}
         spec = self.d.runner.child_spec(row)
         spec["cwd"] = request.cwd  # None: a scratch directory on the worker
-        drv.items[handle] = _Item(request.index, spec)
+        drv.items[handle] = _Item(request.index, spec, row)
 
     def cancel_all(self, owner: ItemOwner) -> None:
         """End every live item of ``owner`` now; the driver cancels their tasks at its next sync."""
@@ -261,16 +277,73 @@ class RayExecutor:
     # the driver's reports --------------------------------------------------------
 
     def _deliver(self, drv: _Driver, handle: str, *, status: str, result: JobResult | None = None,
-                 error: str | None = None, started_at: str = "", completed_at: str = "", shutdown: bool = False) -> None:
+                 error: str | None = None, started_at: str = "", completed_at: str = "", shutdown: bool = False,
+                 stop_reason: str | None = None) -> None:
         item = drv.items.pop(handle)
+        if item.created:
+            guarded(lambda: self._end_row(handle, status, result, error, stop_reason))
         owner = drv.owner
-        if owner is None:
+        if owner is not None:
+            now = clock.now_iso()
+            guarded(lambda: owner.on_done(ItemOutcome(
+                index=item.index, status=status, result=result, error=error, started_at=started_at or now,
+                completed_at=completed_at or now, shutdown=shutdown, handle=handle)))
+            guarded(lambda: owner.on_freed(item.index))
+        if item.created:
+            self.d.runner.ended(handle)
+
+    def _end_row(self, handle: str, status: str, result: JobResult | None, error: str | None,
+                 stop_reason: str | None) -> None:
+        """The item's row: its terminal state, with what its child reported (as
+        :meth:`hermesd.runner.Runner` ends a local child's)."""
+        row = self.d.jobs.get(handle)
+        if row is None or row["status"] in TERMINAL:
             return
-        now = clock.now_iso()
-        guarded(lambda: owner.on_done(ItemOutcome(
-            index=item.index, status=status, result=result, error=error, started_at=started_at or now,
-            completed_at=completed_at or now, shutdown=shutdown, handle=handle)))
-        guarded(lambda: owner.on_freed(item.index))
+        status = status if status in TERMINAL else JobStatus.FAILED
+        if row["status"] == JobStatus.QUEUED and status not in (JobStatus.CANCELLED, JobStatus.FAILED):
+            row = self.d.jobs.transition(handle, JobStatus.RUNNING)  # it ran, though nothing came through
+        stop = STOP_REASONS.get(stop_reason or "")
+        result = result or JobResult()
+        tokens = result.tokens or {}
+        self.d.jobs.transition(
+            handle, status, exit_reason=(stop.exit_reason if stop is not None else None) or result.exit_reason
+            or exit_reason_of(status), error=error, stop_reason=stop_reason,
+            summary=result.summary, api_calls=int(result.api_calls or row.get("api_calls") or 0),
+            tokens_in=int(tokens.get("input") or row.get("tokens_in") or 0),
+            tokens_out=int(tokens.get("output") or row.get("tokens_out") or 0), trace=result.trace or [],
+            model=row.get("model") or result.model, provider=row.get("provider") or result.provider,
+            duration_seconds=result.duration_seconds)
+
+    def _owner_of(self, handle: str) -> _Driver | None:
+        return next((d for d in self.drivers.values() if handle in d.items), None)
+
+    def stop_item(self, row: dict[str, Any], reason: str) -> None:
+        """Stop item ``row`` (a ``ray_item`` job) for ``reason`` (``cancel``, ``stale``…): its
+        driver cancels its task at its next sync and it ends now, as the reason says (the
+        runner's stop error, when it gave one).  An item no driver holds just ends."""
+        stop = STOP_REASONS.get(reason)
+        status = stop.status if stop is not None and stop.status is not None else JobStatus.CANCELLED
+        error = self.d.runner.stop_errors.get(row["id"]) or (stop.error if stop is not None else reason)
+        drv = self._owner_of(row["id"])
+        if drv is None:
+            guarded(lambda: self._end_row(row["id"], status, None, error, reason))
+            self.d.runner.ended(row["id"])
+            return
+        if drv.items[row["id"]].sent:
+            drv.cancel.append(row["id"])
+        self._deliver(drv, row["id"], status=status, error=error, shutdown=not self.accepting(), stop_reason=reason)
+
+    def relayed(self, job: str, handle: str) -> None:
+        """Driver ``job`` relays a message of item ``handle`` (``child.batch_relay``): the item
+        is up (its row goes ``running`` at the first).  Raises ``not_found`` when the item is
+        not a live one of that driver."""
+        drv = self.by_job.get(job)
+        item = drv.items.get(handle) if drv is not None else None
+        if item is None or not item.sent or not item.created:
+            raise ProtocolError("not_found", f"no live item {handle} of driver {job}", {"job": handle})
+        if not item.up:
+            item.up = True
+            self.d.jobs.transition(handle, JobStatus.RUNNING)
 
     def on_sync(self, job: str, args: dict[str, Any]) -> dict[str, Any]:
         """``child.batch_sync`` of driver ``job``: record its outcomes (each live attempt
@@ -290,16 +363,24 @@ class RayExecutor:
                 continue
             drv.failures = 0
             stamp = [clock.iso(o[k]) if isinstance(o.get(k), (int, float)) else "" for k in ("started_at", "completed_at")]
-            self._deliver(drv, o["handle"], status=str(o.get("status") or "failed"),
-                          result=JobResult.from_wire(o["result"]) if isinstance(o.get("result"), dict) else None,
+            result = JobResult.from_wire(o["result"]) if isinstance(o.get("result"), dict) else None
+            if result is not None:  # what its relayed calls did not settle yet is billed now, once
+                guarded(lambda: billing.observe(self.d, o["handle"], {
+                    "tokens": result.tokens, "api_calls": result.api_calls, "provider": result.provider,
+                    "model": result.model}, final=True))
+            self._deliver(drv, o["handle"], status=str(o.get("status") or "failed"), result=result,
                           error=o.get("error"), started_at=stamp[0], completed_at=stamp[1],
                           shutdown=not self.accepting())
             if self.drivers.get(drv.batch) is not drv:
                 break  # the run ended inside that outcome
         run = []
-        for handle, item in drv.items.items():
-            if not item.sent:
-                item.sent = True
-                run.append({"handle": handle, "index": item.index, "spec": item.spec})
+        with self.d.store.transaction():  # the rows of the items handed out: one commit
+            for handle, item in drv.items.items():
+                if not item.sent:
+                    item.sent = True
+                    if not item.created:
+                        item.created = True
+                        self.d.jobs.create(ITEM_KIND, **{k: v for k, v in item.row.items() if k != "kind"})
+                    run.append({"handle": handle, "index": item.index, "spec": item.spec})
         cancel, drv.cancel = drv.cancel, []
         return {"run": run, "cancel": cancel, "stop": drv.closing}

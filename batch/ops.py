@@ -19,6 +19,8 @@ from hermesd import config as config_mod, idempotency
 from hermesd.context import Context
 from hermesd.contract import EXECUTORS, LIVE, JobResult
 from hermesd.delegation.config import child_defaults
+from hermesd.governor.ops import child_grant, child_grant_done
+from hermesd.handlers.children import child_progress
 from hermesd.handlers.jobs import ended
 from hermesd.jobs import JobKind
 from hermesd.plugin import Plugin
@@ -38,8 +40,11 @@ class BatchPlugin(Plugin):
     resumes from them.  Its prompts run as ``batch_item`` children in the pool
     ``batch:<job id>``; a queued item waits over a restart for its batch to re-own it.
     With ``executor: ray`` a ``batch_driver`` child (one per batch) carries them to a
-    Ray cluster instead (``batch.executor_ray``); a driver dies with its daemon
-    (its tasks end with it) and the resumed batch starts a new one."""
+    Ray cluster instead (``batch.executor_ray``), each item a ``ray_item`` job without a
+    process here (``queued`` until it is up on a worker, then ``running``; its reports
+    come through the driver, so the stale rule, ``ps``, ``top`` and the bill see it as a
+    local item); a driver dies with its daemon (its tasks end with it, its items are
+    ``lost``) and the resumed batch starts a new one."""
 
     events = {
         "batch.progress": "Progress of a batch run: `total`, `done`, `discarded`, `failed`, `running`, `pending`, "
@@ -53,7 +58,8 @@ class BatchPlugin(Plugin):
     }
 
     kinds = (JobKind("batch", "batch", process=False, at_restart="resume"), JobKind("batch_item", "item"),
-             JobKind("batch_driver", "raydrv", process=True, at_restart="lost"))
+             JobKind("batch_driver", "raydrv", process=True, at_restart="lost"),
+             JobKind("ray_item", "rayitem", process=False, at_restart="lost"))
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
@@ -85,8 +91,12 @@ class BatchPlugin(Plugin):
         self.service.ray.on_exit(row)
 
     def stop(self, row: dict[str, Any], reason: str) -> None:
-        """The generic ``cancel`` of a batch job."""
-        self.service.stop(row, reason)
+        """The generic ``cancel`` of a batch job; the stop of an item on Ray (``cancel``, or the
+        runner's stale rule): its driver cancels its task."""
+        if row["kind"] == "ray_item":
+            self.service.ray.stop_item(row, reason)
+        else:
+            self.service.stop(row, reason)
 
     def restore(self) -> None:
         """Batches found running continue from their files (and their leftover items end)."""
@@ -269,3 +279,24 @@ async def child_batch_sync(ctx: Context, job: str, args: dict[str, Any]) -> dict
     A sync is the driver's sign of life (it is never interrupted as stale while it syncs)."""
     ctx.runner.activity.seen(job)
     return _service(ctx).ray.on_sync(job, args)
+
+
+@op("child.batch_relay", child=True)
+async def child_batch_relay(ctx: Context, job: str, args: dict[str, Any]) -> Any:
+    """From a batch's Ray driver: a report or request of one of its items on the cluster,
+    relayed.  Args: ``item`` (the item's job id, an item this driver was handed), ``op``
+    (``child.progress``, ``child.grant`` or ``child.grant_done``: nothing else an item may
+    ask) and ``args`` (that op's arguments).  Answered as that op is for a local child, the
+    item being the job: its grants pass through the governor and the bill, its progress is
+    its activity (the stale rule) and its counters.  The item's first relayed message makes
+    it ``running``.  Raises ``not_found`` for an item not of this driver (ended, or another
+    driver's), ``bad_request`` for another op."""
+    item = arg(args, "item", str)
+    name = arg(args, "op", str, choices=tuple(RELAYED))
+    inner = arg(args, "args", dict, {})
+    _service(ctx).ray.relayed(job, item)
+    return await RELAYED[name](ctx, item, inner)
+
+
+RELAYED = {"child.progress": child_progress, "child.grant": child_grant, "child.grant_done": child_grant_done}
+"""The child ops an item on Ray may send through its driver (``child.batch_relay``)."""

@@ -22,7 +22,7 @@ def _connect(path: str) -> tuple[zmq.Context, zmq.Socket]:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 2000)
     sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
-    sock.connect(f"ipc://{path}")
+    sock.connect(path if "://" in path else f"ipc://{path}")  # a batch item on Ray: its driver's tcp:// relay
     return ctx, sock
 
 
@@ -46,7 +46,8 @@ class ChannelError(Exception):
 class Channel:
     """Request/reply to the daemon on behalf of one job.
 
-    ``path``: filesystem path of ``children.sock``; ``job``: the job id;
+    ``path``: filesystem path of ``children.sock`` (or a ZeroMQ endpoint such as
+    ``tcp://host:port``: the relay of an item's Ray driver, :mod:`child.relay`); ``job``: the job id;
     ``token``: the per-job secret the daemon handed over in the environment.
     """
 

@@ -8,7 +8,8 @@ so the child is never taken for stale.  :meth:`Grants.done` reports the outcome 
 response's limit headers and usage (``child.grant_done``, no reply awaited), so that one
 child's 429 pauses the endpoint for all.  The local and scripted providers ask nothing.
 
-Where there is no daemon to ask (an item on a Ray cluster: its channel refuses every other op),
+Where there is no daemon to ask (an item on a Ray cluster without its driver's relay: its
+channel refuses the grant; with the relay, its grants go to the daemon through the driver),
 the child paces itself: after a 429/529 it waits what ``retry-after`` said, else backs off
 (1, 2, 4 … 60 s), and tries again while its deadline allows.
 """

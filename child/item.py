@@ -11,15 +11,18 @@ process group, so nothing the item does or kills reaches the worker), with
   item dies by ``PDEATHSIG`` and takes its group along;
 * ``HERMES_ITEM_DIR`` = a scratch directory holding ``spec.json``; the item's
   channel (:class:`FileChannel`) answers ``child.hello`` from it and writes the
-  ``child.result`` to ``result.json``;
+  ``child.result`` to ``result.json``; its progress and its model calls' grants go to
+  hermesd through the driver's relay (:mod:`child.relay`; address, handle and token in
+  ``relay.json``, read and removed at once);
 * the provider's settings from the driver's environment (:data:`FORWARDED_ENV`),
   passed as a task argument — never as Ray's ``runtime_env``, which Ray shows in
   its state API and logs.
 
 A cancelled task (``ray.cancel``: ``KeyboardInterrupt`` in the task) stops its
-item (SIGINT, then SIGKILL to its group after ``grace`` seconds); an item still
-running ``timeout_seconds`` + 5 s after it started (its own wall clock failed)
-is stopped the same way and reported ``timed_out``.
+item (SIGINT, then SIGKILL to its group after ``grace`` seconds): that is also how
+hermesd's stale rule stops a quiet item.  With a ``timeout_seconds``, an item still
+running ``timeout_seconds`` + 5 s after it started (its own wall clock failed) is
+stopped the same way and reported ``timed_out``; without one, no clock limits it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import time
 from typing import Any
 
 from child import redact
+from child.relay import RELAYED
 from hermesd.contract import PROVIDER_TABLE, PYTHON, JobResult
 from hermesd.protocol import ProtocolError
 
@@ -47,6 +51,7 @@ DROPPED_ENV = ("HERMES_DAEMON_PID", "HERMES_CHILD_SOCKET", "HERMES_CHILD_TOKEN",
 """Variables of the worker's environment an item must not inherit (they name another process's daemon)."""
 
 LOG_TAIL_BYTES = 800
+RELAY_FILE = "relay.json"
 
 
 class FileChannel:
@@ -54,19 +59,35 @@ class FileChannel:
 
     Same calls as :class:`child.channel.Channel`: ``child.hello`` returns the spec
     from ``spec.json``, ``child.result`` writes ``result.json`` (atomically);
-    progress reports are dropped (the outcome carries the counts); any other op
-    (delegation, Kanban) raises :class:`ProtocolError` (``bad_request``): there is
-    no hermesd to ask.
+    progress and grants (:data:`child.relay.RELAYED`) go to the driver's relay when
+    ``relay.json`` named one (else progress is dropped and a grant refused: the
+    child paces itself); any other op (delegation, Kanban) raises
+    :class:`ProtocolError` (``bad_request``): there is no hermesd to ask.
     """
 
     def __init__(self, directory: str):
         self.directory = directory
+        self.relay = None
+        path = os.path.join(directory, RELAY_FILE)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                where = json.load(fh)
+            os.unlink(path)  # the token is in this process only: the item's tools cannot read it
+        except (OSError, ValueError):
+            return
+        from child.channel import Channel
+
+        self.relay = Channel(where["address"], where["item"], where["token"])
 
     def call(self, op: str, /, timeout: float | None = None, **args: Any) -> Any:
-        """Answer ``op`` locally (see the class doc)."""
+        """Answer ``op`` locally, or through the relay (see the class doc)."""
+        if op in RELAYED and self.relay is not None:
+            return self.relay.call(op, timeout=timeout, **args)
         if op == "child.hello":
             with open(os.path.join(self.directory, "spec.json"), encoding="utf-8") as fh:
-                return json.load(fh)
+                spec = json.load(fh)
+            self.notify("child.progress", activity=f"started on {socket.gethostname()}")  # it is up: running
+            return spec
         if op == "child.result":
             path = os.path.join(self.directory, "result.json")
             with open(path + ".tmp", "w", encoding="utf-8") as fh:
@@ -76,10 +97,14 @@ class FileChannel:
         raise ProtocolError("bad_request", f"{op} is not available to a batch item on a Ray cluster")
 
     def notify(self, op: str, /, **args: Any) -> None:
-        """Progress: dropped."""
+        """Progress and a grant's report: to the relay (dropped without one)."""
+        if op in RELAYED and self.relay is not None:
+            self.relay.notify(op, **args)
 
     def close(self) -> None:
-        """Nothing to close."""
+        """Close the relay's connection (what it holds is sent first, for up to its linger time)."""
+        if self.relay is not None:
+            self.relay.close()
 
 
 def _tail(path: str) -> str:
@@ -108,12 +133,13 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
 
 
 def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[str, str],
-             grace: float = 3.0) -> dict[str, Any]:
+             grace: float = 3.0, relay: dict[str, str] | None = None) -> dict[str, Any]:
     """Run the item ``handle`` (prompt ``index``, job ``spec`` as a child receives it)
     as its own process; returns its outcome: ``handle, index, status, result`` (the
     child's result map or None), ``error``, ``started_at`` and ``completed_at`` (seconds since the epoch), ``node`` (host name).
-    ``provider_env``: :data:`FORWARDED_ENV` values of the driver.  Never raises
-    but ``KeyboardInterrupt`` (the task cancelled: the item is stopped first)."""
+    ``provider_env``: :data:`FORWARDED_ENV` values of the driver; ``relay``: the driver's
+    relay for this item (``address, item, token``: :meth:`child.relay.Relay.admit`), or None.
+    Never raises but ``KeyboardInterrupt`` (the task cancelled: the item is stopped first)."""
     started = time.time()
     outcome: dict[str, Any] = {"handle": handle, "index": index, "status": "failed", "result": None, "error": None,
                                "started_at": started, "completed_at": started, "node": socket.gethostname()}
@@ -122,12 +148,16 @@ def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[s
         os.makedirs(os.path.join(tmp, "work"))
         with open(os.path.join(tmp, "spec.json"), "w", encoding="utf-8") as fh:
             json.dump(spec, fh)
+        if relay is not None:
+            with open(os.open(os.path.join(tmp, RELAY_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w",
+                      encoding="utf-8") as fh:
+                json.dump(relay, fh)
         env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV and k not in FORWARDED_ENV}
         env.update(provider_env)
         env.update(HERMES_JOB_ID=handle, HERMES_ITEM_DIR=tmp, HERMES_LIFELINE_PID=str(os.getpid()),
                    PYTHONUNBUFFERED="1")
         log_path = os.path.join(tmp, "log")
-        limit = float(spec.get("timeout_seconds") or 600.0) + 5.0
+        limit = float(spec["timeout_seconds"]) + 5.0 if spec.get("timeout_seconds") else None
         try:
             with open(log_path, "ab", buffering=0) as log:
                 proc = subprocess.Popen([*PYTHON, "-m", "child"], cwd=spec["cwd"], env=env,

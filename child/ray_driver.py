@@ -17,7 +17,10 @@ when it dies (``batch.executor_ray``).  The driver
    process of its own on a worker node) reserving ``ray.num_cpus`` CPUs and
    ``ray.memory_mb`` MiB; Ray runs a task whose node or worker was lost again
    (up to ``ray.max_retries`` times);
-4. on SIGINT/SIGTERM (the batch cancelled or ending, hermesd stopping) cancels
+4. relays what its items send hermesd — their progress and their model calls'
+   grants — from a socket on this node (:mod:`child.relay`), so they are governed,
+   billed and watched as local children are;
+5. on SIGINT/SIGTERM (the batch cancelled or ending, hermesd stopping) cancels
    every task it started, waits up to ``ray.grace`` + 2 seconds for them, and ends.
 
 If the driver dies (even ``kill -9``) Ray ends its job's tasks: the owner of
@@ -36,6 +39,7 @@ import time
 from typing import Any
 
 from child.item import FORWARDED_ENV, run_item
+from child.relay import Relay
 from hermesd.contract import JobResult, JobSpec
 
 CONNECT_SECONDS = 5.0
@@ -112,11 +116,17 @@ def cluster(ray: Any) -> dict[str, Any]:
             "cpus": ray.cluster_resources().get("CPU", 0.0), "cpus_free": ray.available_resources().get("CPU", 0.0)}
 
 
+def node_address(ray: Any) -> str:
+    """The address of this driver's node as the cluster knows it (where items on other nodes
+    reach the relay): Ray's node IP of this process (a loopback cluster's is loopback)."""
+    return ray.util.get_node_ip_address()
+
+
 class Driver:
     """One connection to the cluster on behalf of one batch (see the module doc)."""
 
-    def __init__(self, ray: Any, settings: dict[str, Any], channel: Any, stop: Any):
-        self.ray, self.channel, self.stop = ray, channel, stop
+    def __init__(self, ray: Any, settings: dict[str, Any], channel: Any, stop: Any, relay: Relay | None = None):
+        self.ray, self.channel, self.stop, self.relay = ray, channel, stop, relay
         self.grace = float(settings.get("grace") or 3.0)
         options: dict[str, Any] = {"num_cpus": float(settings.get("num_cpus", 1.0)),
                                    "max_retries": int(settings.get("max_retries", 3)), "retry_exceptions": False}
@@ -140,12 +150,13 @@ class Driver:
         self.reported += len(sent)
         for item in reply.get("run") or []:
             ref = self.task.options(name=f"{item['handle']} prompt {item['index']}").remote(
-                item["handle"], item["index"], item["spec"], self.env, self.grace)
+                item["handle"], item["index"], item["spec"], self.env, self.grace,
+                self.relay.admit(item["handle"]) if self.relay is not None else None)
             self.live[ref] = {"handle": item["handle"], "index": item["index"]}
         cancel = set(reply.get("cancel") or [])
         for ref in [r for r, item in self.live.items() if item["handle"] in cancel]:
             self.ray.cancel(ref)
-            del self.live[ref]
+            self._forget(self.live.pop(ref))
         return not reply.get("stop")
 
     def collect(self, timeout: float) -> None:
@@ -158,7 +169,12 @@ class Driver:
             ready, _ = self.ray.wait(list(self.live), num_returns=len(self.live), timeout=0)
         for ref in ready:
             item = self.live.pop(ref)
+            self._forget(item)
             self.outcomes.append(self.outcome(ref, item))
+
+    def _forget(self, item: dict[str, Any]) -> None:
+        if self.relay is not None:
+            self.relay.forget(item["handle"])
 
     def outcome(self, ref: Any, item: dict[str, Any]) -> dict[str, Any]:
         """The task's outcome, or a failure naming what Ray reported (retries spent)."""
@@ -197,11 +213,13 @@ def run(spec: JobSpec, channel: Any, stop: Any) -> JobResult:
     ray = connect(address)
     for sig in (signal.SIGINT, signal.SIGTERM):  # ray.init may have installed its own
         signal.signal(sig, lambda signum, _frame: stop.set(signal.Signals(signum).name))
-    driver = Driver(ray, settings, channel, stop)
+    relay = Relay(os.environ["HERMES_CHILD_SOCKET"], channel.job, channel.token, node_address(ray))
+    driver = Driver(ray, settings, channel, stop, relay)
     try:
         driver.loop()
     finally:
         cancelled = driver.cancel_all()
+        relay.close()
     ended = "interrupted" if stop.is_set() else "completed"
     return JobResult(status=ended, exit_reason=ended, duration_seconds=time.monotonic() - started,
                      summary=f"Ray driver for {address}: {driver.reported} item(s) reported, {cancelled} cancelled "

@@ -317,8 +317,8 @@ class Runner:
         self._stale_timer = None
         limit = self.config.delegation.stale_after_seconds
         for job_id, idle, since in self.activity.stale(limit):
-            if job_id not in self.procs.children or job_id in self.stop_errors:
-                continue
+            if job_id in self.stop_errors or (job_id not in self.procs.children and self._has_process(job_id)):
+                continue  # being stopped, or its process is gone (its exit ends it)
             if self.jobs.list(parent=job_id, statuses=LIVE, limit=1):
                 self.activity.seen(job_id)  # it waits for its subagents, which are watched themselves
                 continue
@@ -330,6 +330,10 @@ class Runner:
                 pass
         if self.activity.jobs:
             self._arm_stale_check()
+
+    def _has_process(self, job_id: str) -> bool:
+        row = self.jobs.get(job_id)
+        return row is None or self.jobs.kind(row["kind"]).process
 
     def _fail_start(self, job_id: str, error: str) -> None:
         """A job whose child could not be started: ``failed``, its token and slots given back."""
@@ -504,6 +508,12 @@ class Runner:
         if not self.procs.stop(job_id, reason):  # starting, but the process is already gone
             self._terminal(job_id, None, reason)
         return self.jobs.require(job_id)
+
+    def ended(self, job_id: str) -> None:
+        """A job without a process here (an item on a Ray cluster) was ended by its plugin,
+        through its own terminal transition: the runner forgets it (its activity, what it was
+        doing, why it was stopped) and the exit hooks run, as after a child's reap."""
+        self._finished(job_id)
 
     def on_exit(self, child: Child) -> None:
         """Called by the process manager once a child has been reaped."""

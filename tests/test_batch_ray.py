@@ -20,7 +20,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.fakes.anthropic_server import FakeAnthropic, Message, last_user_text, text_block, thinking_block
+from tests.fakes.anthropic_server import DEFAULT_USAGE, FakeAnthropic, Message, last_user_text, text_block, thinking_block
+from tests.fakes.limits import Limits
 from tests.harness import wait_for
 from tests.ray_cluster import TAG_ENV, RayCluster, free_port
 from tests.test_batch_daemon import check_consistent, read_run, write_dataset
@@ -34,8 +35,8 @@ SECRET = "sk-ant-test-" + "5ecret" * 4
 class Model:
     """The fake model: thinks, answers, ``delay`` seconds per reply; remembers when each prompt was asked."""
 
-    def __init__(self, delay: float = 0.0):
-        self.api = FakeAnthropic(delay=delay)
+    def __init__(self, delay: float = 0.0, limits: Limits | None = None):
+        self.api = FakeAnthropic(delay=delay, limits=limits)
         self.asked: list[tuple[float, str]] = []
         self.lock = threading.Lock()
         self.api.default = self.reply
@@ -63,10 +64,18 @@ def cluster():
         c.stop()
 
 
-def ray_daemon(make_daemon, api_url: str):
+PRICES = {"claude-test": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}
+
+
+def ray_daemon(make_daemon, api_url: str, **config: Any):
     """A hermesd whose items ask the fake Anthropic server, with the secret key in its environment."""
-    return make_daemon({"provider": "anthropic", "base_url": api_url, "supervisor": {"max_children": 4}},
+    return make_daemon({"provider": "anthropic", "base_url": api_url, "supervisor": {"max_children": 4}, **config},
                        env={"ANTHROPIC_API_KEY": SECRET})
+
+
+def ray_items(daemon, batch: str) -> list[dict[str, Any]]:
+    """The ``ray_item`` jobs of batch job ``batch``, as ``ps --all`` lists them."""
+    return [j for j in daemon.call("ps", all=True, kind="ray_item")["jobs"] if j.get("parent") == batch]
 
 
 def prompts(path: Path, n: int) -> Path:
@@ -229,7 +238,7 @@ def test_forty_prompts_each_index_once_items_on_workers_and_the_key_nowhere(make
     no_secret_in(daemon.base, cluster.temp)
     assert SECRET not in json.dumps(events)
     pid = daemon.proc.pid  # the daemon never imported Ray: no Ray library mapped in its memory
-    assert not [m.path for m in psutil.Process(pid).memory_maps() if "/ray/" in m.path or "_raylet" in m.path]
+    assert not [m.path for m in psutil.Process(pid).memory_maps() if "-packages/ray/" in m.path or "_raylet" in m.path]
     wait_for(lambda: not driver_pids(daemon) and not items_running(cluster), 30, 0.2, "the driver to end")
 
 
@@ -313,3 +322,66 @@ def test_a_worker_node_lost_mid_run_its_items_run_again_exactly_once(make_daemon
     check_consistent(run, 10)
     assert indices(run) == list(range(24)), "every prompt exactly once"
     assert lost and final["progress"]["failed"] == 0  # Ray ran the lost node's items again
+
+
+@on_cluster
+def test_items_on_ray_ask_the_governor_through_their_driver_and_are_billed(make_daemon, cluster, tmp_path):
+    """The fake says no (2 requests per 2 s, 429 with retry-after beyond): every item's call
+    asks hermesd's governor through the driver, so few are refused and none fails; each item
+    is a job of the batch, and what the calls spent is the run's bill everywhere."""
+    with Model(limits=Limits(requests=2, window=2.0)) as model:
+        daemon = ray_daemon(make_daemon, model.api.url, model="claude-test", prices=PRICES)
+        record = run_ray(daemon, cluster, prompts(tmp_path / "p.jsonl", 8), "governed", num_workers=4,
+                         distribution="no_web")
+        daemon.wait_job(record["id"], timeout=600)
+        governor = daemon.call("status")["governor"]
+    final = daemon.call("batch.status", id=record["id"])
+    assert final["status"] == "completed" and final["progress"]["failed"] == 0, final
+    assert model.api.limits.admitted == 8
+    # four workers start at once against a limit of two: the initial window's burst may be refused, once
+    assert model.api.limits.refused_total <= 2, model.api.limits.refused
+    assert [g["endpoint"].rsplit(" key ", 1)[0] for g in governor] == [f"anthropic {model.api.url}"]  # asked
+
+    usage = final["usage"]  # each admitted reply's usage is the fake's DEFAULT_USAGE
+    assert (usage["calls"], usage["input"], usage["output"]) == (8, 8 * DEFAULT_USAGE["input_tokens"],
+                                                                 8 * DEFAULT_USAGE["output_tokens"]), usage
+    assert usage["cost_usd"] > 0 and not usage["cost_unknown"]
+    stats = read_run(Path(final["run_dir"]))["statistics"]
+    assert stats["usage"]["calls"] == 8 and stats["cost_usd"] == usage["cost_usd"]
+    by_batch = json.loads(daemon.ctl("usage", "--by", "batch", "--json").stdout)
+    assert [(r["key"], r["calls"], r["cost_usd"]) for r in by_batch["rows"]] == [(record["id"], 8, usage["cost_usd"])]
+    items = ray_items(daemon, record["id"])
+    assert len(items) == 8 and {j["status"] for j in items} == {"completed"}, items
+    by_job = {r["key"]: r for r in json.loads(daemon.ctl("usage", "--by", "job", "--json").stdout)["rows"]}
+    assert sorted(by_job) == sorted(j["id"] for j in items) and all(r["calls"] == 1 for r in by_job.values())
+    lines = [line for lines in read_run(Path(final["run_dir"]))["batches"].values() for line in lines]
+    assert all(line["metadata"]["cost_usd"] == by_job[line["metadata"]["job"]]["cost_usd"] > 0 for line in lines)
+
+
+@on_cluster
+def test_ray_items_show_in_ps_and_top_and_a_quiet_one_is_stopped_as_stale(make_daemon, cluster, tmp_path):
+    """Items report activity through their driver: ``ps`` and ``top`` show them running, and
+    one whose model call shows no sign of life is interrupted by the stale rule (no wall
+    clock) and its process on the worker stopped."""
+    with Model(delay=120.0) as model:
+        # room for a cold item's imports on a loaded machine: it is quiet while it waits for the model
+        daemon = ray_daemon(make_daemon, model.api.url, delegation={"stale_after_seconds": 20})
+        record = run_ray(daemon, cluster, prompts(tmp_path / "p.jsonl", 2), "quiet", num_workers=2)
+
+        def up() -> list[dict[str, Any]]:
+            items = ray_items(daemon, record["id"])
+            assert not any(j["status"] in ("interrupted", "failed") for j in items), items
+            return [j for j in items if j["status"] == "running"] if len(model.api.requests) == 2 else []
+
+        running = wait_for(up, 120, 0.2, "two items up and asking the model")
+        listing = daemon.ctl("ps").stdout
+        board = daemon.ctl("top").stdout  # not a terminal: the board once, as text
+        assert all(j["id"] in listing and j["id"] in board for j in running), (listing, board)
+        daemon.wait_job(record["id"], timeout=300)
+        wait_for(lambda: not items_running(cluster), 60, 0.2, "the stale items' processes to stop")
+    final = daemon.call("batch.status", id=record["id"])
+    assert final["progress"]["failed"] == 2 and final["progress"]["done"] == 0, final
+    items = ray_items(daemon, record["id"])
+    assert [(j["status"], j["exit_reason"]) for j in items] == [("interrupted", "stale")] * 2, items
+    assert all("no activity for" in j["error"] for j in items)
+    assert len(model.api.requests) == 2  # nothing ran again

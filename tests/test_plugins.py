@@ -55,8 +55,8 @@ def test_a_job_result_round_trips_over_the_wire():
 def test_the_plugins_declare_every_kind_once():
     plugins = Plugins(PLUGINS)
     assert set(plugins.kinds) == {"delegation", "background", "session_turn", "session_compact", "batch",
-                                  "batch_item", "batch_driver", "kanban_worker"}
-    assert plugins.names(process=False) == ("batch",) and plugins.names(at_restart="resume") == ("batch",)
+                                  "batch_item", "batch_driver", "ray_item", "kanban_worker"}
+    assert plugins.names(process=False) == ("batch", "ray_item") and plugins.names(at_restart="resume") == ("batch",)
     assert set(plugins.names(at_shutdown="stop")) == {"delegation", "kanban_worker"}
 
     class Twice(Plugin):
