@@ -65,8 +65,10 @@ def running_for(rec: dict[str, Any], now: float | None = None) -> float | None:
     """A job's duration in seconds: its final one, or for a live job the time since it started."""
     if isinstance(rec.get("duration_seconds"), (int, float)):
         return float(rec["duration_seconds"])
+    if rec.get("status") not in ("starting", "running"):
+        return None  # before reading started_at: a queued job's None costs a ValueError to parse
     begun = epoch(rec.get("started_at"))
-    if begun is None or rec.get("status") not in ("starting", "running"):
+    if begun is None:
         return None
     return max(0.0, (now if now is not None else time.time()) - begun)
 

@@ -231,18 +231,19 @@ def encode_event(event: dict[str, Any]) -> list[bytes]:
     return [EVENT_TOPIC, packb(event)]
 
 
-_BAD_NUMBER_MARKS = re.compile(rb"\xcf|\xcb[\x7f\xff][\xf0-\xff]|\xca[\x7f\xff][\x80-\xff]")
+_BAD_NUMBER_MARKS = rb"\xcf|\xcb[\x7f\xff][\xf0-\xff]|\xca[\x7f\xff][\x80-\xff]"
 """Bytes a msgpack frame must contain to carry an integer or float :func:`check_ints` refuses
 (msgpack spec, "formats"): ``0xcf`` starts a uint64 (the only integer format that holds
 more than :data:`INT64_MAX`); a float 64 (``0xcb``) or float 32 (``0xca``) whose exponent
-bits are all ones is an infinity or a NaN (IEEE 754)."""
+bits are all ones is an infinity or a NaN (IEEE 754).  Compiled at its first use (by ``re``'s
+cache): a client, which never decodes a request, does without compiling it."""
 
 
 def may_hold_bad_numbers(frame: bytes) -> bool:
     """False when the msgpack ``frame`` cannot hold a number :func:`check_ints` refuses: a
     scan of the bytes in C instead of a walk of every value (a child's result carries its
     whole trajectory).  True means "maybe" (the marks may sit inside a string)."""
-    return _BAD_NUMBER_MARKS.search(frame) is not None
+    return re.search(_BAD_NUMBER_MARKS, frame) is not None
 
 
 def check_ints(value: Any, where: str = "", depth: int = 0) -> None:
