@@ -11,11 +11,16 @@ clients, and the whole-process time of ``hermesctl status``.
   ``status``, ``hello``, ``delegate --background`` (the queue paused, so no child runs
   while the clients are measured), ``ps`` (with the jobs this makes), ``result``,
   ``wait`` (an ended job), ``cancel`` (a new queued job each time), ``events --since``
-  (the last 20), each in text and with ``--json``.  The goal is at most 1.5x.
+  (the last 20), each in text and with ``--json``.  The goal is at most 1.5x.  The client's
+  bytecode is written first (with ``PYTHONDONTWRITEBYTECODE`` each run would compile what changed).
+  ``--instructions``: each command and the floor also run once under valgrind (callgrind), and
+  the instructions each ran are compared: a ratio a loaded machine does not move (no system
+  time, no waiting for the daemon).
 
 Usage::
 
-    .venv/bin/python bench/bench_control.py [--requests 2000] [--seconds 5] [--pairs 15] [--only-commands] [--json]
+    .venv/bin/python bench/bench_control.py [--requests 2000] [--seconds 5] [--pairs 15] [--only-commands]
+                                            [--instructions] [--json]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import re
 import shutil
 import statistics
 import subprocess
@@ -104,16 +110,42 @@ GOAL_RATIO = 1.5
 """The goal of each command: its whole process at most this many times ``python -c pass``."""
 
 
-def scripted_commands(d, pairs: int) -> dict[str, dict[str, list[float]]]:
+def instructions(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> int:
+    """How many instructions the process ``argv`` ran (user space, counted by valgrind's callgrind).
+    Raises ``RuntimeError`` when it fails or valgrind is not installed."""
+    if not shutil.which("valgrind"):
+        raise RuntimeError("--instructions needs valgrind (apt-get install valgrind)")
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv], env=env, cwd=cwd,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    counted = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or not counted:
+        raise RuntimeError(f"{' '.join(argv)} under valgrind failed ({out.returncode}): {out.stderr[-500:]}")
+    return int(counted.group(1))
+
+
+def compile_client() -> None:
+    """Write the bytecode of ``client/`` and ``hermesd/`` where it is missing or stale: with
+    ``PYTHONDONTWRITEBYTECODE`` set, each command would otherwise compile anew every module changed
+    since the last write, and that would be measured (``py_compile`` writes whatever it says)."""
+    import compileall
+
+    root = Path(__file__).resolve().parent.parent
+    for package in ("client", "hermesd"):
+        compileall.compile_dir(root / package, quiet=1)
+
+
+def scripted_commands(d, pairs: int, count: bool = False) -> dict[str, dict[str, list[float]]]:
     """Each command scripts call beside ``python -c pass`` (see the module doc): per command,
     ``{"wall": [...], "cpu": [...], "floor_wall": [...], "floor_cpu": [...]}`` in seconds, one
-    value per pair.  A command that exits otherwise than it should is an error."""
+    value per pair, and with ``count`` ``"instructions": [command's, floor's]``.  A command that
+    exits otherwise than it should is an error."""
+    compile_client()
     conn = Connection(d.runtime, timeout=30)
     done = conn.call("delegate", goal="ended", cwd=str(d.work))["id"]
     conn.call("wait", 60, id=done, timeout=50)
     conn.call("pause")
     queued = [conn.call("delegate", goal=f"to cancel {i}", cwd=str(d.work), background=True, queue=True)["id"]
-              for i in range(2 * (pairs + 1))]
+              for i in range(2 * (pairs + 1) + 2)]
     since = max(0, conn.call("status")["last_seq"] - 20)
     conn.close()
     commands: dict[str, Callable[[int], list[str]]] = {
@@ -135,30 +167,41 @@ def scripted_commands(d, pairs: int) -> dict[str, dict[str, list[float]]]:
                     for key, value in (("wall", seconds), ("cpu", cpu), ("floor_wall", floor[0]),
                                        ("floor_cpu", floor[1])):
                         series[key].append(value)
+            if count:
+                argv = hermesctl_argv(*(["--json"] if as_json else []), *args(2 * (pairs + 1) + as_json))
+                series["instructions"] = [instructions(argv, d.env, str(d.work)),
+                                          instructions([sys.executable, "-c", "pass"])]
             out[name + (" --json" if as_json else "")] = series
     return out
 
 
-def run(requests: int, seconds: float, runs: int = 15, pairs: int = 15, only_commands: bool = False) -> dict:
-    """Every figure of this benchmark (``only_commands``: only :func:`scripted_commands`)."""
+def run(requests: int, seconds: float, runs: int = 15, pairs: int = 15, only_commands: bool = False,
+        count: bool = False) -> dict:
+    """Every figure of this benchmark (``only_commands``: only :func:`scripted_commands`; ``count``:
+    with instructions)."""
     with daemon() as d:
         if only_commands:
-            return {"commands": scripted_commands(d, pairs)}
+            return {"commands": scripted_commands(d, pairs, count)}
         return {"round_trip": round_trips(d.runtime, requests),
                 "rps": {n: throughput(d.runtime, n, seconds) for n in (1, 8, 32)},
-                "hermesctl": ctl_status(d, runs), "commands": scripted_commands(d, pairs)}
+                "hermesctl": ctl_status(d, runs), "commands": scripted_commands(d, pairs, count)}
 
 
 def commands_report(commands: dict[str, dict[str, list[float]]]) -> list[str]:
     """The lines of :func:`scripted_commands`' figures: medians, ratios, the goal met or not."""
     lines = [f"  commands scripts call, whole process beside python -c pass (median of {len(next(iter(commands.values()))['wall'])} pairs; goal <= {GOAL_RATIO:g}x)",
-             f"    {'command':<28}{'wall':>9}{'floor':>9}{'ratio':>8}{'cpu':>9}{'floor':>9}{'ratio':>8}"]
+             f"    {'command':<28}{'wall':>9}{'floor':>9}{'ratio':>8}{'cpu':>9}{'floor':>9}{'ratio':>8}"
+             + (f"{'instr':>9}{'floor':>8}{'ratio':>8}" if "instructions" in next(iter(commands.values())) else "")]
     for name, s in commands.items():
         wall, floor = statistics.median(s["wall"]), statistics.median(s["floor_wall"])
         cpu, floor_cpu = statistics.median(s["cpu"]), statistics.median(s["floor_cpu"])
         met = "met" if wall / floor <= GOAL_RATIO else "NOT met"
+        counted = ""
+        if "instructions" in s:
+            ran, floor_ran = s["instructions"]
+            counted = f"{ran / 1e6:>8.1f}M{floor_ran / 1e6:>7.1f}M{ran / floor_ran:>7.2f}x"
         lines.append(f"    {name:<28}{wall * 1e3:>7.1f}ms{floor * 1e3:>7.1f}ms{wall / floor:>7.2f}x"
-                     f"{cpu * 1e3:>7.1f}ms{floor_cpu * 1e3:>7.1f}ms{cpu / floor_cpu:>7.2f}x  {met}")
+                     f"{cpu * 1e3:>7.1f}ms{floor_cpu * 1e3:>7.1f}ms{cpu / floor_cpu:>7.2f}x{counted}  {met}")
     return lines
 
 
@@ -180,9 +223,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--only-commands", action="store_true")
+    parser.add_argument("--instructions", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = run(args.requests, args.seconds, pairs=args.pairs, only_commands=args.only_commands)
+    results = run(args.requests, args.seconds, pairs=args.pairs, only_commands=args.only_commands,
+                  count=args.instructions)
     print(json.dumps(results) if args.json else report(results))
 
 
