@@ -127,7 +127,8 @@ class Agent:
             self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
             self.begin(registry)
             self.provider = make_provider(self.spec, stop=self.stop)
-            self.window = Window(self.spec.context_window or context_window(getattr(self.provider, "model", None)))
+            self.window = Window(self.spec.context_window or context_window(getattr(self.provider, "model", None),
+                                                                             self.spec.context_windows))
             self.provider.activity = self.liveness
             self.grants = Grants(self.channel, self.provider, self.stop, self.liveness, log)
             if self.resumed is not None and hasattr(self.provider, "resume"):  # a script goes on where it was

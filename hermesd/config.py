@@ -119,11 +119,33 @@ POSITIVE = {"gt": 0}
 """A number > 0 (a budget's limit)."""
 
 
+def parse_context_windows(data: Any) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """The config's ``context_windows:`` mapping — model name or name prefix → the model's
+    context window in tokens, read before :data:`hermesd.contract.CONTEXT_WINDOWS` (the
+    longest matching prefix wins: :func:`hermesd.contract.context_window`) — as
+    ``(table, problems)``; each problem is ``(model key, reason)``.  A window must be a whole
+    number of tokens >= 1024."""
+    if data is None:
+        return {}, []
+    if not isinstance(data, dict):
+        return {}, [("", "must be a mapping of model names (or prefixes) to context windows in tokens, "
+                         "e.g. {claude-sonnet-4: 1000000}")]
+    table: dict[str, int] = {}
+    problems: list[tuple[str, str]] = []
+    for model, tokens in data.items():
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1024:
+            problems.append((f"{model}", f"must be a whole number of tokens >= 1024, not {tokens!r}"))
+        else:
+            table[str(model)] = tokens
+    return table, problems
+
+
 @dataclass(frozen=True)
 class Core:
     """The core's part of ``config.yaml``: the model every job uses unless told otherwise, the
     toolsets, the supervisor, the caps of a tool call and of a child, the secrets.  ``source``
-    is the file it came from (or None for defaults).  The rest is the plugins' (:func:`parts`)."""
+    is the file it came from (or None for defaults).  ``context_windows``: the models' context
+    windows as written (:func:`parse_context_windows`).  The rest is the plugins' (:func:`parts`)."""
 
     model: str | None = None
     provider: str | None = field(default=None, metadata=one_of(*PROVIDERS))
@@ -134,6 +156,7 @@ class Core:
     limits: Limits = section(Limits)
     child_limits: ChildLimits = section(ChildLimits)
     secrets: list[str] = field(default_factory=list, metadata=ENV_NAMES)
+    context_windows: dict[str, int] = field(default_factory=dict, metadata={"check": parse_context_windows})
     source: str | None = field(default=None, metadata={"internal": True})
 
     def state_dir(self) -> Path:

@@ -174,7 +174,7 @@ CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
     ("smollm2", 8_192),      # SmolLM2's trained context (the embedded model runs with less: child.providers.local)
 )
 """Known context windows in tokens, by model-name prefix (read 2026-12-01); the config's
-``sessions.context_windows`` comes first, :data:`DEFAULT_CONTEXT_WINDOW` for the rest."""
+``context_windows:`` comes first, :data:`DEFAULT_CONTEXT_WINDOW` for the rest."""
 
 DEFAULT_CONTEXT_WINDOW = 128_000
 """The context window assumed for a model no table knows (tokens): the smallest of the current
@@ -289,7 +289,8 @@ class JobSpec(Wire):
     replays when it holds steps of an earlier child and appends to; None: none kept.
     ``context_window``: the model's context window in tokens (:func:`context_window`), past a
     share of which older tool results are shortened in what is sent (:mod:`child.window`);
-    None: the child looks its model up itself.
+    None: the child looks its model up itself, in ``context_windows`` (the config's
+    ``context_windows:``, model name or prefix → tokens) and then :data:`CONTEXT_WINDOWS`.
     """
 
     job: str = ""
@@ -326,6 +327,7 @@ class JobSpec(Wire):
     ray: dict[str, Any] | None = None
     journal: str | None = None
     context_window: int | None = None
+    context_windows: dict[str, int] | None = None
 
 
 @functools.cache

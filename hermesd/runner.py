@@ -377,7 +377,8 @@ class Runner:
             approval_tools=list(cfg.approvals.always),
             limits={"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
                     "terminal_timeout_seconds": cfg.limits.terminal_timeout_seconds},
-            record_trajectory=True, journal=resume.spec_journal(self, row), **defaults)
+            record_trajectory=True, journal=resume.spec_journal(self, row),
+            context_windows=dict(cfg.context_windows) or None, **defaults)
         names = JobSpec.names()
         for key, value in (row.get("spec") or {}).items():
             if key in names:  # the rest (a batch item's prompt_index, after, env…) is the daemon's bookkeeping

@@ -10,7 +10,7 @@ import pytest
 from child import messages as m
 from child.window import MARKER, Window, shortened
 from hermesd.contract import context_window, estimate_tokens
-from tests.fakes.anthropic_server import FakeAnthropic, Message, last_user_text, text_block
+from tests.fakes.anthropic_server import FakeAnthropic, Message, last_user_text, text_block, tool_use_block
 from tests.fakes.limits import Limits, count_input_tokens
 from tests.harness import wait_for
 
@@ -190,6 +190,27 @@ def test_context_windows_known_per_model():
     assert context_window("gpt-4o-mini") == 128_000
     assert context_window("my-model", {"my-": 32_000}) == 32_000
     assert context_window(None) == 128_000
+
+
+def test_the_configured_context_window_of_a_model_sets_the_limits_of_sessions_and_of_jobs(make_daemon):
+    def model(request):  # eight rounds of 4,000-byte tool results: more than the fake's window, unshortened
+        rounds = sum(1 for msg in request.body["messages"] if msg["role"] == "assistant")
+        if rounds < 8:
+            command = f"head -c 4000 /dev/zero | tr '\\0' {'abcdefgh'[rounds]}"
+            return Message([tool_use_block("terminal", {"command": command})], stop_reason="tool_use")
+        return Message([text_block("done")])
+
+    with FakeAnthropic(limits=Limits(context_window=WINDOW)) as api:
+        api.default = model
+        d = make_daemon({"provider": "anthropic", "base_url": api.url, "model": "claude-test", "toolsets": ["terminal"],
+                         "context_windows": {"claude-": 100_000, "claude-te": WINDOW}},  # the longest prefix wins
+                        env={"ANTHROPIC_API_KEY": "test-key"})
+        rec = d.wait_job(d.delegate("read eight files")["id"], timeout=120)
+        assert rec["status"] == "completed", rec  # unshortened, the fake refuses the eighth request
+        assert any(MARKER.split("{")[0] in str(r.body["messages"]) for r in api.requests)  # the child shortened
+        assert max(count_input_tokens(r.body) for r in api.requests) <= WINDOW
+        d.call("session.send", session="main", text="hello")
+        assert d.call("session.get", session="main")["compact_at_tokens"] == int(0.6 * WINDOW)
 
 
 @pytest.mark.slow

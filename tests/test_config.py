@@ -27,6 +27,8 @@ def test_defaults():
     ("toolsets: terminal\n", 1, "toolsets"),
     ("delegation: [1, 2]\n", 1, "delegation"),
     ("delegation:\n  subagent_auto_approve: 1\n", 2, "delegation.subagent_auto_approve"),
+    ("context_windows:\n  claude-: lots\n", 2, "context_windows.claude-"),
+    ("context_windows: 200000\n", 1, "context_windows"),
 ])
 def test_errors_name_file_line_key(text, line, key):
     with pytest.raises(config.ConfigError) as info:

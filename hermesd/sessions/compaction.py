@@ -86,7 +86,7 @@ class Compactor:
         cfg = self.d.config.sessions
         if cfg.compact_at_tokens:
             return int(cfg.compact_at_tokens)
-        window = cfg.context_window_tokens or context_window(self.d.config.model)
+        window = cfg.context_window_tokens or context_window(self.d.config.model, self.d.config.context_windows)
         return int(window * cfg.compact_share)
 
     def keep_tokens(self) -> int:
