@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from child import loopback
 from hermesd.warm import client as warm_client
 from hermesd.warm.client import HeldSpare, ZygoteClient
 from hermesd.warm.wire import read_request, recv_msg, send_msg
@@ -153,13 +154,17 @@ def test_at_hand_without_a_warm_zygote_never_waits(monkeypatch, loop):
 
 def test_the_template_does_what_each_childs_first_call_would_do_itself():
     """After the zygote's warm-up, a child building its SDK client and reaching the API it calls
-    imports nothing more (the transport and the resources are the template's, shared)."""
-    code = ("import sys; from child.zygote import preload_for, warm_up; "
+    imports nothing more (the transport and the resources are the template's, shared); each
+    provider's warm calls were answered by the loopback server, whose thread is gone (the
+    template forks with no other thread)."""
+    code = ("import sys, threading; from child.zygote import preload_for, warm_up; "
             "failed = warm_up(preload_for('anthropic,openai-compat', None)); "
             "import anthropic, openai; before = set(sys.modules); "
             "anthropic.Anthropic(api_key='k', base_url='http://127.0.0.1:9', max_retries=0).messages; "
             "openai.OpenAI(api_key='k', base_url='http://127.0.0.1:9/v1', max_retries=0).chat.completions; "
-            "print(failed, sorted(set(sys.modules) - before))")
+            "from child.providers import anthropic as a, openai_compat as o; "
+            "print(failed, sorted(set(sys.modules) - before), a.warm_template(), o.warm_template(), "
+            "threading.active_count())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[] []", out.stdout
+    assert out.stdout.strip() == f"[] [] {loopback.CALLS} {loopback.CALLS} 1", out.stdout

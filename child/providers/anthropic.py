@@ -60,23 +60,45 @@ TRACING = ("opentelemetry.propagate", "opentelemetry.trace.propagation.tracecont
 """What the SDK imports on its first request (its tracing's propagators, when installed)."""
 
 
-def warm_template() -> None:
+def warm_template() -> int:
     """In the warm template (:mod:`child.zygote`): what every child's first call would otherwise
-    do itself — build a client (importing its HTTP transport: httpcore, h11, anyio's streams) and
-    import what the first request imports — so forked children share it instead of each making it
-    private (``bench/bench_memory.py``).  Nothing is sent: the client is closed unused."""
+    do itself — build a client (importing its HTTP transport: httpcore, h11, anyio's streams),
+    import what a request imports, build the SDK's models of a streamed reply and run (and let the
+    interpreter specialise) the code of a whole call — done once against a loopback server
+    (:func:`child.loopback.warm_calls`), so forked children share it instead of each making it
+    private (``bench/bench_fleet.py``).  Nothing leaves the host.  Returns the calls answered."""
     import importlib
 
-    import anthropic
+    import anthropic  # noqa: F401 - before the loopback server waits for the first call
+    from child import loopback
 
     for name in TRACING:
         try:
             importlib.import_module(name)
         except ImportError:
             pass
-    client = anthropic.Anthropic(api_key=NO_KEY, base_url="http://127.0.0.1:9", max_retries=0)
-    client.messages  # noqa: B018 - the attribute imports and builds the resource
-    client.close()
+    return loopback.warm_calls(lambda url, timeout: AnthropicProvider(base_url=url, api_key=NO_KEY, max_retries=0, timeout=timeout),
+                               loopback.response(loopback.sse(WARM_STREAM), "text/event-stream"))
+
+
+WARM_STREAM = [
+    {"type": "message_start", "message": {"id": "msg_warm", "type": "message", "role": "assistant",
+                                          "model": DEFAULT_MODEL, "content": [], "stop_reason": None,
+                                          "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}},
+    {"type": "ping"},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "warm"}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "content_block_start", "index": 1,
+     "content_block": {"type": "tool_use", "id": "toolu_warm", "name": "terminal", "input": {}}},
+    {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"command"'}},
+    {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": ': "true"}'}},
+    {"type": "content_block_stop", "index": 1},
+    {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+     "usage": {"output_tokens": 2}},
+    {"type": "message_stop"},
+]
+"""The streamed reply of :func:`warm_template`'s calls (the Messages API's event sequence: text, then a tool call)."""
 
 
 class AnthropicProvider:

@@ -46,16 +46,28 @@ OPENAI_URL = "https://api.openai.com/v1"
 NO_KEY = "hermesd-no-key"
 
 
-def warm_template() -> None:
-    """In the warm template (:mod:`child.zygote`): build a client once (importing its HTTP
-    transport) and reach its chat completions (imported on first use), so forked children share
-    what every child's first call would otherwise make private; nothing is sent
-    (:func:`child.providers.anthropic.warm_template`)."""
-    import openai
+def warm_template() -> int:
+    """In the warm template (:mod:`child.zygote`): build a client, and run (and let the
+    interpreter specialise) a whole call against a loopback server, so forked children share
+    what every child's first call would otherwise make private; nothing leaves the host
+    (:func:`child.providers.anthropic.warm_template`).  Returns the calls answered."""
+    import openai  # noqa: F401 - before the loopback server waits for the first call
+    from child import loopback
 
-    client = openai.OpenAI(api_key=NO_KEY, base_url="http://127.0.0.1:9/v1", max_retries=0)
-    client.chat.completions  # noqa: B018 - the attribute imports the resource modules
-    client.close()
+    return loopback.warm_calls(lambda url, timeout: OpenAICompatProvider("warm", base_url=url, api_key=NO_KEY,
+                                                                         max_retries=0, timeout=timeout),
+                               loopback.response(json.dumps(WARM_REPLY).encode(), "application/json"), "/v1")
+
+
+WARM_REPLY = {"id": "chatcmpl-warm", "object": "chat.completion", "created": 0, "model": "warm",
+              "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                  "role": "assistant", "content": "warm", "tool_calls": [{
+                      "id": "call_warm", "type": "function",
+                      "function": {"name": "terminal", "arguments": '{"command": "true"}'}}]}}],
+              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2,
+                        "prompt_tokens_details": {"cached_tokens": 0}}}
+"""The reply of :func:`warm_template`'s calls (a chat completion with text and a tool call)."""
+
 
 STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
                 "length": "max_tokens", "content_filter": "refusal"}
