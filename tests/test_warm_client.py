@@ -168,3 +168,24 @@ def test_the_template_does_what_each_childs_first_call_would_do_itself():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"[] [] {loopback.CALLS} {loopback.CALLS} 1", out.stdout
+
+
+def test_every_sdk_client_of_a_process_verifies_with_one_tls_context(monkeypatch):
+    """The certificates are parsed once per process (in the template, so children share them):
+    both SDKs' clients use the same context, and another SSL_CERT_FILE gets its own."""
+    import ssl
+
+    from child.providers.anthropic import AnthropicProvider
+    from child.providers.base import tls_context
+    from child.providers.openai_compat import OpenAICompatProvider
+
+    clients = [AnthropicProvider(base_url="http://127.0.0.1:9", api_key="k")._sdk(),
+               OpenAICompatProvider("m", base_url="http://127.0.0.1:9/v1", api_key="k")._sdk()]
+    shared = tls_context()
+    assert isinstance(shared, ssl.SSLContext) and tls_context() is shared
+    assert [c._client._transport._pool._ssl_context for c in clients] == [shared, shared]
+    if os.environ.get("SSL_CERT_FILE"):
+        monkeypatch.delenv("SSL_CERT_FILE")
+    else:
+        monkeypatch.setenv("SSL_CERT_FILE", ssl.get_default_verify_paths().openssl_cafile)
+    assert tls_context() is not shared

@@ -32,7 +32,7 @@ import os
 from typing import Any
 
 from child.governor import limit_headers
-from child.providers.base import Completion, ProviderError, key_id, kind_of, status_error, touch
+from child.providers.base import Completion, ProviderError, key_id, kind_of, status_error, tls_context, touch
 
 DEFAULT_URL = "https://api.anthropic.com"
 """Where the SDK sends requests without a ``base_url`` (the governor's endpoint name for it)."""
@@ -141,7 +141,8 @@ class AnthropicProvider:
             import anthropic
 
             self._client = anthropic.Anthropic(base_url=self.base_url, max_retries=self.max_retries,
-                                               timeout=self.timeout, **self._auth)
+                                               timeout=self.timeout, **self._auth,
+                                               http_client=anthropic.DefaultHttpxClient(verify=tls_context()))
         return self._client
 
     def request(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],

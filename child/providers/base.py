@@ -7,6 +7,7 @@ assistant :class:`Completion`; the agent loop in :mod:`child.agent` does the res
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -130,3 +131,25 @@ def touch(provider: Any, what: str) -> None:
     activity = getattr(provider, "activity", None)
     if activity is not None:
         activity.touch(what)
+
+
+TLS_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR")
+"""The variables that choose the certificates the SDKs' HTTP transport trusts."""
+_tls: dict[tuple[str | None, ...], Any] = {}
+
+
+def tls_context() -> Any:
+    """The ``ssl.SSLContext`` every SDK client of this process verifies servers with: the HTTP
+    transport's default (``httpx2.create_ssl_context()``: the system's certificates, or those
+    :data:`TLS_ENV` names), made once per value of those variables.
+
+    Each client would otherwise make its own, parsing every certificate of the bundle again
+    (about 140 here: a megabyte and a third of a second of CPU).  The warm template
+    (:mod:`child.zygote`) makes it in its warm calls, so the children forked from it share
+    the parsed certificates copy-on-write."""
+    key = tuple(os.environ.get(name) for name in TLS_ENV)
+    if key not in _tls:
+        import httpx2
+
+        _tls[key] = httpx2.create_ssl_context()
+    return _tls[key]

@@ -38,7 +38,7 @@ from typing import Any
 
 from child import messages as m
 from child.governor import limit_headers
-from child.providers.base import Completion, ProviderError, key_id, status_error
+from child.providers.base import Completion, ProviderError, key_id, status_error, tls_context
 
 OPENROUTER_URL = "https://openrouter.ai/api/v1"
 OPENAI_URL = "https://api.openai.com/v1"
@@ -114,7 +114,8 @@ class OpenAICompatProvider:
             import openai
 
             self._client = openai.OpenAI(api_key=self._api_key, base_url=self.base_url,
-                                         max_retries=self.max_retries, timeout=self.timeout)
+                                         max_retries=self.max_retries, timeout=self.timeout,
+                                         http_client=openai.DefaultHttpxClient(verify=tls_context()))
         return self._client
 
     def request(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
