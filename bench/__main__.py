@@ -3,8 +3,8 @@
 First hermesd beside circus and supervisord (:mod:`bench.bench_peers`, issue
 22: every row, the ratios, each goal met or not; the peers are installed from
 PyPI into ``--venv`` on first use), then the rest.  ``--quick`` shrinks the
-batch benchmarks (96 prompts instead of 1,024: whole rounds of 16 workers) and the long-run one
-(200 prompts instead of 2,000) for a look that takes minutes, not the better
+batch benchmarks (96 prompts instead of 1,024: whole rounds of 16 workers), the long-run one
+(200 prompts instead of 2,000) and the fleet (64 children waiting at once instead of 256) for a look that takes minutes, not the better
 part of an hour; ``--only-peers`` runs only the comparison with its peers (:mod:`bench.bench_peers`),
 ``--only-default`` only the default configuration's figures (:mod:`bench.bench_warm_start`: batch
 overhead with the default configuration, event-loop stalls while the zygote is
@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import (bench_batch, bench_batch_ray, bench_batch_scheduling, bench_cache, bench_compaction,  # noqa: E402
-                   bench_containers, bench_control, bench_events, bench_governor, bench_local_model, bench_longrun, bench_memory,
+                   bench_containers, bench_control, bench_events, bench_fleet, bench_governor, bench_local_model, bench_longrun,
+                   bench_memory,
                    bench_peers, bench_resume, bench_spawn, bench_warm_start)
 from child.providers import local  # noqa: E402
 from bench.common import machine  # noqa: E402
@@ -51,6 +52,7 @@ def main() -> None:
     print(bench_control.report(bench_control.run(2000, 5.0)) + "\n", flush=True)
     print(bench_events.report(bench_events.run(30, 50, 6, 120, 20.0), 50, 20.0) + "\n", flush=True)
     print(bench_memory.report(bench_memory.run(16), 16) + "\n", flush=True)
+    print(bench_fleet.report(bench_fleet.run(64 if args.quick else 256)) + "\n", flush=True)
     print(bench_compaction.report(bench_compaction.run(60 if args.quick else 300)) + "\n", flush=True)
     rows = bench_batch.run(prompts, 1, 1.0, [4, 16], ["forkserver", "spawn"])
     print(bench_batch.report(rows, prompts, 1, 1.0) + "\n", flush=True)
