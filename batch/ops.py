@@ -18,12 +18,11 @@ from batch.settings import Settings, flag_options, job_id_of, resume_args
 from hermesd import config as config_mod, idempotency
 from hermesd.context import Context
 from hermesd.contract import EXECUTORS, LIVE, JobResult
-from hermesd.delegation.config import child_defaults
+from hermesd.delegation.rules import SubagentRules
 from hermesd.governor.ops import child_grant, child_grant_done
 from hermesd.handlers.children import child_progress
 from hermesd.handlers.jobs import ended
 from hermesd.jobs import JobKind
-from hermesd.plugin import Plugin
 from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg
 
@@ -34,7 +33,7 @@ RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 """A run name: letters, digits, ``.``, ``_``, ``-``; at most 100 characters (it names a directory)."""
 
 
-class BatchPlugin(Plugin):
+class BatchPlugin(SubagentRules):
     """Batch runs.  A ``batch`` job has no process: it goes ``queued → running`` and
     ends when its run has written its files; found running at a restart it
     resumes from them.  Its prompts run as ``batch_item`` children in the pool
@@ -65,10 +64,6 @@ class BatchPlugin(Plugin):
         super().__init__(ctx)
         self._service: BatchService | None = None
         ctx.provide(self)
-
-    def spec_defaults(self, row: dict[str, Any]) -> dict[str, Any]:
-        """An item's (and a Ray driver's) defaults, those of a subagent: the ``delegation:`` section's (:func:`hermesd.delegation.config.child_defaults`)."""
-        return child_defaults(self.ctx.config.delegation)
 
     @property
     def service(self) -> "BatchService":

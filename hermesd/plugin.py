@@ -83,6 +83,19 @@ class Plugin:
         return {}
 
     @own
+    def stale_after(self, row: Row | None) -> float | None:
+        """Seconds without activity after which a live job of this kind is interrupted as stale
+        (``Runner.check_stale``, :mod:`hermesd.control.staleness`); None (declared by none): never."""
+        return None
+
+    @own
+    def resume_on_restart(self, row: Row) -> bool:
+        """Whether a job of a kind that keeps a journal (``at_restart="journal"``) found running
+        at restart, or interrupted by a graceful stop, resumes from it (:mod:`hermesd.resume`);
+        False: it ends ``lost``."""
+        return True
+
+    @own
     def spec(self, row: Row, spec: "JobSpec") -> None:
         """Add to the spec a child of this kind receives (``child.hello``)."""
 

@@ -15,7 +15,7 @@ the job table (state machine).  Its rules:
 * Nothing starts while the queue is paused (:mod:`hermesd.control.pause`); a job with
   ``after`` joins the queue once those jobs completed (:mod:`hermesd.control.dependencies`).
 * No healthy work is killed by a clock: a child is interrupted as ``stale``
-  after ``delegation.stale_after_seconds`` without activity
+  after its kind's limit without activity (its plugin's ``stale_after``: ``delegation.stale_after_seconds``)
   (:mod:`hermesd.control.staleness`); a wall-clock limit applies only when set
   (``timeout_seconds`` of the job, else its kind's default: ``delegation.child_timeout_seconds``).
 """
@@ -302,21 +302,27 @@ class Runner:
         limit = (row.get("spec") or {}).get("timeout_seconds") or self.hooks.spec_defaults(row).get("timeout_seconds")
         return None if limit is None else float(limit)
 
+    def _stale_after(self, job_id: str) -> float | None:
+        """Seconds of quiet after which job ``job_id`` is stale: its plugin's ``stale_after`` (None: never)."""
+        return self.hooks.stale_after(self.jobs.get(job_id))
+
     def _arm_stale_check(self) -> None:
+        """Check a quarter of the shortest live job's stale limit from now (at most 5 s), unless none has one."""
         if self._stale_timer is None:
-            every = min(5.0, self.config.delegation.stale_after_seconds / 4)
-            self._stale_timer = self.loop.call_later(every, self.check_stale)
+            limits = [limit for job in list(self.activity.jobs)
+                      if (limit := self.activity.limit(job, self._stale_after)) is not None]
+            if limits:
+                self._stale_timer = self.loop.call_later(min(5.0, min(limits) / 4), self.check_stale)
 
     def doing(self, job_id: str) -> exits.Doing:
         """What job ``job_id`` last said it was doing (an empty :class:`exits.Doing` when nothing)."""
         return self._doing.get(job_id) or exits.Doing()
 
     def check_stale(self) -> None:
-        """Timer: interrupt every child quiet for ``delegation.stale_after_seconds`` (and not
-        waiting for subagents of its own), with a reason that says what it was doing."""
+        """Timer: interrupt every child quiet for its kind's stale limit (its plugin's ``stale_after``;
+        and not waiting for subagents of its own), with a reason that says what it was doing."""
         self._stale_timer = None
-        limit = self.config.delegation.stale_after_seconds
-        for job_id, idle, since in self.activity.stale(limit):
+        for job_id, idle, since, limit in self.activity.stale(self._stale_after):
             if job_id in self.stop_errors or (job_id not in self.procs.children and self._has_process(job_id)):
                 continue  # being stopped, or its process is gone (its exit ends it)
             if self.jobs.list(parent=job_id, statuses=LIVE, limit=1):

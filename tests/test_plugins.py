@@ -96,7 +96,7 @@ def test_the_hooks_are_declared_once_and_plugins_derives_its_calls():
     """Plugins has one call per hook of Plugin, with its scope; the runner calls through it."""
     from hermesd.plugin import HOOKS
 
-    assert HOOKS == {"spec_defaults": "own", "spec": "own", "on_result": "own", "on_terminal": "own", "on_exit": "own", "stop": "own",
+    assert HOOKS == {"spec_defaults": "own", "stale_after": "own", "resume_on_restart": "own", "spec": "own", "on_result": "own", "on_terminal": "own", "on_exit": "own", "stop": "own",
                      "admit": "every", "after_exit": "every", "on_event": "every", "configure": "every",
                      "status": "every", "restore": "every", "shutdown": "every"}
     assert all(getattr(Plugins, name).__name__ == name for name in HOOKS)
@@ -234,4 +234,12 @@ def test_every_kind_with_a_process_takes_its_defaults_from_its_plugin():
     for name in plugins.names(process=True):
         got = owners[name].spec_defaults(SimpleNamespace(ctx=SimpleNamespace(config=cfg)), {"kind": name})
         assert got == child_defaults(cfg.delegation), name
+    def ask(hook, name, cfg):
+        return getattr(owners[name], hook)(SimpleNamespace(ctx=SimpleNamespace(config=cfg)), {"kind": name})
+
+    off = config.parse("delegation: {resume_on_restart: false}\n")
+    for name in plugins.kinds:  # their stale limit and resume rule likewise (ray_item too: stopped through its driver)
+        assert ask("stale_after", name, cfg) == 4 and ask("resume_on_restart", name, cfg), name
+        assert ask("resume_on_restart", name, off) is False, name
+    assert plugins.stale_after({"kind": "unknown"}) is None
     assert got["max_turns"] == 7 and got["activity_interval_seconds"] == 1.0 and got["timeout_seconds"] == 5

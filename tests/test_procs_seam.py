@@ -277,3 +277,31 @@ def test_a_childs_spec_takes_the_defaults_its_kind_declares(tmp_path):
     plain = runner.child_spec({"id": "plain_1", "kind": "plain", "spec": {"max_turns": 4}})
     assert (plain["max_turns"], plain["auto_approve"]) == (4, False)  # the spec's own default, then the job's
     assert runner.child_spec({"id": "plain_2", "kind": "plain", "spec": {}})["max_turns"] == JobSpec().max_turns
+
+
+def test_a_kind_declares_when_its_quiet_jobs_are_stale(tmp_path):
+    """The runner reads no config for the stale rule: each kind's plugin says (``stale_after``);
+    the check runs a quarter of the shortest limit on, and a kind that declares none is never stale."""
+    from hermesd.jobs import JobKind
+    from hermesd.plugin import Plugin, Plugins
+
+    class Watched(Plugin):
+        kinds = (JobKind("watched", "w"), JobKind("free", "free"))
+
+        def stale_after(self, row):
+            return 8.0 if row["kind"] == "watched" else None
+
+    plugins = Plugins((Watched,))
+    runner, store, fake, sent = _runner(tmp_path, plugins, {"global": 5})
+    plugins.start(SimpleNamespace())
+    free = runner.submit("free", goal="g", cwd=str(tmp_path))
+    assert runner.loop.timers == [], "no job with a limit: no check"
+    watched = runner.submit("watched", goal="g", cwd=str(tmp_path))
+    (timer,) = runner.loop.timers
+    assert timer.delay == 2.0
+    for job in (free["id"], watched["id"]):
+        at, iso = runner.activity.jobs[job]
+        runner.activity.jobs[job] = (at - 3600, iso)  # an hour quiet
+    runner.check_stale()
+    assert runner.stop_errors[watched["id"]].startswith("stale: no activity for 3600s")
+    assert free["id"] not in runner.stop_errors

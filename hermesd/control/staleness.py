@@ -4,8 +4,9 @@ A child reports activity (``child.progress``: a model call starting or ending,
 a streamed reply, a tool starting or ending, tool output; see
 :mod:`child.activity`), throttled to one report every few seconds while
 something happens; what it was doing is kept by the runner
-(:class:`hermesd.exits.Doing`).  A job whose last activity is older than
-``delegation.stale_after_seconds`` is stale: the runner interrupts it with a
+(:class:`hermesd.exits.Doing`).  A job whose last activity is older than its
+kind's limit (its plugin's ``stale_after`` hook: ``delegation.stale_after_seconds``
+for every job type of :mod:`hermesd.delegation.rules`) is stale: the runner interrupts it with a
 reason that says what it was doing (``Runner.check_stale``).  A job that waits
 for its own subagents is not stale (they are checked themselves).  Monotonic
 clock for the age; wall clock only for display.
@@ -14,15 +15,18 @@ clock for the age; wall clock only for display.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from hermesd import clock
 
 
 class ActivityLog:
-    """Time of the last activity per live job: ``jobs[id] = (monotonic, ISO 8601 UTC)``."""
+    """Time of the last activity per live job: ``jobs[id] = (monotonic, ISO 8601 UTC)``; and
+    each one's stale limit once asked (``limits[id]``: seconds, None for never)."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, tuple[float, str]] = {}
+        self.limits: dict[str, float | None] = {}
 
     def seen(self, job: str) -> None:
         """Record activity of ``job`` now."""
@@ -31,11 +35,20 @@ class ActivityLog:
     def forget(self, job: str) -> None:
         """``job`` ended."""
         self.jobs.pop(job, None)
+        self.limits.pop(job, None)
 
-    def stale(self, limit: float) -> list[tuple[str, float, str]]:
-        """``(job, idle seconds, last activity as ISO time)`` of each job idle for ``limit`` seconds or more."""
+    def limit(self, job: str, limit_of: Callable[[str], float | None]) -> float | None:
+        """The stale limit of ``job`` in seconds (None: never): ``limit_of(job)``, asked once while it lives."""
+        if job not in self.limits:
+            self.limits[job] = limit_of(job)
+        return self.limits[job]
+
+    def stale(self, limit_of: Callable[[str], float | None]) -> list[tuple[str, float, str, float]]:
+        """``(job, idle seconds, last activity as ISO time, limit)`` of each job idle for its
+        limit (:meth:`limit`) or more."""
         now = time.monotonic()
-        return [(job, now - at, iso) for job, (at, iso) in self.jobs.items() if now - at >= limit]
+        return [(job, now - at, iso, limit) for job, (at, iso) in list(self.jobs.items())
+                if (limit := self.limit(job, limit_of)) is not None and now - at >= limit]
 
     def describe(self, job: str) -> dict[str, object]:
         """``{last_activity_at, idle_seconds}`` of ``job`` (nulls when unknown)."""

@@ -13,13 +13,12 @@ from hermesd.config import Config
 from hermesd.context import Context
 from hermesd.contract import TERMINAL
 from hermesd.delegation import notifications
-from hermesd.delegation.config import child_defaults
+from hermesd.delegation.rules import SubagentRules
 from hermesd.delegation.delivery import Delivery
 from hermesd.delegation.service import (Inbox, delegate_from_child, list_children, steer_child, stop_child,
                                 stop_foreground_children)
 from hermesd.handlers.jobs import submitted
 from hermesd.jobs import AdmissionPool, JobKind
-from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op
 from hermesd.delegation.tasks import new_group, task_fields
@@ -33,7 +32,7 @@ ASYNC = AdmissionPool(
 a new one is refused (``capacity_reached``) unless it asks to queue."""
 
 
-class DelegationPlugin(Plugin):
+class DelegationPlugin(SubagentRules):
     """Subagents.  A queued foreground delegation ends ``interrupted`` at shutdown
     (whoever waits for it is gone); a queued background one runs after the next
     start (its notification is still owed).  A background job's terminal state
@@ -55,10 +54,6 @@ class DelegationPlugin(Plugin):
         super().__init__(ctx)
         ctx.provide(Inbox())  # steer messages waiting for their subagent
         self.delivery = ctx.provide(Delivery(ctx.store, ctx.events))
-
-    def spec_defaults(self, row: dict[str, Any]) -> dict[str, Any]:
-        """A subagent's defaults: the ``delegation:`` section's (:func:`hermesd.delegation.config.child_defaults`)."""
-        return child_defaults(self.ctx.config.delegation)
 
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """A background job's notification, stored with its terminal state."""

@@ -16,13 +16,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hermesd.context import Context
-from hermesd.delegation.config import child_defaults
+from hermesd.delegation.rules import SubagentRules
 from hermesd.kanban import actors, profiles
 from hermesd.kanban.actors import PERSON, Actor
 from hermesd.kanban.board import MIGRATIONS, STATUSES, Board, board_arg
 from hermesd.kanban.dispatcher import WORKER_KIND, Dispatcher
 from hermesd.jobs import JobKind
-from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import OpInfo, op
 
@@ -30,7 +29,7 @@ LIST_TEXT_CHARS = 500
 """``kanban.list`` cuts each task's ``body`` and ``result`` to this many characters (``kanban.show`` has them whole)."""
 
 
-class KanbanPlugin(Plugin):
+class KanbanPlugin(SubagentRules):
     """Kanban workers: the dispatcher claims ready tasks and runs a ``kanban_worker``
     child for each.  A queued worker ends ``interrupted`` at shutdown (its task
     goes back to the queue, without a failure); a worker that ends holding its
@@ -61,10 +60,6 @@ class KanbanPlugin(Plugin):
     def __init__(self, ctx: Context):
         super().__init__(ctx)
         self.dispatcher = ctx.provide(Dispatcher(ctx))
-
-    def spec_defaults(self, row: dict[str, Any]) -> dict[str, Any]:
-        """A worker's defaults, those of a subagent: the ``delegation:`` section's (:func:`hermesd.delegation.config.child_defaults`)."""
-        return child_defaults(self.ctx.config.delegation)
 
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """A worker that ended holding its claim gives the task back (or blocks it)."""

@@ -8,10 +8,9 @@ from typing import Any
 from hermesd import idempotency, jobs as jobs_mod
 from hermesd.context import Context
 from hermesd.contract import JobSpec
-from hermesd.delegation.config import child_defaults
+from hermesd.delegation.rules import SubagentRules
 from hermesd.delegation.service import child_toolsets
 from hermesd.jobs import JobKind
-from hermesd.plugin import Plugin
 from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg, expand_toolsets
 from hermesd.sessions import compaction
@@ -27,7 +26,7 @@ SLASH_COMMANDS = {"/background": "/background PROMPT — run PROMPT as a fresh b
                   "/help": "/help — this list"}
 
 
-class SessionsPlugin(Plugin):
+class SessionsPlugin(SubagentRules):
     """Persistent sessions: each message runs as a ``session_turn`` child (one at a
     time per session) that gets the history and stores its new messages when it
     ends; completions of the session's background jobs are delivered as new turns.
@@ -52,10 +51,6 @@ class SessionsPlugin(Plugin):
     def __init__(self, ctx: Context):
         super().__init__(ctx)
         self.sessions = ctx.provide(Sessions(ctx))
-
-    def spec_defaults(self, row: dict[str, Any]) -> dict[str, Any]:
-        """A turn's (and a compaction's) defaults, those of a subagent: the ``delegation:`` section's (:func:`hermesd.delegation.config.child_defaults`)."""
-        return child_defaults(self.ctx.config.delegation)
 
     def configure(self, config: Any) -> None:
         """The pool of a session's turns: ``session:<id>``, one at a time."""

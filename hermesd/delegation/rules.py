@@ -1,0 +1,33 @@
+"""The rules job types take from ``delegation:`` for their children, declared once.
+
+Every job type whose children are supervised as subagents (delegations, session
+turns, batch items and drivers, Kanban workers) has its plugin derive from
+:class:`SubagentRules`: its kinds' children get the ``delegation:`` section's
+defaults (:func:`hermesd.delegation.config.child_defaults`), are interrupted as
+stale after its ``stale_after_seconds`` and resume from their journal after a
+restart as its ``resume_on_restart`` says.  A job type with other rules overrides
+the hooks instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermesd.delegation.config import child_defaults
+from hermesd.plugin import Plugin
+
+
+class SubagentRules(Plugin):
+    """A :class:`hermesd.plugin.Plugin` whose kinds' children follow the ``delegation:`` section."""
+
+    def spec_defaults(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A subagent's defaults: the ``delegation:`` section's (:func:`hermesd.delegation.config.child_defaults`)."""
+        return child_defaults(self.ctx.config.delegation)
+
+    def stale_after(self, row: dict[str, Any]) -> float | None:
+        """``delegation.stale_after_seconds``."""
+        return self.ctx.config.delegation.stale_after_seconds
+
+    def resume_on_restart(self, row: dict[str, Any]) -> bool:
+        """``delegation.resume_on_restart``."""
+        return self.ctx.config.delegation.resume_on_restart
