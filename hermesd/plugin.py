@@ -125,6 +125,17 @@ class Plugin:
         (e.g. its ``spec``) or refuse it by raising ``ProtocolError`` (the first refusal stops it)."""
 
     @every
+    def child_env(self, row: Row) -> dict[str, str]:
+        """Environment variables any job's child starts with (``Runner`` at its start, beside the
+        job's own ``env``), e.g. its log's cap (:data:`hermesd.contract.LOG_CAP_ENV`)."""
+        return {}
+
+    @every
+    def any_spec(self, row: Row, spec: "JobSpec") -> None:
+        """Add to the spec any job's child receives (``child.hello``), before the job's own ``spec``
+        and its kind's :meth:`spec` hook, e.g. the tools that wait for a person (``approval_tools``)."""
+
+    @every
     def after_exit(self, row: Row | None) -> None:
         """Any job is terminal and reaped (e.g. its foreground children end too)."""
 

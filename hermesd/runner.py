@@ -32,7 +32,7 @@ from hermesd.config import Config
 from hermesd.control import dependencies
 from hermesd.control.pause import QueuePause
 from hermesd.control.staleness import ActivityLog, stale_error
-from hermesd.contract import JOB_ENV_NAMES, LIVE, LOG_CAP_ENV, SECRETS_ENV, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
+from hermesd.contract import JOB_ENV_NAMES, LIVE, SECRETS_ENV, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import AdmissionPool, JobTable
 from hermesd.plugin import Plugins
 from hermesd.protocol import ProtocolError, one_line
@@ -258,7 +258,7 @@ class Runner:
                                      log_path=self.log_path(job_id),
                                      env={**(job_env := (row.get("spec") or {}).get("env") or {}),
                                           SECRETS_ENV: ",".join(self.config.secrets), JOB_ENV_NAMES: ",".join(job_env),
-                                          LOG_CAP_ENV: f"{self.config.logs.max_bytes}:{self.config.logs.keep}",
+                                          **{k: v for part in self.hooks.child_env(row) for k, v in part.items()},
                                           "HERMES_CHILD_SOCKET": str(self.children_socket),
                                           "HERMES_CHILD_TOKEN": token},
                                      title=[row["kind"], one_line(row.get("goal"))[:80]],
@@ -369,8 +369,8 @@ class Runner:
     def child_spec(self, row: dict[str, Any]) -> dict[str, Any]:
         """The job spec (:class:`hermesd.contract.JobSpec`, as its wire map) a child
         receives in reply to ``child.hello``: the config's values and the defaults of the job's
-        kind (its plugin's ``spec_defaults``), then the row's ``spec`` column, then the spec hook
-        of the job's kind."""
+        kind (its plugin's ``spec_defaults``), then every plugin's ``any_spec`` hook, then the row's
+        ``spec`` column, then the spec hook of the job's kind."""
         cfg = self.config
         defaults = dict(self.hooks.spec_defaults(row))
         provider, model = defaults.pop("provider", None), defaults.pop("model", None)
@@ -380,11 +380,11 @@ class Runner:
             provider=row.get("provider") or provider or cfg.provider, model=row.get("model") or model or cfg.model,
             base_url=cfg.base_url, reasoning_effort=cfg.reasoning_effort,
             cwd=self.cwd_of(row), depth=row.get("depth") or 0,
-            approval_tools=list(cfg.approvals.always),
             limits={"max_output_bytes": cfg.limits.max_output_bytes, "max_file_bytes": cfg.limits.max_file_bytes,
                     "terminal_timeout_seconds": cfg.limits.terminal_timeout_seconds},
             record_trajectory=True, journal=resume.spec_journal(self, row),
             context_windows=dict(cfg.context_windows) or None, **defaults)
+        self.hooks.any_spec(row, spec)
         names = JobSpec.names()
         for key, value in (row.get("spec") or {}).items():
             if key in names:  # the rest (a batch item's prompt_index, after, env…) is the daemon's bookkeeping

@@ -305,3 +305,31 @@ def test_a_kind_declares_when_its_quiet_jobs_are_stale(tmp_path):
     runner.check_stale()
     assert runner.stop_errors[watched["id"]].startswith("stale: no activity for 3600s")
     assert free["id"] not in runner.stop_errors
+
+
+def test_every_plugin_adds_to_any_childs_environment_and_spec(tmp_path):
+    """The runner names no plugin's setting: the log cap (upkeep) and the tools that wait for a
+    person (approvals) reach every child through the ``child_env`` and ``any_spec`` hooks; the
+    job's own spec still comes after them."""
+    from hermesd import config
+    from hermesd.control.approvals import ApprovalsPlugin
+    from hermesd.contract import LOG_CAP_ENV
+    from hermesd.jobs import JobKind
+    from hermesd.plugin import Plugin, Plugins
+    from hermesd.upkeep.ops import UpkeepPlugin
+
+    class Plain(Plugin):
+        kinds = (JobKind("plain", "plain"),)
+
+    cfg = config.parse("logs: {max_bytes: 8192, keep: 3}\napprovals: {always: [terminal]}\n")
+    ctx = SimpleNamespace(config=cfg)
+    plugins = Plugins((Plain,))
+    plugins.start(ctx)
+    plugins.instances += [Plugin.__new__(UpkeepPlugin), Plugin.__new__(ApprovalsPlugin)]
+    for plugin in plugins.instances:
+        plugin.ctx = ctx
+    runner, store, fake, sent = _runner(tmp_path, plugins)
+    row = runner.submit("plain", goal="g", cwd=str(tmp_path))
+    assert fake.env[LOG_CAP_ENV] == "8192:3"
+    assert runner.child_spec(runner.jobs.require(row["id"]))["approval_tools"] == ["terminal"]
+    assert runner.child_spec({"id": "plain_2", "kind": "plain", "spec": {"approval_tools": []}})["approval_tools"] == []

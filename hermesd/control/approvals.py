@@ -32,7 +32,7 @@ from typing import Any
 
 from hermesd import clock
 from hermesd.context import Context
-from hermesd.contract import TERMINAL
+from hermesd.contract import TERMINAL, JobSpec
 from hermesd.control.hooks import JobEndHooks
 from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
@@ -272,6 +272,10 @@ class ApprovalsPlugin(Plugin):
     def __init__(self, ctx: Context):
         super().__init__(ctx)
         self.approvals = ctx.provide(Approvals(ctx, ctx.service(JobEndHooks)))
+
+    def any_spec(self, row: dict[str, Any], spec: JobSpec) -> None:
+        """Every child's ``approval_tools``: the tools of ``approvals.always``."""
+        spec.approval_tools = list(self.ctx.config.approvals.always)
 
     def on_event(self, event: dict[str, Any]) -> None:
         """A job that ended cancels its pending requests."""

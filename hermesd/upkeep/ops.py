@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hermesd.contract import LOG_CAP_ENV
 from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op
@@ -33,6 +34,10 @@ class UpkeepPlugin(Plugin):
                                     lambda: (ctx.config.logs.max_bytes, ctx.config.logs.keep),
                                     lambda: ctx.config.logs.check_interval_seconds, ctx.loop)
         self.memory = limits.MemoryWatch(lambda: ctx.procs.children, ctx.procs.kill_for_memory, ctx.loop)
+
+    def child_env(self, row: dict[str, Any]) -> dict[str, str]:
+        """Every child's log cap (``logs.max_bytes`` and ``keep``), which its own writer holds (:mod:`child.logwriter`)."""
+        return {LOG_CAP_ENV: f"{self.ctx.config.logs.max_bytes}:{self.ctx.config.logs.keep}"}
 
     def restore(self) -> None:
         """Start the retention, log-cap and memory-watch timers."""
