@@ -159,6 +159,13 @@ class Plugin:
         """Start-up, after the jobs are reconciled: resume work."""
 
     @every
+    def settling(self) -> float:
+        """Shutdown, once the children are stopped: how many seconds more its work still running
+        (a job-end hook's command) may take, 0 when none; the daemon waits, reaping, until every
+        plugin says 0 or the longest of their first answers has passed."""
+        return 0.0
+
+    @every
     def shutdown(self) -> None:
         """Shutdown, after the children are stopped and before the sockets close."""
 

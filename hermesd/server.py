@@ -35,7 +35,6 @@ from hermesd.context import Context
 from hermesd.contract import ACTIVE, JobStatus
 from hermesd.control import ops as control
 from hermesd.control.approvals import ApprovalsPlugin
-from hermesd.control.hooks import JobEndHooks
 from hermesd.delegation import ops as delegation
 from hermesd.endpoint import NOBLOCK, Endpoint
 from hermesd.events import EventLog
@@ -353,13 +352,11 @@ class Daemon:
         self.runner.pump()
         return {"reloaded": True, "source": new.source, "restart_needed": restart}
 
-    async def _settle_hooks(self) -> None:
-        """Let the ``hooks.on_job_end`` commands still running — those of the jobs this shutdown
-        ended, too — finish: each is bounded by ``hooks.timeout_seconds`` (then killed), so
-        this waits at most that long, and one second for the kill."""
-        hooks = self.context.service(JobEndHooks)
-        deadline = clock.monotonic() + self.config.hooks.timeout_seconds + 1.0
-        while hooks.running and clock.monotonic() < deadline:
+    async def _settle(self) -> None:
+        """Let the plugins' work still running finish (``Plugin.settling``: the job-end hooks'
+        commands, those of the jobs this shutdown ended too), at most as long as the longest asks."""
+        deadline = clock.monotonic() + max(self.plugins.settling(), default=0.0)
+        while any(self.plugins.settling()) and clock.monotonic() < deadline:
             await asyncio.sleep(0.02)
             self.procs.reap()
 
@@ -383,7 +380,7 @@ class Daemon:
                 await asyncio.sleep(0.02)
                 self.procs.reap()
         self.procs.spawner.close()  # the zygote and its spares
-        await self._settle_hooks()
+        await self._settle()
         sweep_leftovers(self.supervisor_id)
         self.procs.reap()
         self.plugins.shutdown()

@@ -98,7 +98,7 @@ def test_the_hooks_are_declared_once_and_plugins_derives_its_calls():
 
     assert HOOKS == {"spec_defaults": "own", "stale_after": "own", "resume_on_restart": "own", "spec": "own", "on_result": "own", "on_terminal": "own", "on_exit": "own", "stop": "own",
                      "admit": "every", "child_env": "every", "any_spec": "every", "after_exit": "every", "on_event": "every", "configure": "every",
-                     "status": "every", "restore": "every", "shutdown": "every"}
+                     "status": "every", "restore": "every", "settling": "every", "shutdown": "every"}
     assert all(getattr(Plugins, name).__name__ == name for name in HOOKS)
 
 

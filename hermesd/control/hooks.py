@@ -9,7 +9,7 @@ callback).  It runs in a process group of its own, awaited on the event loop, in
 fails, cannot start or is too slow is logged (``daemon.log``: the job, the
 exit status, the end of its output); it never blocks the event loop, never
 delays a job or another hook; a stopping daemon waits for it (within its time
-limit, :meth:`hermesd.server.Daemon._settle_hooks`), the hooks of the jobs the
+limit: :meth:`JobEndHooks.settling`), the hooks of the jobs the
 shutdown ended included, then kills what is left.
 """
 
@@ -38,7 +38,7 @@ LOG_TAIL_BYTES = 500
 
 class JobEndHooks(Plugin):
     """Run ``hooks.on_job_end`` once per job that turns terminal: a plugin without a
-    job kind whose hooks are :meth:`on_event` (a job ended), :meth:`status` and :meth:`shutdown`.
+    job kind whose hooks are :meth:`on_event` (a job ended), :meth:`status`, :meth:`settling` and :meth:`shutdown`.
 
     From ``ctx``: the config in force (a reload changes the command), the job
     table, each job's directory, the environment hooks start from (the daemon's,
@@ -55,6 +55,11 @@ class JobEndHooks(Plugin):
         ctx.provide(self, JobEndHooks)  # as ctx.service(JobEndHooks), whatever plugin class it is
         self.running: dict[asyncio.Task, str] = {}
         self.pids: set[int] = set()
+
+    def settling(self) -> float:
+        """The commands still running may take ``hooks.timeout_seconds`` (then they are killed), and a
+        second for the kill; 0 when none runs."""
+        return self.config().hooks.timeout_seconds + 1.0 if self.running else 0.0
 
     def status(self) -> dict[str, Any]:
         """``hooks``: ``on_job_end``, whether a command runs when a job ends (``status``)."""
