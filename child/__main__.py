@@ -65,14 +65,16 @@ def prepare() -> None:
 
     Arms the lifeline against ``HERMES_DAEMON_PID`` (its watchdog thread is
     started here, not on the job's path) and connects to the daemon's
-    ``HERMES_CHILD_SOCKET``, so the job's ``child.hello`` leaves at once.
+    ``HERMES_CHILD_SOCKET``, so the job's ``child.hello`` leaves at once (a spare
+    of a Ray worker's template, :mod:`child.item_warm`, has no such socket).
     Raises ``zmq.ZMQError``, ``KeyError`` or ``ValueError`` (a variable missing
     or wrong); the spare then goes on without, and :func:`main` does it.
     """
     from child.channel import preconnect
 
     lifeline.arm(int(os.environ["HERMES_DAEMON_PID"]))
-    preconnect(os.environ["HERMES_CHILD_SOCKET"])
+    if "HERMES_CHILD_SOCKET" in os.environ:
+        preconnect(os.environ["HERMES_CHILD_SOCKET"])
 
 
 def main() -> int:

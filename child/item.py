@@ -14,6 +14,9 @@ process group, so nothing the item does or kills reaches the worker), with
   ``child.result`` to ``result.json``; its progress and its model calls' grants go to
   hermesd through the driver's relay (:mod:`child.relay`; address, handle and token in
   ``relay.json``, read and removed at once);
+* a warm start where it can: from the second item a Ray worker runs, a spare of the
+  worker's own warm template (:mod:`child.item_warm`), still a child of the worker in a
+  session of its own; the first starts cold;
 * the provider's settings from the driver's environment (:data:`FORWARDED_ENV`),
   passed as a task argument — never as Ray's ``runtime_env``, which Ray shows in
   its state API and logs.
@@ -37,6 +40,7 @@ import time
 from typing import Any
 
 from child import redact
+from child.item_warm import start_warm
 from child.relay import RELAYED
 from hermesd.contract import PROVIDER_TABLE, PYTHON, JobResult
 from hermesd.protocol import ProtocolError
@@ -152,17 +156,20 @@ def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[s
             with open(os.open(os.path.join(tmp, RELAY_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w",
                       encoding="utf-8") as fh:
                 json.dump(relay, fh)
-        env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV and k not in FORWARDED_ENV}
-        env.update(provider_env)
+        base = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV and k not in FORWARDED_ENV}
+        env = {**base, **provider_env}
         env.update(HERMES_JOB_ID=handle, HERMES_ITEM_DIR=tmp, HERMES_LIFELINE_PID=str(os.getpid()),
                    PYTHONUNBUFFERED="1")
         log_path = os.path.join(tmp, "log")
         limit = float(spec["timeout_seconds"]) + 5.0 if spec.get("timeout_seconds") else None
         try:
-            with open(log_path, "ab", buffering=0) as log:
-                proc = subprocess.Popen([*PYTHON, "-m", "child"], cwd=spec["cwd"], env=env,
-                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, close_fds=True)
+            proc = start_warm(cwd=spec["cwd"], env=env, log_path=log_path, provider=str(spec.get("provider") or ""),
+                              base_env=base)
+            if proc is None:  # cold: this worker's template warms up meanwhile
+                with open(log_path, "ab", buffering=0) as log:
+                    proc = subprocess.Popen([*PYTHON, "-m", "child"], cwd=spec["cwd"], env=env,
+                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True, close_fds=True)
         except OSError as exc:
             outcome.update(error=f"could not start the item on {outcome['node']}: {exc}", completed_at=time.time())
             return outcome

@@ -190,6 +190,44 @@ def test_an_item_serves_the_process_that_started_it_not_hermesd(tmp_path):
     assert outcome["index"] == 7 and outcome["result"]["trajectory"]["conversations"][-1]["value"].endswith("hi")
 
 
+def test_a_workers_next_items_start_warm_each_in_its_own_session_as_the_workers_child(tmp_path):
+    """What a Ray worker does for item after item, without Ray: the first item starts cold
+    and starts the worker's template; the next ones are its spares — children of the worker
+    (its lifeline), each leading a session of its own."""
+    starter = tmp_path / "starter.py"
+    starter.write_text(
+        "import json, os, sys, time\n"
+        "from child import item_warm\n"
+        "from child.item import run_item\n"
+        "probe = 'echo zygote=${HERMES_ZYGOTE:-none} parent=$(ps -o ppid= -p $PPID) session=$(ps -o sid= -p $PPID) item=$PPID'\n"
+        "spec = {'job': 'item_x', 'kind': 'ray_item', 'goal': 'hello', 'provider': 'scripted', 'toolsets': ['terminal'],\n"
+        "        'script': [{'tool_calls': [{'name': 'terminal', 'input': {'command': probe}}]}, {'thinking': 'hm', 'text': 'hi'}],\n"
+        "        'max_turns': 3, 'record_trajectory': True}\n"
+        "seen = []\n"
+        "for i in range(3):\n"
+        "    out = run_item(f'item_{i}', i, spec, {})\n"
+        "    tool = [c['value'] for c in out['result']['trajectory']['conversations'] if c['from'] == 'tool']\n"
+        "    seen.append({'status': out['status'], 'tool': tool[0]})\n"
+        "    deadline = time.monotonic() + 60\n"
+        "    while i == 0 and not (item_warm._template and item_warm._template.spares) and time.monotonic() < deadline:\n"
+        "        item_warm._template._receive(); time.sleep(0.05)\n"
+        "print(json.dumps({'seen': seen, 'me': os.getpid()}))\n")
+    env = {**os.environ, "HERMES_DAEMON_PID": "1", "HERMES_CHILD_SOCKET": "/nonexistent", "PYTHONPATH": str(Path.cwd())}
+    done = subprocess.run([sys.executable, str(starter)], env=env, capture_output=True, text=True, timeout=180,
+                          start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    probes = []
+    for entry in report["seen"]:
+        assert entry["status"] == "completed", entry
+        text = json.loads(entry["tool"].split("<tool_response>")[1].split("</tool_response>")[0])["content"]
+        probes.append(dict(part.split("=") for part in text.split("[exit")[0].split()))
+    assert probes[0]["zygote"] == "none" and probes[1]["zygote"] == probes[2]["zygote"] != "none", probes
+    for probe in probes:
+        assert probe["parent"] == str(report["me"]) and probe["session"] == probe["item"], probes
+    assert "Traceback" not in done.stderr and "prepare failed" not in done.stderr, done.stderr
+
+
 # on the cluster --------------------------------------------------------------------------
 
 

@@ -1,0 +1,197 @@
+"""Warm starts for batch items on a Ray cluster: a zygote per Ray worker process.
+
+Ray keeps its worker processes and runs task after task in each.  The first item a
+worker runs starts cold (``python -m child``, :func:`child.item.run_item`) and starts,
+beside it, the same warm template hermesd uses (:mod:`child.zygote`) as a child of the
+worker, with the worker in the role of the daemon: the zygote imports the child runtime
+and the SDK of the item's provider and forks spares *beside itself*
+(:func:`child.spare.fork_beside`: ``clone(CLONE_PARENT)``), so that each spare is a
+child of the Ray worker — which waits for it, signals its process group, and whose death
+kills it (``PDEATHSIG``), exactly as for a cold item.  The next items of that worker are
+handed to a held spare with one write (:func:`hermesd.warm.wire.write_request`): the job's
+working directory, log and environment (``HERMES_LIFELINE_PID``: the worker), each item
+still in a session and process group of its own.
+
+The zygote dies with its worker (``PDEATHSIG``); a zygote that died or is not warm yet, a
+spare that died, or one not ours (the double fork: no subreaper here) means a cold start.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+from typing import Any
+
+from hermesd.contract import PYTHON
+from hermesd.warm.wire import (ENV_ROOM_BYTES, PROVIDERS_ENV, ROOM_ENV, SPARES, TITLE_ROOM, recv_msg, send_msg,
+                               write_request)
+
+
+class WarmItem:
+    """A warm item: a child of this process (``pid``), with the calls of ``subprocess.Popen``
+    that :func:`child.item.run_item` uses (``wait``, ``send_signal``, ``returncode``)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the item's exit (``timeout`` seconds at most: ``subprocess.TimeoutExpired``)."""
+        if self.returncode is not None:
+            return self.returncode
+        if timeout is not None:
+            fd = os.pidfd_open(self.pid)
+            try:
+                if not select.select([fd], [], [], timeout)[0]:
+                    raise subprocess.TimeoutExpired(["hermes-item"], timeout)
+            finally:
+                os.close(fd)
+        try:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:  # reaped by someone else: the result file tells the rest
+            self.returncode = -1
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """``kill(pid, sig)`` while it lives."""
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+class WorkerTemplate:
+    """The zygote of this Ray worker process and the spares it sent (see the module doc)."""
+
+    def __init__(self, env: dict[str, str], provider: str):
+        self.sock: socket.socket | None = None
+        self.proc: subprocess.Popen | None = None
+        self.provider = provider
+        self.ready, self.zygote = False, 0
+        self.spares: list[tuple[int, int, int]] = []  # (pid, request pipe's write end, zygote pid)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {**env, PROVIDERS_ENV: provider, "HERMES_DAEMON_PID": str(os.getpid()), "SPT_NOENV": "1",
+               ROOM_ENV: "." * ENV_ROOM_BYTES}
+        try:
+            self.proc = subprocess.Popen([*PYTHON, "-m", "child.zygote", str(theirs.fileno()), "-", "." * TITLE_ROOM],
+                                         env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         pass_fds=(theirs.fileno(),), start_new_session=True)
+        except (OSError, ValueError) as exc:
+            print(f"hermes-item: no warm template on this worker: {exc}", file=sys.stderr, flush=True)
+            ours.close()
+            return
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self.sock = ours
+
+    def alive(self) -> bool:
+        """Whether the zygote still runs."""
+        return self.sock is not None and self.proc is not None and self.proc.poll() is None
+
+    def _receive(self) -> None:
+        """Take the messages waiting (ready, spares); never waits."""
+        while self.sock is not None:
+            try:
+                got = recv_msg(self.sock)
+            except BlockingIOError:
+                return
+            except (OSError, ValueError):
+                self.close()
+                return
+            if got is None:
+                self.close()
+                return
+            msg, fds = got
+            if isinstance(msg, dict) and msg.get("ready"):
+                self.ready, self.zygote = True, int(msg.get("pid") or 0)
+            elif isinstance(msg, dict) and msg.get("spare") and fds:
+                self.spares.append((int(msg["spare"]), fds[0], self.zygote))
+            else:
+                for fd in fds:
+                    os.close(fd)
+
+    def start(self, *, cwd: str, env: dict[str, str], log_path: str) -> WarmItem | None:
+        """Hand the item to a held spare that is a child of this process; None to start it cold."""
+        self._receive()
+        try:
+            while self.spares:
+                pid, fd, zygote = self.spares.pop(0)
+                if _parent_of(pid) != os.getpid():  # double-forked (no CLONE_PARENT here): not ours to wait for
+                    os.close(fd)
+                    _kill(pid)
+                    continue
+                if write_request(fd, {"cwd": cwd, "env": env, "log_path": log_path, "zygote": zygote}):
+                    return WarmItem(pid)
+            return None
+        finally:
+            self._replenish()
+
+    def _replenish(self) -> None:
+        if self.sock is None or not self.ready:
+            return
+        try:
+            send_msg(self.sock, {"fork": max(0, SPARES - len(self.spares)), "held": len(self.spares)})
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the zygote and let the spares held go (they exit when their pipes close)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        for _, fd, _ in self.spares:
+            os.close(fd)
+        self.spares = []
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rpartition(b")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+_template: WorkerTemplate | None = None
+
+
+@atexit.register
+def _close_template() -> None:
+    if _template is not None:
+        _template.close()
+
+
+def template_for(env: dict[str, str], provider: str) -> WorkerTemplate | None:
+    """This worker's template for ``provider`` (started now when there is none, or it died,
+    or it was made for another provider: the next item starts warm); None while it warms up."""
+    global _template
+    if _template is None or not _template.alive() or _template.provider != provider:
+        if _template is not None:
+            _template.close()
+        _template = WorkerTemplate(env, provider)
+        return None
+    return _template
+
+
+def start_warm(*, cwd: str, env: dict[str, str], log_path: str, provider: str, base_env: dict[str, str]) -> Any:
+    """A warm item (:class:`WarmItem`) from this worker's template, or None (start it cold)."""
+    template = template_for(base_env, provider)
+    return template.start(cwd=cwd, env=env, log_path=log_path) if template is not None else None
