@@ -73,6 +73,13 @@ class Plugin:
         """The modules whose ``@op`` handlers are this plugin's ops: its own module."""
         return (sys.modules[cls.__module__],)
 
+    @classmethod
+    def warm_providers(cls, config: "Config") -> tuple[str | None, ...]:
+        """The providers its children are likely to call under ``config``, whose SDKs the zygote
+        preloads (read from the class before any plugin starts: the zygote warms up first); None
+        entries are left out."""
+        return ()
+
     # jobs of this plugin's kinds ------------------------------------------------
 
     @own
@@ -208,6 +215,10 @@ class Plugins:
     def op_modules(self) -> list[ModuleType]:
         """Every plugin's op modules, in plugin order."""
         return [m for cls in self.classes for m in cls.op_modules()]
+
+    def warm_providers(self, config: "Config") -> tuple[str | None, ...]:
+        """Every plugin's :meth:`Plugin.warm_providers`, in plugin order."""
+        return tuple(p for cls in self.classes for p in cls.warm_providers(config))
 
     def start(self, ctx: "Context") -> None:
         """Create the plugin instances (once the state database is open)."""

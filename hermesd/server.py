@@ -157,14 +157,14 @@ class Daemon:
         self.events = EventLog(self.store, self._publish)
         self.jobs = JobTable(self.store, self.events, self.plugins.kinds)
         self.jobs.pending = unwritable.PendingEnds(self.jobs, asyncio.get_running_loop())
-        deleg, sup = self.config.delegation, self.config.supervisor
+        sup = self.config.supervisor
         self.scheduler = Scheduler({"global": sup.max_children})  # the plugins' pools: their configure hook
         self.loop = asyncio.get_running_loop()
         self.procs = ProcessManager(self.loop, self._on_child_exit, grace=sup.interrupt_grace_seconds,
                                     supervisor_id=self.supervisor_id,
                                     spawner=make_spawner(sup.start_method, self.loop, self.supervisor_id,
                                                          self.sockets.children,
-                                                         providers=(self.config.provider, deleg.provider),
+                                                         providers=(self.config.provider, *self.plugins.warm_providers(self.config)),
                                                          base_url=self.config.base_url))
         self.runner = Runner(self.config, self.jobs, self.scheduler, self.procs, self.sockets.children, self.loop,
                              hooks=self.plugins)

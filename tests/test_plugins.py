@@ -241,5 +241,8 @@ def test_every_kind_with_a_process_takes_its_defaults_from_its_plugin():
     for name in plugins.kinds:  # their stale limit and resume rule likewise (ray_item too: stopped through its driver)
         assert ask("stale_after", name, cfg) == 4 and ask("resume_on_restart", name, cfg), name
         assert ask("resume_on_restart", name, off) is False, name
+    # the zygote's preload, read before any plugin starts: the providers the job types declare
+    assert set(plugins.warm_providers(config.parse("delegation: {provider: openai-compat}\n"))) == {"openai-compat"}
+    assert set(plugins.warm_providers(cfg)) == {None}
     assert plugins.stale_after({"kind": "unknown"}) is None
     assert got["max_turns"] == 7 and got["activity_interval_seconds"] == 1.0 and got["timeout_seconds"] == 5
