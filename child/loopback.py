@@ -112,10 +112,10 @@ def sample_request() -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def warm_calls(make: Any, answer: bytes, path: str = "") -> int:
-    """Run :data:`CALLS` calls of the provider ``make(base_url, timeout)`` builds against a
-    :class:`Loopback` answering ``answer`` (``path``: added to its URL, e.g. ``/v1``); returns
-    how many were answered.  Import the SDK first: the server waits :data:`TIMEOUT` seconds for
-    each call.  A failed call ends the warm-up (it is only less complete) and is raised."""
+    """Run :data:`CALLS` calls of the provider ``make(base_url, timeout)`` builds (through no
+    proxy: ``trust_env=False``) against a :class:`Loopback` answering ``answer`` (``path``: added
+    to its URL, e.g. ``/v1``); returns how many were answered.  Import the SDK first: the server
+    waits :data:`TIMEOUT` seconds for each call.  A failed call ends the warm-up (it is only less complete) and is raised."""
     system, messages, tools = sample_request()
     with Loopback(answer, CALLS) as server:
         provider = make(server.url + path, TIMEOUT)

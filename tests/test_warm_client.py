@@ -189,3 +189,15 @@ def test_every_sdk_client_of_a_process_verifies_with_one_tls_context(monkeypatch
     else:
         monkeypatch.setenv("SSL_CERT_FILE", ssl.get_default_verify_paths().openssl_cafile)
     assert tls_context() is not shared
+
+
+def test_the_warm_calls_go_through_no_proxy():
+    """A proxy in the template's environment never sees the loopback calls (nothing leaves the
+    host): with HTTP(S)_PROXY at a port nobody serves, every warm call is still answered."""
+    env = {**os.environ, "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+           "ALL_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+    code = ("from child.providers import anthropic as a, openai_compat as o; "
+            "print(a.warm_template(), o.warm_template())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"{loopback.CALLS} {loopback.CALLS}", out.stdout

@@ -77,7 +77,8 @@ def warm_template() -> int:
             importlib.import_module(name)
         except ImportError:
             pass
-    return loopback.warm_calls(lambda url, timeout: AnthropicProvider(base_url=url, api_key=NO_KEY, max_retries=0, timeout=timeout),
+    return loopback.warm_calls(lambda url, timeout: AnthropicProvider(base_url=url, api_key=NO_KEY, max_retries=0,
+                                                                      timeout=timeout, trust_env=False),
                                loopback.response(loopback.sse(WARM_STREAM), "text/event-stream"))
 
 
@@ -109,15 +110,18 @@ class AnthropicProvider:
     ``api_key``: default ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_AUTH_TOKEN`` (both sent
     as ``Authorization: Bearer``); ``max_retries``: SDK retries per call;
     ``timeout``: seconds per HTTP request; ``temperature``: sent only when set
-    and thinking is off.  Raises :class:`ProviderError` when there is neither a
-    key nor a ``base_url``.
+    and thinking is off; ``trust_env``: the HTTP transport reads proxies from the
+    environment (httpx's ``trust_env``; the warm template's loopback calls go through
+    none, so nothing of them leaves the host).  Raises :class:`ProviderError` when
+    there is neither a key nor a ``base_url``.
     """
 
     name = "anthropic"
     synthetic = False
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
-                 max_retries: int = 4, timeout: float = 600.0, temperature: float | None = None):
+                 max_retries: int = 4, timeout: float = 600.0, temperature: float | None = None,
+                 trust_env: bool = True):
         self.model = (model or DEFAULT_MODEL).removeprefix("anthropic/")
         self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
         env_key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
@@ -134,6 +138,7 @@ class AnthropicProvider:
         self.key_id = key_id(api_key or env_key)
         self.last_headers: dict[str, str] = {}
         self.max_retries, self.timeout, self.temperature = max_retries, timeout, temperature
+        self.trust_env = trust_env
         self._client: Any = None
 
     def _sdk(self) -> Any:
@@ -142,7 +147,8 @@ class AnthropicProvider:
 
             self._client = anthropic.Anthropic(base_url=self.base_url, max_retries=self.max_retries,
                                                timeout=self.timeout, **self._auth,
-                                               http_client=anthropic.DefaultHttpxClient(verify=tls_context()))
+                                               http_client=anthropic.DefaultHttpxClient(verify=tls_context(),
+                                                                                        trust_env=self.trust_env))
         return self._client
 
     def request(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],

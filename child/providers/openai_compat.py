@@ -55,7 +55,8 @@ def warm_template() -> int:
     from child import loopback
 
     return loopback.warm_calls(lambda url, timeout: OpenAICompatProvider("warm", base_url=url, api_key=NO_KEY,
-                                                                         max_retries=0, timeout=timeout),
+                                                                         max_retries=0, timeout=timeout,
+                                                                         trust_env=False),
                                loopback.response(json.dumps(WARM_REPLY).encode(), "application/json"), "/v1")
 
 
@@ -80,7 +81,8 @@ class OpenAICompatProvider:
     ``model``: required (e.g. ``anthropic/claude-sonnet-4.6`` on OpenRouter);
     ``base_url``: default ``OPENAI_BASE_URL``, else OpenAI's (OpenRouter's when
     only ``OPENROUTER_API_KEY`` is set); ``max_retries``: SDK retries per call;
-    ``timeout``: seconds per request; ``temperature``: sent only when set.
+    ``timeout``: seconds per request; ``temperature``: sent only when set;
+    ``trust_env``: as :class:`child.providers.anthropic.AnthropicProvider`'s.
     Raises :class:`ProviderError` when the model or every credential is missing.
     """
 
@@ -88,7 +90,8 @@ class OpenAICompatProvider:
     synthetic = False
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
-                 max_retries: int = 4, timeout: float = 600.0, temperature: float | None = None):
+                 max_retries: int = 4, timeout: float = 600.0, temperature: float | None = None,
+                 trust_env: bool = True):
         if not model:
             raise ProviderError("the openai-compat provider needs a model name (config key `model`, or --model)")
         self.model = model
@@ -107,6 +110,7 @@ class OpenAICompatProvider:
         self.key_id = key_id(api_key)
         self.last_headers: dict[str, str] = {}
         self.max_retries, self.timeout, self.temperature = max_retries, timeout, temperature
+        self.trust_env = trust_env
         self._client: Any = None
 
     def _sdk(self) -> Any:
@@ -115,7 +119,8 @@ class OpenAICompatProvider:
 
             self._client = openai.OpenAI(api_key=self._api_key, base_url=self.base_url,
                                          max_retries=self.max_retries, timeout=self.timeout,
-                                         http_client=openai.DefaultHttpxClient(verify=tls_context()))
+                                         http_client=openai.DefaultHttpxClient(verify=tls_context(),
+                                                                               trust_env=self.trust_env))
         return self._client
 
     def request(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
