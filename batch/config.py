@@ -26,6 +26,6 @@ class Batch:
 
 @dataclass(frozen=True)
 class Sections:
-    """The batch plugin's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
+    """The batch plugin's part of ``config.yaml`` (:data:`hermesd.paths.PLUGIN_ROOTS`)."""
 
     batch: Batch = section(Batch)

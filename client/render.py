@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+from hermesd.paths import plugin_modules
 from hermesd.protocol import one_line
 
 TYPE_CHECKING = False  # as hermesd.protocol's: typing is not imported
@@ -330,29 +331,37 @@ def trajectory_text(turns: Any) -> str:
     return "\n".join(lines)
 
 
-def _kanban_what(etype: str, data: dict[str, Any]) -> str:
-    reason = f" ({short(data.get('reason'), 120)})" if data.get("reason") else ""
-    if etype == "kanban.status":
-        return f"{data.get('previous')} -> {data.get('status')}{reason}"
-    if etype == "kanban.created":
-        return f"for {data.get('assignee')}" + (f" after {', '.join(data['parents'])}" if data.get("parents") else "")
-    if etype == "kanban.claimed":
-        return f"worker {data.get('worker')} (attempt {data.get('attempt')})"
-    if etype == "kanban.commented":
-        return f"{data.get('author')}: {short(data.get('text'), 120)}"
-    if etype in ("kanban.linked", "kanban.unlinked"):
-        return f"{data.get('parent')} -> {data.get('child')}"
-    return short(data.get("reason") or data.get("error"), 160)
+_displays: list[Any] = []
+
+
+def _plugin_says(hook: str, etype: str, data: dict[str, Any]) -> str | None:
+    """What the job types' ``display`` modules (:func:`hermesd.paths.plugin_modules`: how their
+    events read, e.g. ``hermesd/kanban/display.py``) say of an event of theirs: the first answer
+    of their ``hook`` (``what``, ``subject``), None when none has one.  Imported at the first
+    event that is no core one, so a client that shows none never imports them."""
+    if not _displays:
+        import importlib
+
+        _displays.extend(importlib.import_module(name) for name in plugin_modules("display"))
+    for module in _displays:
+        if (said := getattr(module, hook, None)) is not None and (text := said(etype, data)) is not None:
+            return text
+    return None
+
+
+def _core(etype: str) -> bool:
+    """Whether event type ``etype`` is the core's own (``job.*``, ``daemon.*``, ``events.*``): shown here."""
+    return etype.startswith(("job.", "daemon.", "events."))
 
 
 def event_subject(event: dict[str, Any]) -> str:
-    """What an event is about: its job, else its Kanban task, session or profile (``hermesd``
-    for the daemon's own events), else ``-``."""
-    data = event.get("data") or {}
-    if event["type"].startswith("kanban.") and data.get("task"):
-        return str(data["task"])
-    if event["type"].startswith("daemon."):
+    """What an event is about: what its job type's display says (a Kanban event: its task), else
+    its job, task, session or profile (``hermesd`` for the daemon's own events), else ``-``."""
+    data, etype = event.get("data") or {}, event["type"]
+    if etype.startswith("daemon."):
         return "hermesd"
+    if not _core(etype) and (said := _plugin_says("subject", etype, data)) is not None:
+        return said
     return str(event.get("job") or data.get("task") or event.get("session") or data.get("name") or "-")
 
 
@@ -363,17 +372,13 @@ def event_what(event: dict[str, Any]) -> str:
         return f"{data.get('previous')} -> {data.get('status')}"
     if etype == "job.progress":
         return f"turn {data.get('turn')} {data.get('tool') or ''}".rstrip()
-    if etype.startswith("kanban."):
-        return _kanban_what(etype, data)
     if etype == "daemon.reloaded":
         return f"from {data.get('source') or '(defaults)'}" + (
             f"; restart needed for {', '.join(data['restart_needed'])}" if data.get("restart_needed") else "")
     if etype in ("daemon.started", "daemon.stopped"):
         return f"pid {data.get('pid')}" + (f" version {data['version']}" if data.get("version") else "")
-    if etype == "session.turn":
-        return f"{data.get('status')}: {short(data.get('reply'), 100)}"
-    if etype == "batch.progress":
-        return f"{data.get('processed')}/{data.get('total')} done {data.get('done')} failed {data.get('failed')}"
+    if not _core(etype) and (said := _plugin_says("what", etype, data)) is not None:
+        return said
     for key in ("error", "reason", "description", "status"):
         if data.get(key):
             return short(data[key], 160)

@@ -9,7 +9,7 @@ Each section is a frozen dataclass; a field's type and ``metadata`` (``min``,
 ``choices``, ``names`` for lists, ``url``) are its validation rule, so the
 schema is written once.  This module holds the rules and the core's sections
 (:class:`Core`); each job type or plugin declares its own sections in its
-package's ``config`` module (:data:`PLUGIN_ROOTS`), and :class:`Config` is
+package's ``config`` module (:data:`hermesd.paths.PLUGIN_ROOTS`), and :class:`Config` is
 put together from them.  Every name is checked where it is given: a toolset
 that does not exist, a provider that does not exist or a ``base_url`` that is
 not an ``http(s)://`` URL is an error of ``check-config`` and ``reload``.
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hermesd import paths
+from hermesd.paths import plugin_modules
 from hermesd.contract import PROVIDERS, REASONING_EFFORTS, TOOLSETS
 from hermesd.protocol import INT64_MAX
 
@@ -172,35 +173,19 @@ class Core:
         return dataclasses.asdict(self)
 
 
-PLUGIN_ROOTS = ("hermesd", "batch")
-"""Where the job types' and plugins' packages are (``hermesd/<type>/``, and ``batch/`` itself):
-a package's ``config`` module, when it has one, declares the package's part of ``config.yaml``
-as a frozen dataclass ``Sections`` (one field per top-level key, each a section's dataclass or a
-mapping; its methods become the config's; a ``check(config)`` method returns ``[(dotted key,
-reason)]`` for rules across keys).  Found by file, so a new job type adds its section in its own
-package and the clients' imports stay light."""
-
-
 def _part_modules() -> list[str]:
-    """The dotted names of the plugins' ``config`` modules (:data:`PLUGIN_ROOTS`), in name order."""
-    import importlib.util
-
-    names = []
-    for root in PLUGIN_ROOTS:
-        spec = importlib.util.find_spec(root)
-        if spec is None or not spec.submodule_search_locations:
-            continue
-        for folder in map(Path, spec.submodule_search_locations):
-            if (folder / "config.py").is_file() and f"{root}.config" != __name__:  # this module is no part
-                names.append(f"{root}.config")
-            names += [f"{root}.{p.parent.name}.config" for p in sorted(folder.glob("*/config.py"))
-                      if (p.parent / "__init__.py").is_file()]
-    return names
+    """The dotted names of the plugins' ``config`` modules (:data:`hermesd.paths.PLUGIN_ROOTS`): a
+    package's ``config`` module, when it has one, declares the package's part of ``config.yaml``
+    as a frozen dataclass ``Sections`` (one field per top-level key, each a section's dataclass or a
+    mapping; its methods become the config's; a ``check(config)`` method returns ``[(dotted key,
+    reason)]`` for rules across keys).  Found by file, so a new job type adds its section in its own
+    package and the clients' imports stay light."""
+    return [name for name in plugin_modules("config") if name != __name__]  # this module is no part
 
 
 @functools.cache
 def parts() -> tuple[type, ...]:
-    """Every plugin's ``Sections`` (:data:`PLUGIN_ROOTS`), in module name order; :class:`Config` is
+    """Every plugin's ``Sections`` (:data:`hermesd.paths.PLUGIN_ROOTS`), in module name order; :class:`Config` is
     :class:`Core` and these."""
     import importlib
 

@@ -121,3 +121,27 @@ def bind_ipc(sock, path: Path) -> None:
     with umask(0o177):
         sock.bind(f"ipc://{path}")
     os.chmod(path, 0o600)
+
+
+PLUGIN_ROOTS = ("hermesd", "batch")
+"""Where the job types' and plugins' packages are (``hermesd/<type>/``, and ``batch/`` itself)."""
+
+
+def plugin_modules(name: str) -> list[str]:
+    """The dotted names of the modules called ``name`` of the plugins' packages (``batch.NAME``,
+    ``hermesd.<package>.NAME``; :data:`PLUGIN_ROOTS`), in name order: a job type's part found by
+    file, without importing its package (``config``: its part of ``config.yaml``,
+    :mod:`hermesd.config`; ``display``: how its events read in a client, :mod:`client.render`)."""
+    from importlib.util import find_spec
+
+    names = []
+    for root in PLUGIN_ROOTS:
+        spec = find_spec(root)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for folder in map(Path, spec.submodule_search_locations):
+            if (folder / f"{name}.py").is_file():
+                names.append(f"{root}.{name}")
+            names += [f"{root}.{p.parent.name}.{name}" for p in sorted(folder.glob(f"*/{name}.py"))
+                      if (p.parent / "__init__.py").is_file()]
+    return names

@@ -190,3 +190,26 @@ def test_job_ids_complete_from_the_running_daemon(daemon):
     env["HERMES_RUNTIME_DIR"] = str(daemon.base / "nowhere")  # no daemon: no ids, no error
     none = subprocess.run([str(BIN / "hermesctl")], env=env, capture_output=True, text=True, timeout=30)
     assert none.returncode == 0 and none.stdout.strip() == ""
+
+
+def test_a_job_types_event_lines_are_its_display_leaf_imported_only_for_its_events():
+    """How a job type's events read is its package's ``display`` module (found by file), a leaf
+    importing only ``hermesd.protocol``; a client showing only the core's events never imports one."""
+    from hermesd.paths import plugin_modules
+
+    names = plugin_modules("display")
+    assert {"hermesd.kanban.display", "hermesd.sessions.display", "batch.display"} <= set(names)
+    for name in names:
+        ours = {n for n in _imports(ROOT / (name.replace(".", "/") + ".py"))
+                if n.split(".")[0] in ("hermesd", "batch", "client", "child")}
+        assert ours <= {"hermesd.protocol", "hermesd.protocol.one_line"}, name
+    code = ("import sys; from client import render; e = dict(seq=1, time='t', job='j'); "
+            "print(render.event_text({**e, 'type': 'job.state', 'data': {'previous': 'a', 'status': 'b'}})); "
+            "print([m for m in sys.modules if m.endswith('.display')]); "
+            "print(render.event_text({**e, 'type': 'kanban.claimed', 'data': {'task': 'kb_1', 'worker': 'w', 'attempt': 2}})); "
+            "print(render.event_text({**e, 'type': 'batch.progress', 'data': dict(processed=1, total=2, done=1, failed=0)}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and len(lines) == 4, out.stderr
+    assert lines[0].endswith("j        a -> b") and lines[1] == "[]"
+    assert lines[2].endswith("kb_1     worker w (attempt 2)") and lines[3].endswith("j        1/2 done 1 failed 0")

@@ -27,7 +27,7 @@ class Budgets:
 
 @dataclass(frozen=True)
 class Sections:
-    """The bill's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`).  ``prices``: the
+    """The bill's part of ``config.yaml`` (:data:`hermesd.paths.PLUGIN_ROOTS`).  ``prices``: the
     ``prices:`` section as written (:mod:`hermesd.prices`; :meth:`price_table`)."""
 
     prices: dict[str, Any] = field(default_factory=dict, metadata={"check": price_list.parse_prices})

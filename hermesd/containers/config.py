@@ -38,7 +38,7 @@ class Terminal:
 
 @dataclass(frozen=True)
 class Sections:
-    """The containers plugin's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
+    """The containers plugin's part of ``config.yaml`` (:data:`hermesd.paths.PLUGIN_ROOTS`)."""
 
     terminal: Terminal = section(Terminal)
 

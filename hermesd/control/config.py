@@ -32,7 +32,7 @@ class Approvals:
 
 @dataclass(frozen=True)
 class Sections:
-    """The operator controls' part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
+    """The operator controls' part of ``config.yaml`` (:data:`hermesd.paths.PLUGIN_ROOTS`)."""
 
     hooks: Hooks = section(Hooks)
     approvals: Approvals = section(Approvals)

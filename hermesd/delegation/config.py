@@ -35,7 +35,7 @@ class Delegation:
 
 @dataclass(frozen=True)
 class Sections:
-    """The delegation plugin's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
+    """The delegation plugin's part of ``config.yaml`` (:data:`hermesd.paths.PLUGIN_ROOTS`)."""
 
     delegation: Delegation = section(Delegation)
 

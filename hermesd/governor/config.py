@@ -25,6 +25,6 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class Sections:
-    """The governor's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
+    """The governor's part of ``config.yaml`` (:data:`hermesd.paths.PLUGIN_ROOTS`)."""
 
     rate_limits: dict[str, RateLimit] = field(default_factory=dict, metadata=RATE_LIMIT_KEYS)

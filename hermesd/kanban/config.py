@@ -18,6 +18,6 @@ class Kanban:
 
 @dataclass(frozen=True)
 class Sections:
-    """The Kanban plugin's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
+    """The Kanban plugin's part of ``config.yaml`` (:data:`hermesd.paths.PLUGIN_ROOTS`)."""
 
     kanban: Kanban = section(Kanban)

@@ -22,6 +22,6 @@ class Sessions:
 
 @dataclass(frozen=True)
 class Sections:
-    """The sessions plugin's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
+    """The sessions plugin's part of ``config.yaml`` (:data:`hermesd.paths.PLUGIN_ROOTS`)."""
 
     sessions: Sessions = section(Sessions)

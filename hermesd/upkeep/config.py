@@ -29,7 +29,7 @@ class Logs:
 
 @dataclass(frozen=True)
 class Sections:
-    """The upkeep plugin's part of ``config.yaml`` (:data:`hermesd.config.PLUGIN_ROOTS`)."""
+    """The upkeep plugin's part of ``config.yaml`` (:data:`hermesd.paths.PLUGIN_ROOTS`)."""
 
     retention: Retention = section(Retention)
     logs: Logs = section(Logs)
