@@ -23,8 +23,10 @@ def _anthropic(api) -> dict:
 
 def warm(daemon):
     """``daemon`` once its zygote holds spares (children start with the SDK imported: no
-    second-long import inside a test's first model call); returns it."""
-    wait_for(lambda: daemon.call("status")["start"].get("spares"), timeout=60, what="warm spares")
+    second-long import inside a test's first model call); returns it.  A daemon that starts
+    children cold (``supervisor.start_method: spawn``) has no spares: returned as it is."""
+    if daemon.call("status")["start"]["method"] != "spawn":
+        wait_for(lambda: daemon.call("status")["start"].get("spares"), timeout=60, what="warm spares")
     return daemon
 
 
