@@ -231,7 +231,8 @@ class _Lines:
     """Map dotted keys of a YAML document to their 1-based line numbers.
 
     ``duplicates``: ``(key, line, first line)`` of each key set twice in one
-    mapping (YAML would silently keep the last).
+    mapping (YAML would silently keep the last).  A key set twice maps to its last line, and its
+    keys to the last one's: the data holds the last value, so its problems are named there.
     """
 
     def __init__(self, node: "yaml.Node | None"):
@@ -244,13 +245,14 @@ class _Lines:
         import yaml
 
         if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
             for key_node, value_node in node.value:
                 key = f"{prefix}{key_node.value}"
                 line = key_node.start_mark.line + 1
-                if key in self.lines:
-                    self.duplicates.append((key, line, self.lines[key]))
-                    continue
-                self.lines[key] = line
+                if key in seen:
+                    self.duplicates.append((key, line, seen[key]))
+                    self.lines = {k: n for k, n in self.lines.items() if not k.startswith(key + ".")}
+                seen[key] = self.lines[key] = line
                 self._walk(value_node, key + ".")
 
     def get(self, key: str) -> int | None:

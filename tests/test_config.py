@@ -119,3 +119,13 @@ def test_a_key_set_twice_is_refused_with_both_lines(tmp_path):
     with pytest.raises(config.ConfigError) as info:
         config.load(dup)
     assert [str(p) for p in info.value.problems] == [f"{dup}:4: delegation: set twice (first on line 1); remove one"]
+
+
+def test_a_section_set_twice_names_its_last_lines_for_the_value_yaml_keeps(tmp_path):
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("budgets:\n  daily_cost_usd: 0.5\n\nbudgets:\n  daily_cost_usd: 0\n")
+    with pytest.raises(config.ConfigError) as info:
+        config.load(dup)
+    assert [str(p) for p in info.value.problems] == [
+        f"{dup}:4: budgets: set twice (first on line 1); remove one",
+        f"{dup}:5: budgets.daily_cost_usd: must be a number > 0, not 0.0"]
