@@ -8,11 +8,8 @@ and every one of them imports this module, ``client.render`` and
 rich, textual, prompt_toolkit or jsonschema): a command that needs one imports
 it inside its body, so ``hermesctl status`` starts fast.
 
-Exit codes (:data:`hermesd.protocol.EXIT_CODES`): 0 success, 1 internal error,
-2 usage or bad request, 3 daemon not running or shutting down, 4
-capacity_reached/depth_limit, 5 not found, 6 invalid state, 7 invalid config,
-8 version mismatch, 9 timeout, 10 the job ended but did not complete, 130
-interrupted by a person (Ctrl-C).
+Exit codes: :data:`hermesd.protocol.EXIT_CODES` (per error code) and
+:data:`hermesd.protocol.EXIT_MEANINGS` (what each status means), 130 for Ctrl-C.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from client import approvals, batch, kanban, render, sessions, top, usage, verbs
 from client.common import (COMPLETION_HELP, Ctl, conn, fail, global_options, is_json, json_option, out, run, show,
                            stopped_watching)
 from client.connection import ClientError, Connection
-from hermesd.protocol import ProtocolError
+from hermesd.protocol import ProtocolError, exit_codes_text
 
 
 def complete_job_id(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[Any]:
@@ -77,11 +77,10 @@ def verb_command(verb: verbs.Verb) -> click.Command:
 @click.group(cls=Ctl, context_settings={"help_option_names": ["-h", "--help"]}, epilog=COMPLETION_HELP)
 @global_options
 def cli() -> None:
-    """hermesctl: control hermesd, the supervisor daemon for AI subagents.
+    """hermesctl: control hermesd, the supervisor daemon for AI subagents."""
 
-    Exit codes: 0 ok, 2 usage or bad request, 3 daemon not running, 4 capacity
-    reached, 5 not found, 6 invalid state, 7 invalid config, 8 version mismatch,
-    9 timeout, 10 the job did not complete, 130 interrupted."""
+
+cli.help = f"{cli.help}\n\n{exit_codes_text()}"
 
 
 @cli.command()

@@ -87,6 +87,21 @@ EXIT_CODES: dict[str, int] = {
 }
 """Exit status of ``hermesctl`` per error code (0 is success, 2 is also click's usage error)."""
 
+EXIT_MEANINGS: dict[int, str] = {
+    0: "ok", 1: "internal error", 2: "usage or bad request", 3: "daemon not running or shutting down",
+    4: "capacity reached", 5: "not found", 6: "invalid state", 7: "invalid config", 8: "version mismatch",
+    9: "timeout", 10: "the job did not complete", 11: "prompts failed", 12: "state database unavailable",
+    13: "budget exceeded", 130: "interrupted",
+}
+"""What each exit status of ``hermesctl`` means, in a few words (its ``--help``); every status
+of :data:`EXIT_CODES` is here."""
+
+
+def exit_codes_text() -> str:
+    """``"Exit codes: 0 ok, 1 internal error, …, 130 interrupted."``: :data:`EXIT_MEANINGS` as one
+    sentence."""
+    return "Exit codes: " + ", ".join(f"{code} {text}" for code, text in EXIT_MEANINGS.items()) + "."
+
 CHILD_OPS = ("child.hello", "child.progress", "child.result", "child.delegate", "child.call")
 """Ops a child process sends on ``children.sock``.
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from hermesd.jobs import TRANSITIONS
-from hermesd.protocol import EXIT_CODES
+from hermesd.protocol import EXIT_CODES, EXIT_MEANINGS
 from tests.harness import ROOT
 
 DOCS = ROOT / "docs"
@@ -164,6 +164,14 @@ def test_operations_documents_every_exit_code_and_existing_units():
             expanded = [f"{head}{alt}{tail}" for alt in alts.split(",")]
         for path in expanded:
             assert (ROOT / path).exists(), f"docs/operations.md names {path}, which does not exist"
+
+
+def test_hermesctl_help_lists_every_exit_status():
+    shown = " ".join(subprocess.run([sys.executable, "-m", "client", "--help"], capture_output=True, text=True,
+                                    check=True).stdout.split())
+    assert set(EXIT_CODES.values()) | {0, 130} == set(EXIT_MEANINGS)
+    for status, meaning in EXIT_MEANINGS.items():
+        assert f" {status} {meaning}" in shown, f"hermesctl --help does not list exit status {status}"
 
 
 def test_documented_shell_completion_works():
