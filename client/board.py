@@ -111,8 +111,7 @@ class Board:
             return
         if event["type"] == "job.progress" and event.get("job") in self.jobs:
             rec = self.jobs[event["job"]]
-            if isinstance(data.get("api_calls"), int):
-                rec["api_calls"] = data["api_calls"]
+            rec.update({k: data[k] for k in ("api_calls", "tokens", "cost_usd", "cost_unknown") if k in data})
             activity = str(data.get("activity") or "")
             what = data.get("tool") or (render.short(activity, 70) if activity.startswith(PROVIDER_WAIT) else "model")
             when = render.epoch(event.get("time")) or time.time()

@@ -24,7 +24,8 @@ from hermesd.store import Store, StoreError
 CORE_EVENTS: dict[str, str] = {
     "job.queued": "A job was created. `data.job`: its record.",
     "job.state": "A job changed state. `data`: `status`, `previous`, `job` (the record after the change).",
-    "job.progress": "A running child reported a step: `turn`, `tool`, `activity`, `api_calls`, `tokens`, `text` "
+    "job.progress": "A running child reported a step: `turn`, `tool`, `activity`, `api_calls`, `tokens`, `text`, "
+    "`cost_usd` and `cost_unknown` (its cost so far, with `tokens`) "
     "(group-committed, not fsynced one by one).",
     "daemon.started": "The daemon is up and ready. `data`: `pid`, `version`.",
     "daemon.stopped": "The daemon finished its graceful stop. `data`: `pid`.",

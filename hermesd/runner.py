@@ -480,6 +480,8 @@ class Runner:
         self.activity.seen(job_id)
         data = {k: args[k] for k in ("turn", "tool", "activity", "api_calls", "tokens", "text") if k in args}
         row = self.jobs.get(job_id)
+        if row is not None and "tokens" in data:  # the cost the bill recorded of these totals, as ps shows it
+            data.update(cost_usd=round(float(row.get("cost_usd") or 0.0), 6), cost_unknown=bool(row.get("cost_unknown")))
         self.jobs.events.emit("job.progress", job=job_id, session=row.get("session") if row else None,
                               data=data, durable=False)
 

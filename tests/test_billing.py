@@ -171,3 +171,13 @@ def test_parallel_children_under_one_budget_overshoot_by_at_most_one_call_each(m
     one_call = 4096 * 15 / 1e6 + 0.01  # the most one call may cost here (its max_tokens, its input)
     assert limit <= tree["cost_usd"] <= limit + 3 * one_call
     assert tree["calls"] == len(api.requests) - sum(1 for r in api.requests if r.usage is None)
+
+
+def test_a_running_jobs_progress_carries_the_cost_ps_shows(make_daemon, api):
+    api.reply_tool_use("terminal", {"command": "echo one"})
+    d = fake_daemon(make_daemon, api)
+    job = d.wait_job(d.delegate("run echo", toolsets=["terminal"])["id"])
+    progress = [e["data"] for e in d.call("events_since", since=0, limit=1000, types=["job.progress"])["events"]
+                if e["job"] == job["id"] and "tokens" in e["data"]]
+    costs = [p["cost_usd"] for p in progress if p["tokens"].get("input")]
+    assert costs and 0 < costs[0] <= job["cost_usd"] and costs == sorted(costs), progress  # top shows these (the tui test)

@@ -71,6 +71,17 @@ def test_running_jobs_show_calls_elapsed_and_last_activity():
     assert job_label(board.jobs["bg_1"], now) == "bg_1  completed  101.5s  goal of bg_1  · 3 calls  delegation"
 
 
+def test_a_running_jobs_cost_follows_its_progress_as_ps_shows_it():
+    board = Board()
+    board.add_jobs([rec("bg_1", tokens={"input": 0, "output": 0}, cost_usd=0.0, cost_unknown=False)])
+    from client.board import job_label
+
+    assert "· 0 calls  -" in job_label(board.jobs["bg_1"])
+    board.apply({"seq": 1, "type": "job.progress", "job": "bg_1", "data": {
+        "api_calls": 1, "tokens": {"input": 120, "output": 9}, "cost_usd": 0.0005, "cost_unknown": False}})
+    assert "· 1 calls  $0.0005" in job_label(board.jobs["bg_1"])
+
+
 def test_batch_progress_caps_and_folding():
     board = Board()
     board.add_jobs([rec("batch_n", kind="batch")])

@@ -25,8 +25,8 @@ async def child_progress(ctx: Context, job: str, args: dict[str, Any]) -> dict[s
     what the child is doing now: ``activity`` (e.g. "waiting for the model's first reply",
     "in tool terminal running `pytest -x`"), ``provider``, ``model`` (the daemon names them
     when the job times out or its process dies)."""
+    billing.observe(ctx, job, args)  # first: the job.progress event carries the cost it recorded
     ctx.runner.on_progress(job, args)
-    billing.observe(ctx, job, args)
     return {}
 
 
