@@ -22,6 +22,7 @@ the earlier daemon left queued.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any, Callable
@@ -68,7 +69,7 @@ class BatchService:
     # starting ----------------------------------------------------------------
 
     def _dataset(self, s: Settings) -> dataset_mod.Dataset:
-        """Read the dataset; refuse it when a line asks for a container that cannot be had
+        """Read the dataset, each prompt with known secrets redacted (:mod:`hermesd.redaction`); refuse it when a line asks for a container that cannot be had
         (a bad image name, no engine installed).  Raises ``ProtocolError`` naming the line."""
         try:
             data = groups.expand(dataset_mod.read(s.dataset_file, s.max_samples), s.samples_per_prompt)
@@ -79,6 +80,9 @@ class BatchService:
                    else "the file has no lines")
             raise ProtocolError("bad_request", f"{s.dataset_file}: no usable prompt ({why})",
                                 {"field": "dataset_file", "file": s.dataset_file})
+        redactor = self.d.router.redactor(self.d.config)  # a key in the file is stored as no client's text is
+        if redactor.pairs:
+            data.prompts = [dataclasses.replace(p, prompt=redactor.text(p.prompt)) for p in data.prompts]
         boxed = [p for p in data.prompts if p.docker_image]
         for prompt in boxed:
             try:

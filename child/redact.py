@@ -16,6 +16,7 @@ The child needs them to call the model; nothing its tools run does:
   ``stderr``, :func:`install`) and everything the child sends the daemon
   (events, results: :meth:`Redactor.data`).
 
+The redactor is :class:`hermesd.redaction.Redactor` (the daemon's too).
 Values shorter than :data:`MIN_SECRET_CHARS` are not redacted: a short value
 (``1``, ``true``) would garble every output it appears in, and is no secret.
 Redaction is a net for accidents and careless commands, not a sandbox: a command
@@ -31,9 +32,7 @@ import sys
 from typing import Any, Mapping
 
 from hermesd.contract import JOB_ENV_NAMES, PROVIDER_KEYS, SECRETS_ENV
-
-MIN_SECRET_CHARS = 8
-"""Shortest value that is redacted (characters)."""
+from hermesd.redaction import MIN_SECRET_CHARS, Redactor  # noqa: F401 (MIN_SECRET_CHARS: re-exported)
 
 TOKEN_ENV = "HERMES_CHILD_TOKEN"
 """The job's secret for ``children.sock``: never in a tool's environment, redacted where it shows."""
@@ -58,45 +57,11 @@ def tool_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]
     return {k: v for k, v in environ.items() if k not in hidden}
 
 
-class Redactor:
-    """Replaces known secret values by ``[REDACTED:NAME]``.
-
-    ``secrets``: ``{NAME: value}``; values under :data:`MIN_SECRET_CHARS` are
-    ignored; the longest value is replaced first (a value that contains another
-    is replaced whole).
-    """
-
-    def __init__(self, secrets: Mapping[str, str]):
-        kept = {value: name for name, value in secrets.items() if value and len(value) >= MIN_SECRET_CHARS}
-        self.pairs = sorted(((v, f"[REDACTED:{n}]") for v, n in kept.items()), key=lambda p: -len(p[0]))
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "Redactor":
-        """The secrets of a child's environment (default ``os.environ``): the provider keys,
-        the config's secrets, the job's ``--env`` variables and its token."""
-        environ = os.environ if environ is None else environ
-        names = {*PROVIDER_KEYS, *_names(environ, SECRETS_ENV), *_names(environ, JOB_ENV_NAMES), TOKEN_ENV}
-        return cls({n: environ[n] for n in sorted(names) if n in environ})
-
-    def text(self, text: str) -> str:
-        """``text`` with every known secret value replaced."""
-        for value, mark in self.pairs:
-            if value in text:
-                text = text.replace(value, mark)
-        return text
-
-    def data(self, value: Any) -> Any:
-        """``value`` (strings, lists, tuples, dicts, scalars: a message's arguments) with every
-        string redacted (dict keys too); the same object when there is nothing to redact."""
-        if not self.pairs:
-            return value
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {self.data(k): self.data(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(self.data(v) for v in value)
-        return value
+def from_environ(environ: Mapping[str, str] | None = None) -> Redactor:
+    """The redactor of a child's environment (default ``os.environ``): the provider keys,
+    the config's secrets, the job's ``--env`` variables and its token."""
+    environ = os.environ if environ is None else environ
+    return Redactor.of(environ, {*PROVIDER_KEYS, *_names(environ, SECRETS_ENV), *_names(environ, JOB_ENV_NAMES), TOKEN_ENV})
 
 
 _current: Redactor | None = None
@@ -106,7 +71,7 @@ def current() -> Redactor:
     """The redactor of this process, made from its environment at first use (:func:`install` makes it anew)."""
     global _current
     if _current is None:
-        _current = Redactor.from_environ()
+        _current = from_environ()
     return _current
 
 
@@ -157,7 +122,7 @@ def install() -> Redactor:
     """Make this process's redactor from its environment (a child's, once it has its job's)
     and redact what it prints on ``stdout``/``stderr`` (the job's log)."""
     global _current
-    _current = Redactor.from_environ()
+    _current = from_environ()
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and _current.pairs:

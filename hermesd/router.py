@@ -11,17 +11,28 @@ the core's op modules and the plugins' (``hermesd.server.ROUTER``):
   token was checked.  ``child.call {op, args}`` — the older envelope of an
   agent's Kanban tools — is unwrapped here into the child op ``op``, so it takes
   the same path.
+
+What a client submits is redacted before any handler sees it: every known secret
+value (the provider keys and the config's ``secrets:`` in the daemon's environment)
+in its arguments is ``[REDACTED:NAME]`` (:mod:`hermesd.redaction`), but a job's
+``env`` (values its tools are given), so a key pasted into a goal is stored,
+published and given to the model redacted.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Awaitable, Callable, Iterable
 
+from hermesd.contract import PROVIDER_KEYS
 from hermesd.protocol import ProtocolError, Request
+from hermesd.redaction import Redactor
 
 Handler = Callable[..., Awaitable[Any]]
+KEPT = frozenset({"env"})
+"""Argument keys whose values a client's redaction leaves alone (a job's ``env``: for its tools)."""
 ENVELOPE_OP = "child.call"
 """The child op that carries another child op: ``{op, args}`` (unwrapped by :meth:`Router.child`)."""
 
@@ -52,6 +63,7 @@ class Router:
         self.ops: dict[str, Handler] = {}
         self.child_ops: dict[str, Handler] = {}
         self.work_ops: set[str] = set()
+        self._redacting: tuple[Any, Redactor] = (None, Redactor({}))
         for module in modules:
             for fn in vars(module).values():
                 info = getattr(fn, "op_info", None)
@@ -71,7 +83,14 @@ class Router:
             raise ProtocolError("unknown_op", f"unknown op {request.op!r}", {"op": request.op})
         if ctx.stopping and request.op in self.work_ops:
             raise ProtocolError("shutting_down", "hermesd is shutting down and accepts no new work")
-        return await handler(ctx, request.args)
+        return await handler(ctx, self.redactor(ctx.config).data(request.args, KEPT))
+
+    def redactor(self, config: Any) -> Redactor:
+        """The daemon's redactor for ``config`` (its ``secrets``, the provider keys, from
+        ``os.environ``), made again only when the config was reloaded."""
+        if self._redacting[0] is not config:
+            self._redacting = (config, Redactor.of(os.environ, (*PROVIDER_KEYS, *config.secrets)))
+        return self._redacting[1]
 
     async def child(self, ctx: Any, request: Request) -> Any:
         """Answer a child message (token checked first); ``child.call`` is unwrapped into its op."""

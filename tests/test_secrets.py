@@ -65,3 +65,36 @@ def test_a_terminal_command_has_no_key_and_what_leaks_is_redacted_everywhere(mak
         if path.is_file() and not path.name.startswith("state.db"):
             data = path.read_bytes()
             assert not any(v.encode() in data for v in KEYS.values()), path
+
+
+def test_a_key_pasted_into_what_a_client_submits_is_stored_published_and_given_redacted(make_daemon):
+    """A known secret in a goal, a context, a session turn's text or a batch's prompt is ``[REDACTED:NAME]`` before the
+    daemon stores or publishes it: no event, ``ps`` row, ``state.db`` page or trajectory holds it
+    (the job's ``env`` keeps its values: they are for its tools)."""
+    import sqlite3
+
+    d = make_daemon(config={"secrets": ["DB_PASSWORD"], "provider": "scripted"}, env=KEYS)
+    key, password = KEYS["ANTHROPIC_API_KEY"], KEYS["DB_PASSWORD"]
+    rec = d.delegate(f"echo back {key}", context=f"the password is {password}", env=JOB_ENV)
+    assert rec["goal"] == "echo back [REDACTED:ANTHROPIC_API_KEY]"
+    assert d.wait_job(rec["id"])["status"] == "completed"
+    turn = d.call("session.send", session="main", text=f"remember {password}")["turn"]
+    d.wait_job(turn["id"])
+    dataset = d.base / "prompts.jsonl"
+    dataset.write_text(json.dumps({"prompt": f"use {key}", "script": [{"text": "done"}]}) + "\n")
+    run = d.call("batch.run", dataset_file=str(dataset), run_name="keys", batch_size=10, output_dir=str(d.base / "out"))
+    assert d.wait_job(run["id"])["status"] == "completed"
+    trajectory = (d.home / "jobs" / rec["id"] / "trajectory.json").read_text()
+    assert "[REDACTED:ANTHROPIC_API_KEY]" in trajectory and "[REDACTED:DB_PASSWORD]" in trajectory
+    shown = {"events": d.ctl("--json", "events").stdout, "ps": d.ctl("ps", "--all").stdout,
+             "trajectory": trajectory, "log": (d.home / "jobs" / rec["id"] / "log").read_text()}
+    db = sqlite3.connect(d.home / "state.db")
+    try:
+        shown["state.db"] = "\n".join(db.iterdump())
+    finally:
+        db.close()
+    assert JOB_ENV["JOB_TOKEN"] in shown["state.db"]  # the job's env is stored as given, for its tools
+    shown |= {str(p): p.read_text() for p in (d.base / "out").rglob("*") if p.is_file()}
+    assert any("[REDACTED:ANTHROPIC_API_KEY]" in text for text in shown.values())
+    for where, text in shown.items():
+        assert key not in text and password not in text, where
