@@ -60,7 +60,8 @@ def _send(session: str, text: str, toolsets: list[str] | None = None, **extra: A
                    "add kanban for an orchestrator).  Refused for an existing session: use "
                    "`hermesctl sessions toolsets`.")
 @click.option("--no-resume", "no_resume", is_flag=True,
-              help="If hermesd stops or dies during the turn, end it lost instead of resuming it at the next start.")
+              help="Do not resume the turn at the next start if hermesd stops or dies during it: it ends "
+                   "interrupted at a graceful stop, lost after a crash.")
 @idempotency_option
 def send(session: str, text: str | None, text_file: Any, wait_: bool, toolsets: str | None, no_resume: bool,
          idempotency_key: str | None) -> None:

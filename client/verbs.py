@@ -391,8 +391,8 @@ VERBS: dict[str, Verb] = {verb.name: verb for verb in (
             metavar="FILE"),
         Opt("--image", help="Run its terminal commands in a container of this image (docker or podman), the "
             "working directory mounted at /workspace."),
-        Opt("--no-resume", "flag", "If hermesd stops or dies while it runs, end it lost instead of resuming it at "
-            "the next start."),
+        Opt("--no-resume", "flag", "Do not resume it at the next start if hermesd stops or dies while it runs: it "
+            "ends interrupted at a graceful stop, lost after a crash."),
         Opt("--idempotency-key", help=IDEMPOTENCY_HELP, metavar="KEY"),
         Opt("--max-cost-usd", "float", "Budget of the job and all its subagents: no model call starts once this is "
             "spent.", metavar="USD"),

@@ -57,6 +57,18 @@ def resumable(runner: "Runner", row: dict[str, Any]) -> bool:
             and (row.get("spec") or {}).get("resume", True) is not False)
 
 
+def lost_error(runner: "Runner", row: dict[str, Any]) -> str:
+    """The ``error`` of ``row``, found running at start-up, that does not resume: :data:`LOST_WITHOUT_RESUME`,
+    and why it was not resumed when its kind keeps a journal (``resume: false``, or its plugin's
+    ``resume_on_restart``: ``delegation.resume_on_restart: false``)."""
+    if not keeps_journal(runner, row):
+        return LOST_WITHOUT_RESUME
+    if (row.get("spec") or {}).get("resume", True) is False:
+        return f"{LOST_WITHOUT_RESUME}; not resumed: it was submitted with --no-resume (resume: false)"
+    return f"{LOST_WITHOUT_RESUME}; not resumed: resume_on_restart is false in its job type's config " \
+           f"(delegation.resume_on_restart)"
+
+
 def spec_journal(runner: "Runner", row: dict[str, Any]) -> str | None:
     """The journal path a child of ``row`` is given (``JobSpec.journal``), None for a kind without one."""
     return str(journal_path(runner, row["id"])) if keeps_journal(runner, row) else None

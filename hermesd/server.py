@@ -188,7 +188,7 @@ class Daemon:
         for row in self.jobs.list(statuses=ACTIVE):
             if row["kind"] in resumed or resume.after_crash(self.runner, row):
                 continue  # its plugin's restore continues it, or a new child resumes it from its journal
-            self.jobs.transition(row["id"], JobStatus.LOST, exit_reason="error", error=resume.LOST_WITHOUT_RESUME)
+            self.jobs.transition(row["id"], JobStatus.LOST, exit_reason="error", error=resume.lost_error(self.runner, row))
         for row in self.jobs.list(statuses=(JobStatus.QUEUED,), kinds=self.plugins.names(process=True)):
             self.runner.requeue(row)
         self.plugins.restore()

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hermesd.jobs import TRANSITIONS
 from hermesd.protocol import EXIT_CODES, EXIT_MEANINGS
 from tests.harness import ROOT
@@ -221,3 +223,11 @@ def test_a_job_types_event_lines_are_its_display_leaf_imported_only_for_its_even
     assert out.returncode == 0 and len(lines) == 4, out.stderr
     assert lines[0].endswith("j        a -> b") and lines[1] == "[]"
     assert lines[2].endswith("kb_1     worker w (attempt 2)") and lines[3].endswith("j        1/2 done 1 failed 0")
+
+
+@pytest.mark.parametrize("command", ["delegate", "send"])
+def test_no_resume_help_says_how_such_a_job_ends_as_operations_does(command):
+    shown = " ".join(subprocess.run([sys.executable, "-m", "client", command, "--help"], capture_output=True,
+                                    text=True, check=True).stdout.split())
+    assert "ends interrupted at a graceful stop, lost after a crash" in shown
+    assert "end it lost instead" not in shown

@@ -149,6 +149,7 @@ def test_without_resume_or_without_its_journal_a_job_is_lost(make_daemon, api):
     d.start()
     final = d.wait_job(kept, timeout=30)
     assert final["status"] == "lost" and not final["resumes"], final
+    assert final["error"].endswith("not resumed: it was submitted with --no-resume (resume: false)"), final
     missing = d.wait_job(gone, timeout=30)
     assert missing["status"] == "lost" and "journal" in missing["error"] and "missing" in missing["error"], missing
     assert notifications(d) == {kept: 1, gone: 1}
