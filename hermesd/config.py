@@ -25,6 +25,7 @@ import os
 import re
 import typing
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -120,6 +121,19 @@ POSITIVE = {"gt": 0}
 """A number > 0 (a budget's limit)."""
 
 
+def yaml_text_number(value: Any) -> str:
+    """``"; YAML reads 1e3 as text: write 1000"`` when ``value`` is a string that is a finite number
+    (PyYAML follows YAML 1.1, whose floats need a dot: ``1e3`` and ``1E3`` stay strings), else ``""``:
+    the end of the error of a key that wants a number."""
+    try:
+        number = Decimal(value.strip().replace("_", "")) if isinstance(value, str) else None
+    except InvalidOperation:
+        return ""
+    if number is None or not number.is_finite():
+        return ""
+    return f"; YAML reads {value} as text: write {number:f}"
+
+
 def parse_context_windows(data: Any) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """The config's ``context_windows:`` mapping — model name or name prefix → the model's
     context window in tokens, read before :data:`hermesd.contract.CONTEXT_WINDOWS` (the
@@ -134,8 +148,12 @@ def parse_context_windows(data: Any) -> tuple[dict[str, int], list[tuple[str, st
     table: dict[str, int] = {}
     problems: list[tuple[str, str]] = []
     for model, tokens in data.items():
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1024:
-            problems.append((f"{model}", f"must be a whole number of tokens >= 1024, not {tokens!r}"))
+        if model is None or not str(model).strip():
+            problems.append(("null" if model is None else f'"{model}"',
+                             "a model name (or prefix) must not be empty: it would match every model"))
+        elif isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1024:
+            problems.append((f"{model}", f"must be a whole number of tokens >= 1024, not {tokens!r}"
+                                         f"{yaml_text_number(tokens)}"))
         else:
             table[str(model)] = tokens
     return table, problems
@@ -303,7 +321,8 @@ def _convert(value: Any, hint: Any, meta: dict[str, Any]) -> Any:
     if ok and "choices" in meta:
         ok = value in meta["choices"]
     if not ok:
-        raise ValueError(f"must be {_describe(hint, meta)}, not {value!r}")
+        numeric = hint in (int, float)
+        raise ValueError(f"must be {_describe(hint, meta)}, not {value!r}{yaml_text_number(value) if numeric else ''}")
     unknown = [v for v in value if v not in meta["names"]] if "names" in meta else []
     if unknown:
         raise ValueError(f"unknown name(s) {', '.join(map(repr, unknown))}; known: {', '.join(meta['names'])}")

@@ -113,19 +113,34 @@ def test_check_config_names_every_problem_in_line_order(tmp_path):
         "supervisor.bogus", "delegation.max_async_children", "what"]
 
 
+def _problems(path, text: str) -> list[str]:
+    """The problems ``config.load`` names in a file of ``text`` at ``path``."""
+    path.write_text(text)
+    with pytest.raises(config.ConfigError) as info:
+        config.load(path)
+    return [str(p) for p in info.value.problems]
+
+
 def test_a_key_set_twice_is_refused_with_both_lines(tmp_path):
     dup = tmp_path / "dup.yaml"
-    dup.write_text("delegation:\n  max_async_children: 2\ntoolsets: [file]\ndelegation:\n  max_async_children: 5\n")
-    with pytest.raises(config.ConfigError) as info:
-        config.load(dup)
-    assert [str(p) for p in info.value.problems] == [f"{dup}:4: delegation: set twice (first on line 1); remove one"]
+    assert _problems(dup, "delegation:\n  max_async_children: 2\ntoolsets: [file]\ndelegation:\n"
+                          "  max_async_children: 5\n") == [f"{dup}:4: delegation: set twice (first on line 1); remove one"]
 
 
 def test_a_section_set_twice_names_its_last_lines_for_the_value_yaml_keeps(tmp_path):
     dup = tmp_path / "dup.yaml"
-    dup.write_text("budgets:\n  daily_cost_usd: 0.5\n\nbudgets:\n  daily_cost_usd: 0\n")
-    with pytest.raises(config.ConfigError) as info:
-        config.load(dup)
-    assert [str(p) for p in info.value.problems] == [
+    assert _problems(dup, "budgets:\n  daily_cost_usd: 0.5\n\nbudgets:\n  daily_cost_usd: 0\n") == [
         f"{dup}:4: budgets: set twice (first on line 1); remove one",
         f"{dup}:5: budgets.daily_cost_usd: must be a number > 0, not 0.0"]
+
+
+def test_a_number_yaml_reads_as_text_says_so_and_an_empty_model_prefix_is_refused(tmp_path):
+    bad = tmp_path / "n.yaml"
+    assert _problems(bad, 'budgets:\n  daily_tokens: 1e3\n  daily_cost_usd: 1.5E1\n'
+                          'context_windows:\n  "": 2048\n  gpt: 4e3\n') == [
+        f"{bad}:2: budgets.daily_tokens: must be an integer > 0, not '1e3'; YAML reads 1e3 as text: write 1000",
+        f"{bad}:3: budgets.daily_cost_usd: must be a number > 0, not '1.5E1'; YAML reads 1.5E1 as text: write 15",
+        f'{bad}:4: context_windows."": a model name (or prefix) must not be empty: it would match every model',
+        f"{bad}:6: context_windows.gpt: must be a whole number of tokens >= 1024, not '4e3'; "
+        f"YAML reads 4e3 as text: write 4000"]
+    assert config.yaml_text_number("fast") == config.yaml_text_number("nan") == ""
