@@ -139,9 +139,10 @@ def state_cell(status: str, width: int, colour: bool) -> str:
     return f"\033[{code}m{status}\033[0m{cell[len(status):]}" if colour and code else cell
 
 
-def terminal_columns() -> int:
-    """The terminal's width as ``shutil.get_terminal_size().columns`` says it (``COLUMNS``, else
-    stdout's terminal, else 80), without importing shutil (a fast ``ps`` would pay for it)."""
+def terminal_columns() -> int | None:
+    """The terminal's width: ``COLUMNS``, else stdout's terminal's, else None (stdout is no terminal:
+    a pipe, a file, cron's mail, where lines stay whole, as procps ``ps`` does); without importing
+    shutil (a fast ``ps`` would pay for it)."""
     try:
         columns = int(os.environ["COLUMNS"])
     except (KeyError, ValueError):
@@ -151,7 +152,7 @@ def terminal_columns() -> int:
             columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
         except (AttributeError, ValueError, OSError):
             columns = 0
-    return columns or 80
+    return columns or None
 
 
 def jobs_table(records: Iterable[dict[str, Any]]) -> None:
@@ -159,7 +160,8 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
 
     Every column but GOAL keeps its full width (an id must stay usable when
     copied); GOAL takes what is left of the terminal (at least 20 characters)
-    and is cut with an ellipsis.
+    and is cut with an ellipsis — on a terminal or with ``COLUMNS`` set; else
+    (a pipe, a file) it is whole (:func:`terminal_columns`).
     """
     head = ("ID", "KIND", "STATUS", "DURATION", "CALLS", "COST")
     rows = []
@@ -170,7 +172,8 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
                       f"{dur:.1f}s" if dur is not None else "-", str(rec.get("api_calls") or 0), cost_text(rec)),
                      waiting_text(rec) + (rec.get("goal") or "")))
     widths = [max([len(col), *(len(cells[i]) for cells, _ in rows)]) for i, col in enumerate(head)]
-    goal_width = max(20, terminal_columns() - sum(widths) - 2 * len(widths) - 1)
+    columns = terminal_columns()
+    goal_width = max(20, columns - sum(widths) - 2 * len(widths) - 1) if columns else None
 
     colour = colour_on()
 
@@ -182,7 +185,8 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
     print(line(head, "GOAL", head=True))
     for cells, goal in rows:
         goal = escaped(goal)  # as `events` and `job` show it: what is there, never what it would do
-        print(line(cells, goal if len(goal) <= goal_width else goal[:goal_width - 1] + "…").rstrip())
+        print(line(cells, goal if goal_width is None or len(goal) <= goal_width
+                   else goal[:goal_width - 1] + "…").rstrip())
 
 
 def slash_text(answer: dict[str, Any]) -> str:

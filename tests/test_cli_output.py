@@ -22,6 +22,8 @@ def test_ps_keeps_ids_whole_and_cuts_only_the_goal(daemon):
     assert {line.split()[0] for line in lines[1:]} == set(ids)
     assert any(line.endswith("…") and len(line) <= 86 for line in lines[1:])  # the fixed columns + 20 of goal
     assert any(line.endswith("short") for line in lines[1:])
+    piped = daemon.ctl("ps", "--all", env={"COLUMNS": ""})  # no terminal, no COLUMNS: lines stay whole
+    assert any(line.endswith(long_goal.rstrip()) for line in piped.stdout.splitlines()), piped.stdout
 
 
 def test_slash_commands_answer_in_text(daemon):
