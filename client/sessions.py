@@ -54,7 +54,8 @@ def _send(session: str, text: str, toolsets: list[str] | None = None, **extra: A
 @json_option
 @click.argument("session")
 @text_input("text", "message")
-@click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to end and print the reply.")
+@click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to end and print the reply (for /compact: "
+              "for the compaction to end, and print its outcome).")
 @click.option("--toolsets", default=None,
               help="Comma-separated toolsets of a NEW session (default: the config's + delegation; "
                    "add kanban for an orchestrator).  Refused for an existing session: use "
@@ -71,6 +72,8 @@ def send(session: str, text: str | None, text_file: Any, wait_: bool, toolsets: 
                    **({"resume": False} if no_resume else {}),
                    **({"idempotency_key": idempotency_key} if idempotency_key else {}))
     if "turn" not in answer:
+        if wait_ and answer.get("command") == "compact":
+            return wait_compaction(session, answer["compaction"])
         return show(answer, render.slash_text)
     said_repeat(answer, answer["turn"]["id"])
     if not wait_:
@@ -353,7 +356,12 @@ def sessions_compact(session: str) -> None:
     """Summarise the older part of SESSION's history now (after a running turn, before the next):
     its turns are then sent the summary and the most recent turns; every message stays in
     `history`.  Waits for the compaction and prints the tokens a turn is sent before and after."""
-    job = conn().call("session.compact", session=session)["compaction"]
+    wait_compaction(session, conn().call("session.compact", session=session)["compaction"])
+
+
+def wait_compaction(session: str, job: dict[str, Any]) -> None:
+    """Wait for the compaction ``job`` (its record) of ``session`` to end; print how many tokens of
+    history a turn is sent before and after (or why the session is as it was: then exit 10)."""
     rec = wait_job(job["id"])
     marks = conn().call("session.history", session=session, limit=1).get("compactions") or []
     done = next((c for c in marks if c["job"] == job["id"]), None)
@@ -399,20 +407,28 @@ def sessions_delete(session: str) -> None:
 @click.argument("session")
 def history(session: str) -> None:
     """Print SESSION's messages in order (with --json: one per line, with id, role, content, time,
-    notification; then one line per compaction).  A line marks where a compaction summarised the
-    messages above it for the turns after it (every message stays here)."""
+    notification; then one line per compaction, and one per turn that did not complete).  A line
+    marks where a compaction summarised the messages above it for the turns after it (every
+    message stays here), and one under a turn that did not complete says how it ended and why."""
     reply = conn().call("session.history", session=session)
     marks = {c["upto"]: c for c in reply.get("compactions") or []}
+    unfinished = {t["job"]: t for t in reply.get("unfinished") or []}
+    last = {msg["job"]: msg["id"] for msg in reply["messages"]}  # a turn's end: under its last message
     for msg in reply["messages"]:
         if is_json():
             render.emit_json(msg)
-        else:
-            mark = f" (delivered {msg['notification']})" if msg["notification"] else ""
-            out(f"[{msg['time']}] {msg['role']}{mark}: {msg['content']}")
-        if msg.get("id") in marks and not is_json():
+            continue
+        mark = f" (delivered {msg['notification']})" if msg["notification"] else ""
+        out(f"[{msg['time']}] {msg['role']}{mark}: {msg['content']}")
+        turn = unfinished.get(msg["job"])
+        if turn is not None and last[msg["job"]] == msg["id"]:
+            out(f"── turn {turn['job']} {turn['status']}: {turn['error'] or 'no reply'} ──")
+        if msg.get("id") in marks:
             out(_compaction_line(marks[msg["id"]]))
     for compaction in reply.get("compactions") or [] if is_json() else []:
         render.emit_json({"compaction": compaction})
+    for turn in reply.get("unfinished") or [] if is_json() else []:
+        render.emit_json({"unfinished": turn})
 
 
 def _compaction_line(c: dict[str, Any]) -> str:

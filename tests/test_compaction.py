@@ -93,9 +93,9 @@ def test_compact_on_request_and_the_prefix_stays_stable_until_the_next(make_daem
         d = _daemon(make_daemon, api, compact_at_tokens=100000)
         for i in range(4):
             _send(d, f"fact-{i} hello " + "and some more words " * 20)
-        reply = d.call("session.send", session="main", text="/compact")
-        assert reply["command"] == "compact"
-        rec = d.wait_job(reply["compaction"]["id"], timeout=60)
+        sent = d.ctl("send", "main", "/compact", "--wait")  # returns when the compaction has ended
+        assert sent.returncode == 0 and sent.stdout.startswith("session main: compacted by "), sent
+        rec = d.wait_job(sent.stdout.split()[4].rstrip(":"))
         assert rec["status"] == "completed" and rec["kind"] == "session_compact"
         _send(d, "after one")
         _send(d, "after two")

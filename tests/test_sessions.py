@@ -216,3 +216,15 @@ def test_child_toolsets_rules():
     assert child_toolsets(["delegation", "file"], ["delegation", "file"], "orchestrator", 1, 2) == ["delegation", "file"]
     assert child_toolsets(["delegation"], ["delegation"], "orchestrator", 2, 2) == []
     assert child_toolsets(["memory", "clarify", "file"], ["memory", "clarify", "file"], "leaf", 1, 1) == ["file"]
+
+
+def test_history_says_under_its_message_how_a_turn_that_did_not_complete_ended(make_daemon, api):
+    api.default = Brain()
+    d = _daemon(make_daemon, api, budgets={"session_daily_tokens": 1})
+    for text in ("first words", "over budget"):
+        d.wait_job(_send(d, "s", text)["turn"]["id"])
+    refused = d.call("session.history", session="s")["unfinished"]
+    assert [t["status"] for t in refused] == ["failed"] and "budget" in refused[0]["error"], refused
+    lines = d.ctl("history", "s").stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.endswith("user: over budget"))
+    assert lines[at + 1] == f"── turn {refused[0]['job']} failed: {refused[0]['error']} ──", lines

@@ -7,7 +7,7 @@ from typing import Any
 
 from hermesd import idempotency, jobs as jobs_mod
 from hermesd.context import Context
-from hermesd.contract import JobSpec
+from hermesd.contract import TERMINAL, JobSpec, JobStatus
 from hermesd.delegation.rules import SubagentRules
 from hermesd.delegation.service import child_toolsets
 from hermesd.jobs import JobKind
@@ -173,16 +173,24 @@ async def session_get(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 @op("session.history")
 async def session_history(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The messages of ``session`` in order: ``{messages: [{id, role, content (text), blocks,
-    time, job, notification}], compactions: [{upto, time, job, tokens_before, tokens_after}]}``;
-    a delivered completion has ``notification: <job id>``; each compaction summarised the
-    messages up to ``upto`` (a message ``id``) for the turns after it."""
+    time, job, notification}], compactions: [{upto, time, job, tokens_before, tokens_after}],
+    unfinished: [{job, status, error}]}``; a delivered completion has ``notification: <job id>``;
+    each compaction summarised the messages up to ``upto`` (a message ``id``) for the turns after
+    it; ``unfinished``: the turns of these messages that ended other than ``completed`` (a budget,
+    an error, a cancel), with why, oldest first."""
     service: Sessions = ctx.service(Sessions)
     session = arg(args, "session", str)
     service.require(session)
+    messages = service.history(session, arg(args, "limit", int, 10000, lo=1))
+    jobs = {m["job"] for m in messages}
+    ended = tuple(sorted(TERMINAL - {JobStatus.COMPLETED}))
+    unfinished = [{"job": row["id"], "status": row["status"], "error": row.get("error") or row.get("exit_reason")}
+                  for row in ctx.jobs.list(statuses=ended, session=session, kinds=("session_turn",), limit=10000)
+                  if row["id"] in jobs]
     return {"messages": [{"id": m["id"], "role": m["role"], "content": display_text(m["content"]),
                           "blocks": m["content"], "time": m["time"], "job": m["job"], "notification": m["notification"]}
-                         for m in service.history(session, arg(args, "limit", int, 10000, lo=1))],
-            "compactions": service.compactor.history_marks(session)}
+                         for m in messages],
+            "compactions": service.compactor.history_marks(session), "unfinished": unfinished}
 
 
 @op("session.compact")
