@@ -134,7 +134,11 @@ PY
 echo
 echo "== files the subagents left in $DEMO/work"
 if [ -n "$(ls -A "$DEMO/work")" ]; then ls -la "$DEMO/work"; else
-  echo "   (none this time: the embedded toy model answered without writing the files it was asked for)"; fi
+  case $PROVIDER in
+    scripted) echo "   (none this time: the scripted provider replays canned steps, none of which writes a file)" ;;
+    local) echo "   (none this time: the embedded toy model answered without writing the files it was asked for)" ;;
+    *) echo "   (none this time: the model of provider $PROVIDER answered without writing the files it was asked for)" ;;
+  esac; fi
 echo
 echo "== stopping hermesd"
 hermesctl shutdown
