@@ -301,7 +301,8 @@ def test_board_survives_a_daemon_kill_and_claims_are_repaired(make_daemon, api, 
     # the worker died with the daemon: its job is lost and its task went back to the queue without
     # a failure (max_spawn_failures is 1: a failure would have blocked it), then ran again to the end
     assert final["attempts"] == 2 and final["failures"] == 0 and final["result"] == f"result of {task}"
-    assert d.call("job", id=first["id"])["status"] == "lost"
+    lost = d.call("job", id=first["id"])
+    assert lost["status"] == "lost" and lost["error"].endswith("(delegation.resume_on_restart)"), lost
     assert [(e["data"]["worker"], e["data"]["failure"]) for e in reclaimed] == [(first["id"], False)]
 
 
