@@ -116,6 +116,29 @@ def daemon_gone(sockets: paths.Sockets) -> str | None:
     return None
 
 
+PROBE_SECONDS = 1.0
+"""How long :func:`not_hermesd` waits for the peer's greeting."""
+
+
+def not_hermesd(control: Path, why: str | None = None) -> ClientError | None:
+    """The ``not_hermesd`` error (exit 3) when the peer on socket ``control`` does not speak
+    ZMTP 3 (:mod:`client.zmtp`: it closed the connection or sent something else), saying
+    ``why`` when the caller already knows it; None when it greets as hermesd does, or does not
+    greet within :data:`PROBE_SECONDS` (a busy or hung peer: the caller's timeout says so)."""
+    if why is None:
+        from client import zmtp  # here: only a slow reply pays for the probe
+
+        try:
+            zmtp.Dealer(str(control), PROBE_SECONDS).close()
+            return None
+        except zmtp.WireError as exc:
+            why = str(exc)
+        except OSError:
+            return None
+    return ClientError("not_hermesd", f"what answers on {control} is not hermesd ({why}); check "
+                                      "HERMES_RUNTIME_DIR / --runtime-dir: the socket belongs to another program")
+
+
 def start_command(sockets: paths.Sockets) -> str:
     """How the daemon of ``sockets`` is started again, judged by where its sockets are: the
     system unit's ``/run/hermes`` (``RuntimeDirectory=hermes``), the user unit's

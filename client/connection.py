@@ -12,7 +12,9 @@ A dead daemon is known at once: its socket file may outlive it (``kill -9``),
 so before the first request, and every :data:`LIVENESS_SECONDS` while a reply
 is awaited, :func:`daemon_gone` looks for proof that nobody serves it (no
 process listens on the socket, or the pid in ``hermesd.lock`` is gone) and the
-call fails with ``daemon_not_running`` instead of waiting out its timeout.
+call fails with ``daemon_not_running`` instead of waiting out its timeout; and the first
+time a reply is slow, :func:`not_hermesd` looks at the peer: a socket whose peer is not
+hermesd (it closes, or sends what is not ZMTP) fails with ``not_hermesd`` within a second.
 Events the daemon's retention removed are not silently skipped: ``follow``
 yields one :data:`GAP_EVENT` marker saying which seqs are gone.
 """
@@ -26,7 +28,8 @@ from typing import Any, Iterator
 import zmq
 
 from client.calls import (GAP_EVENT, RESTART_GRACE_SECONDS, Calls, ClientError, check_socket,  # noqa: F401
-                          daemon_gone, gap_marker, lock_pid, not_running, replaced, start_command, too_large)
+                          daemon_gone, gap_marker, lock_pid, not_hermesd, not_running, replaced, start_command,
+                          too_large)
 from hermesd import paths, protocol
 from hermesd.protocol import ProtocolError
 
@@ -68,6 +71,7 @@ class Connection(Calls):
         self._req: zmq.Socket | None = None
         self._poller: zmq.Poller | None = None
         self._served_by: int | None = None
+        self._probed = False  # whether the peer was looked at once a reply was slow (not_hermesd)
 
     def _socket(self) -> zmq.Socket:
         if self._req is None:
@@ -106,6 +110,12 @@ class Connection(Calls):
                 left = deadline - time.monotonic()
                 if left > 0 and not self._poller.poll(int(min(left, LIVENESS_SECONDS) * 1000) + 1):
                     why = daemon_gone(self.sockets) or replaced(self.sockets, self._served_by)
+                    if why is None and not self._probed:
+                        self._probed = True
+                        wrong = not_hermesd(self.sockets.control)
+                        if wrong is not None:
+                            self.close()
+                            raise wrong
                     if why is None:
                         continue
                     self.close()

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 from client import zmtp
-from client.calls import Calls, ClientError, check_socket, daemon_gone, lock_pid, not_running, replaced, too_large
+from client.calls import (Calls, ClientError, check_socket, daemon_gone, lock_pid, not_hermesd, not_running, replaced,
+                          too_large)
 from client.verbs import INTERRUPTED, VERBS, Arg, Opt, Session, Usage, Verb, waits_for_job
 from hermesd import paths, protocol
 
@@ -64,6 +65,8 @@ class Link(Calls):
                 raise PermissionError(f"{control} is not yours")
             dealer = zmtp.Dealer(str(control), self.timeout)
         except (OSError, zmtp.WireError) as exc:
+            if isinstance(exc, zmtp.WireError) and not daemon_gone(self.sockets):
+                raise not_hermesd(control, str(exc)) from None
             if not self.sent:
                 raise Fallback from None
             check_socket(control)  # as Connection would say it, once it had asked

@@ -45,7 +45,7 @@ class Dealer:
     """A connected ZMTP DEALER on the unix socket ``path``; ``timeout`` seconds per blocking step.
 
     Raises ``OSError`` (no socket, refused, timed out: ``TimeoutError``) or
-    :class:`WireError` (not a ZMTP 3 peer)."""
+    :class:`WireError` (not a ZMTP 3 peer, or one that closed the connection during the greeting)."""
 
     def __init__(self, path: str, timeout: float):
         self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
@@ -53,9 +53,12 @@ class Dealer:
         try:
             self.sock.settimeout(timeout)
             self.sock.connect(path)
-            self.sock.sendall(GREETING + _ready(b"DEALER"))
             self._buf = b""
-            greeting = self._read(64)
+            try:
+                self.sock.sendall(GREETING + _ready(b"DEALER"))
+                greeting = self._read(64)
+            except (BrokenPipeError, ConnectionResetError):  # it sent its own bytes, if any, and left
+                raise WireError("the peer closed the connection") from None
             if greeting[0] != 0xFF or greeting[9] != 0x7F or greeting[10] < 3:
                 raise WireError("the peer's greeting is not ZMTP 3")
             if greeting[12:32].rstrip(b"\x00") != b"NULL":

@@ -34,6 +34,8 @@ EVENT_CALL = re.compile(r"(?:events|self)\.(?:emit|record)\(\s*\"([^\"]+)\"")
 CLIENT_CODES = {
     "daemon_not_running": "No daemon answers on the control socket (no socket, not yours, or it stopped "
     "before answering).",
+    "not_hermesd": "What answers on the control socket is not hermesd: it closed the connection or sent what "
+    "is not ZMTP 3 (said within a second, naming the socket).",
     "timeout": "The daemon did not answer in time, or `wait --timeout` ran out.",
     "job_failed": "The job ended in a state other than `completed` (`wait`, foreground `delegate`).",
     "prompts_failed": "A batch run ended with prompts that failed (`hermes-batch`): how many and the commonest "

@@ -80,6 +80,7 @@ EXIT_CODES: dict[str, int] = {
     "internal": 1,
     # client-side conditions, never sent by the daemon:
     "daemon_not_running": 3,
+    "not_hermesd": 3,
     "timeout": 9,
     "job_failed": 10,
     "prompts_failed": 11,
@@ -88,7 +89,7 @@ EXIT_CODES: dict[str, int] = {
 """Exit status of ``hermesctl`` per error code (0 is success, 2 is also click's usage error)."""
 
 EXIT_MEANINGS: dict[int, str] = {
-    0: "ok", 1: "internal error", 2: "usage or bad request", 3: "daemon not running or shutting down",
+    0: "ok", 1: "internal error", 2: "usage or bad request", 3: "daemon not running (or not hermesd) or shutting down",
     4: "capacity reached", 5: "not found", 6: "invalid state", 7: "invalid config", 8: "version mismatch",
     9: "timeout", 10: "the job did not complete", 11: "prompts failed", 12: "state database unavailable",
     13: "budget exceeded", 130: "interrupted",

@@ -64,3 +64,50 @@ def test_root_refuses_a_socket_it_does_not_own(daemon):
         os.chown(daemon.runtime / name, 65534, 65534)
     for argv in (["status"], ["status", "--json"], ["ps"], ["events", "-f"]):
         _one_line(daemon.ctl(*argv), "is not yours (owner uid 65534)")
+
+
+@pytest.fixture(params=[b"HTTP/1.1 400 Bad Request\r\n\r\n", b"x" * 80], ids=["closes", "not-zmtp"])
+def junk_socket(tmp_path, request):
+    """A runtime directory whose ``hermesd.sock`` is served by something else: it writes
+    ``request.param`` to every connection and closes it."""
+    import socket
+    import threading
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(run / "hermesd.sock"))
+    server.listen(16)
+    server.settimeout(0.1)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                peer, _ = server.accept()
+            except TimeoutError:
+                continue
+            with peer:
+                try:
+                    peer.sendall(request.param)
+                except OSError:  # the client left first (libzmq drops a peer that is not ZMTP at once)
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield run
+    done.set()
+    thread.join(5)
+    server.close()
+
+
+@pytest.mark.parametrize("argv", [["-m", "client", "status"], ["-m", "client", "ps", "--all"],
+                                  ["-m", "client", "approvals"], CLIENTS[3]],
+                         ids=["status", "ps", "approvals", "hermes-batch"])
+def test_a_socket_whose_peer_is_not_hermesd_is_said_at_once(tmp_path, junk_socket, argv):
+    """Not a 30 s timeout blaming the daemon: exit 3 (``not_hermesd``) naming the socket."""
+    (tmp_path / "d.jsonl").write_text('{"prompt": "p"}\n')
+    (tmp_path / "home").mkdir()
+    out = _run(argv, {"HERMES_HOME": str(tmp_path / "home"), "HERMES_RUNTIME_DIR": str(junk_socket)}, tmp_path)
+    assert EXIT_CODES["not_hermesd"] == NOT_RUNNING
+    _one_line(out, f"what answers on {junk_socket / 'hermesd.sock'} is not hermesd")
