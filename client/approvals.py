@@ -3,7 +3,9 @@ the tool calls that wait for a person (the daemon's ``approvals.*`` ops say what
 
 ``--follow`` prints the pending requests, then each new one and each answer as it happens, and
 tells the daemon every :data:`FOLLOW_EVERY` seconds that a person is watching (requests then
-wait for an answer instead of being refused).
+wait for an answer instead of being refused).  When the daemon goes away (a restart, a crash)
+the follower says so, and once it is back says that too and tells it at once that a person is
+watching (so a restarted daemon refuses no request for want of one), as ``wait`` does.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import click
 
 from client import render
+from client.calls import ClientError
 from client.common import conn, is_json, json_option, out, print_all, show, who
 
 FOLLOW_EVERY = 10.0
@@ -46,12 +49,37 @@ def approvals_command(follow: bool, show_all: bool, job: str | None) -> None:
             out("(nobody to ask: requests are refused at once; --follow or hooks.on_approval_request makes them wait)")
         return
     since = conn().call("events_since", since=0, limit=1)["last_seq"]
+
+    away = False  # the daemon could not be reached (said once, and once it is back)
+
+    def check_in() -> None:
+        """Tell the daemon a person is watching; while it is away, say so once."""
+        nonlocal away
+        try:
+            conn().call("approvals.list", state="pending", follow=True, job=job)
+        except ClientError as err:
+            lost(err.message)
+            return
+        if away:
+            away = False
+            out("hermesctl: hermesd is back; following the approvals again", err=True)
+
+    def lost(why: str | None) -> None:
+        nonlocal away
+        if why is None:
+            check_in()
+        elif not away:
+            away = True
+            out(f"hermesctl: {why}; following again once it is back", err=True)
+
     while True:  # in windows: between two, the daemon is told again that a person is watching
-        for event in conn().follow(since, idle=1.0, stop_after=FOLLOW_EVERY):
+        if away:
+            check_in()
+        for event in conn().follow(since, idle=1.0, stop_after=FOLLOW_EVERY, lost=lost):
             since = event["seq"]
             if event["type"].startswith("approval.") and (job is None or event.get("job") == job):
                 render.emit_json(event["data"]) if is_json() else out(request_line(event["data"]))
-        conn().call("approvals.list", state="pending", follow=True, job=job)
+        check_in()
 
 
 def answer_request(op: str, request_id: str, **extra: Any) -> dict[str, Any]:

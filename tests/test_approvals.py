@@ -127,3 +127,27 @@ def test_a_waiting_jobs_budget_clock_does_not_run(make_daemon):
     rec = d.wait_job(job)
     assert rec["status"] == "completed", rec
     assert "ran-it" in _tool_result(d, job)
+
+
+def test_a_follower_says_when_the_daemon_is_back_and_counts_again_at_once(make_daemon, tmp_path):
+    """After ``kill -9`` and a restart, ``approvals --follow`` says it lost the daemon and that it is
+    back, and has told it a person is watching by then (not at its next window, up to 10 s later)."""
+    import subprocess
+    import sys
+
+    d = make_daemon()
+    errors = tmp_path / "follower.err"
+    with open(errors, "w") as err:
+        follower = subprocess.Popen([sys.executable, "-m", "client", "approvals", "--follow"], env=d.env,
+                                    stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: d.call("approvals.list")["reachable"], what="the follower to check in")
+        d.kill9()
+        wait_for(lambda: "following again once it is back" in errors.read_text(), what="the follower to say so")
+        d.start()
+        wait_for(lambda: "hermesd is back" in errors.read_text(), timeout=8, what="the follower back")
+        assert d.call("approvals.list")["reachable"], errors.read_text()
+        assert "Traceback" not in errors.read_text()
+    finally:
+        follower.kill()
+        follower.wait(10)
