@@ -4,7 +4,8 @@ A metered provider (one with an ``endpoint``: ``anthropic``, ``openai-compat``) 
 without a grant: :meth:`Grants.acquire` sends ``child.grant`` (one short request; the daemon
 answers at once) and, when told "wait N seconds, because R", waits in this process — the stop
 flag honoured, the wait reported as the activity "waiting for the provider's rate limit: R"
-so the child is never taken for stale.  :meth:`Grants.done` reports the outcome with the
+so the child is never taken for stale, and logged once per wait (the reason names the key only by
+its hash).  :meth:`Grants.done` reports the outcome with the
 response's limit headers and usage (``child.grant_done``, no reply awaited), so that one
 child's 429 pauses the endpoint for all.  The local and scripted providers ask nothing.
 
@@ -87,6 +88,7 @@ class Grants:
         if not self.asking:
             return "" if not self.stop.is_set() else None
         provider = self.provider
+        waited_since = None
         while not self.stop.is_set():
             try:
                 answer = self.channel.call("child.grant", timeout=30.0, provider=provider.name,
@@ -97,10 +99,16 @@ class Grants:
                 self.asking = False
                 return ""
             if answer.get("grant"):
+                if waited_since is not None:
+                    self.log(f"{WAITING}: over after {time.monotonic() - waited_since:.1f}s")
                 return str(answer["grant"])
             if answer.get("refused"):
                 raise BudgetExceeded(answer)
-            self.wait(float(answer.get("wait") or SLICE_SECONDS), str(answer.get("reason") or "told to wait"))
+            seconds, reason = float(answer.get("wait") or SLICE_SECONDS), str(answer.get("reason") or "told to wait")
+            if waited_since is None:  # one line per wait, not per asking again
+                waited_since = time.monotonic()
+                self.log(f"{WAITING}: {reason} (told {seconds:.1f}s)")
+            self.wait(seconds, reason)
         return None
 
     def wait(self, seconds: float, reason: str) -> None:

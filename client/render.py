@@ -286,6 +286,8 @@ def job_text(rec: dict[str, Any]) -> str:
         lines.append(f"  toolsets: {', '.join(rec['toolsets'])}")
     if rec.get("duration_seconds") is not None:
         lines.append(f"  duration: {rec['duration_seconds']:.2f}s")
+    if isinstance(rec.get("waiting"), dict):
+        lines.append(f"  {waiting_text(rec).strip()}")
     if rec.get("resumes"):
         lines.append(f"  resumed: {rec['resumes']} time(s) after a restart, last at {rec.get('resumed_at')}")
     lines.append(f"  api_calls: {rec.get('api_calls') or 0}  tokens: {tokens_text(tokens)}  cost: {cost_text(rec)}")

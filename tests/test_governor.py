@@ -143,5 +143,34 @@ def test_a_headers_only_wait_counts_down_in_ps_and_status_says_why(make_daemon):
         assert "no requests remain" in limiter["reason"] and limiter["paused_until"] > time.time()
         status = daemon.ctl("status", env={"COLUMNS": "300"}).stdout
         assert f"no requests remain until its reset; waiting: {job}" in status, status
+        shown_result = daemon.ctl("result", job, env={"COLUMNS": "300"}).stdout
+        assert re.search(r"\[waiting [0-9.]+s for anthropic .*no requests remain", shown_result), shown_result
+        paused = [e["data"] for e in daemon.call("events_since", since=0, types=["governor.paused"])["events"]]
+        assert len(paused) == 1 and "no requests remain" in paused[0]["reason"], paused  # once, not per call
+        assert paused[0]["endpoint"] == f"anthropic {api.url}" and 0 < paused[0]["seconds"] <= 13  # a reset in whole seconds
         assert daemon.wait_job(job, timeout=30)["status"] == "completed"
         assert api.limits.refused_total == 0
+
+
+@pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
+def test_jobs_waiting_for_the_rate_limit_are_served_in_the_order_they_asked(make_daemon):
+    """1 request per 2 s, told by the headers: four jobs started one by one (each once the one
+    before waits) make their calls in that order, whoever of them asks again first."""
+    with FakeAnthropic(limits=Limits(requests=1, window=2)) as api:
+        daemon = warm(make_daemon(_anthropic(api), env={"ANTHROPIC_API_KEY": "sk-ant-fifo-secret"}))
+        jobs = []
+        for i in range(4):
+            jobs.append(daemon.delegate(f"task number {i}", background=True)["id"])
+            if i == 0:
+                wait_for(lambda: api.requests, timeout=20, what="the first call")
+            else:
+                wait_for(lambda: jobs[-1] in daemon.call("status")["governor"][0]["waiting"], timeout=20,
+                         what=f"job {i} waiting")
+        ended = [daemon.wait_job(job, timeout=60) for job in jobs]
+    assert [e["status"] for e in ended] == ["completed"] * 4, ended
+    asked = [re.search(r"task number (\d)", json.dumps(r.body["messages"][0])).group(1) for r in api.requests]
+    assert asked == ["0", "1", "2", "3"] and api.limits.refused_total == 0, asked
+    log = daemon.ctl("logs", jobs[3]).stdout  # one line when the wait begins, one when it is over; no key
+    began = [line for line in log.splitlines() if "waiting for the provider's rate limit: anthropic" in line]
+    assert len(began) == 1 and re.search(r"key [0-9a-f]{8}: .*\(told [0-9.]+s\)$", began[0]), log
+    assert len(re.findall(r"rate limit: over after [0-9.]+s", log)) == 1 and "fifo-secret" not in log, log

@@ -9,7 +9,7 @@ import pytest
 from child.governor import limit_headers
 from hermesd import config
 from hermesd.governor import headers
-from hermesd.governor.limiter import INITIAL_WINDOW, Grant, Limiter
+from hermesd.governor.limiter import FORGET_SECONDS, INITIAL_WINDOW, STALE_SECONDS, Grant, Limiter
 from hermesd.governor.service import Governor
 
 
@@ -200,3 +200,55 @@ def test_status_ps_and_top_say_who_waits_and_why():
         "turn": 2, "activity": "waiting for the provider's rate limit: anthropic https://api.anthropic.com: 429"}})
     assert "waiting for the provider's rate limit" in board.jobs["bg_1"]["last_activity"][1]
     assert any("PAUSED" in c for c in board.caps())
+
+
+def test_waiters_are_served_in_the_order_they_first_asked():
+    """The case of 1 request per 20 s: a, b, c ask at once, d 16 s later; whoever comes back
+    first, b goes before c and c before d (a late job does not jump the queue)."""
+    limiter = Limiter("x", rpm=3, now=0.0)
+    granted = []
+
+    def ask(job, now):
+        answer = limiter.ask(job, f"{job}{now}", 1, 1, now)
+        if isinstance(answer, Grant):
+            granted.append(job)
+            limiter.done(answer.id, "ok", headers.Learned(), {"output": 1}, now)
+        return answer
+
+    for job in "abc":
+        ask(job, 0.0)
+    wait, reason = ask("d", 16.0)
+    assert granted == ["a"] and 0.2 <= wait and "served in order" in reason
+    for now in (20.5, 21.0, 30.0, 40.8, 41.2, 50.0, 61.0, 62.0, 70.0):
+        for job in "dcb":  # the later waiters always ask first
+            if job not in granted:
+                ask(job, now)
+    assert granted == ["a", "b", "c", "d"]
+
+
+def test_a_waiter_that_stops_asking_is_passed_over_then_forgotten():
+    limiter = Limiter("x", rpm=3, now=0.0)
+    assert isinstance(limiter.ask("a", "g1", 1, 1, 0.0), Grant)
+    wait, _ = limiter.ask("b", "g2", 1, 1, 1.0)  # b waits, then never asks again
+    assert not isinstance(limiter.ask("c", "g3", 1, 1, 1.0), Grant)
+    assert isinstance(limiter.ask("c", "g3", 1, 1, 1.0 + wait + STALE_SECONDS + 1), Grant)  # b passed over
+    assert "b" in limiter.queue and limiter.head(1.0 + wait + FORGET_SECONDS + 1) is None and "b" not in limiter.queue
+
+
+def test_each_pause_is_announced_once_when_it_begins_headers_or_429():
+    clock, wall, pauses = [0.0], 1_000_000.0, []
+    gov = Governor(lambda p, e: (None, None, None, None), clock=lambda: clock[0], wall=lambda: wall,
+                   on_pause=lambda limiter, seconds, reason: pauses.append((round(seconds), reason)))
+    none_left = {"anthropic-ratelimit-requests-limit": "5", "anthropic-ratelimit-requests-remaining": "0",
+                 "anthropic-ratelimit-requests-reset": _iso(20, wall)}
+    first = gov.grant("a", "anthropic", "http://h", "k", "m", 10, 5)["grant"]
+    gov.done("a", first, "ok", none_left, {"output": 1}, "m")  # no 429: the headers say none remain
+    assert pauses == [(20, "the provider says no requests remain until its reset")]
+    for job in "bcd":
+        clock[0] += 1.0
+        assert "wait" in gov.grant(job, "anthropic", "http://h", "k", "m", 10, 5)
+    assert len(pauses) == 1  # not one per call while paused
+    clock[0] = 25.0  # the reset passed: a 429 starts a new pause
+    refused = gov.grant("b", "anthropic", "http://h", "k", "m", 10, 5)["grant"]
+    gov.done("b", refused, "rate_limited", {"retry-after": "7"}, {}, "m")
+    assert pauses[1:] == [(7, "the provider answered rate limit (429), retry-after 7s")]

@@ -26,8 +26,17 @@ Three things decide, all on monotonic seconds (``now`` passed in, so tests drive
   ``max_concurrent`` (or :data:`DEFAULT_MAX_CONCURRENT`).  Once a told reset has passed, the
   dimension counts down from its full limit again until a response tells more.
 
+Waiters are served in order (first come, first served, as a ticket queue): a job told to wait
+joins the limiter's :attr:`Limiter.queue` and keeps its place while it keeps asking; only the
+head of the queue may be granted a call, so what frees up is reserved for it, and a job asking
+later (or coming back sooner from a shorter jitter) is told to wait behind it.  A waiter that
+does not ask again within :data:`STALE_SECONDS` of the time it was told is passed over (its
+child is stopped or slow; it keeps its place should it ask again) and forgotten after
+:data:`FORGET_SECONDS`.  A job is one place in the queue (its calls are made one at a time).
+
 Waits carry jitter (up to 10 %, at least 50 ms), so children told to wait the same time do not
-all come back in the same instant.
+all come back in the same instant; no wait told is longer than :data:`MAX_WAIT_SECONDS`, so a
+waiter asks again at least that often.
 """
 
 from __future__ import annotations
@@ -49,6 +58,15 @@ CONCURRENCY_POLL_SECONDS = 0.2
 
 BACKOFF_SECONDS = (1.0, 60.0)
 """First and longest pause after a refusal that gave no ``retry-after`` (doubling in between)."""
+
+MAX_WAIT_SECONDS = 30.0
+"""The longest wait told at once: a waiter asks again at least this often (and keeps its place)."""
+
+STALE_SECONDS = 5.0
+"""A waiter this long past the time it was told to ask again is passed over by the queue."""
+
+FORGET_SECONDS = 120.0
+"""A waiter this long past the time it was told to ask again leaves the queue."""
 
 OUTCOMES = ("ok", "rate_limited", "overloaded", "quota", "error")
 """What a child reports of a call: it went well; refused by the rate limit (429); the provider
@@ -89,6 +107,16 @@ class Grant:
     output: int
     at: float
     cumulative_input: int = 0
+
+
+@dataclass
+class Waiter:
+    """A place in the queue: ``since`` (monotonic) it first asked, ``until`` (monotonic) it was
+    told to ask again, ``reason`` it waits (for those behind it)."""
+
+    since: float
+    until: float
+    reason: str = ""
 
 
 @dataclass
@@ -139,6 +167,9 @@ class Limiter:
     decreased_at: float = float("-inf")
     counts: dict[str, int] = field(default_factory=dict)
     slow_start: bool = True
+    queue: dict[str, Waiter] = field(default_factory=dict)
+    announced_until: float = 0.0
+    """The end of the pause last announced (``governor.paused``; monotonic)."""
 
     def __post_init__(self) -> None:
         for name, per_minute in (("requests", self.rpm), ("input_tokens", self.itpm), ("output_tokens", self.otpm)):
@@ -156,10 +187,17 @@ class Limiter:
 
     def ask(self, job: str, grant_id: str, input_tokens: int, max_tokens: int, now: float) -> Grant | tuple[float, str]:
         """A :class:`Grant` for a call of ``input_tokens`` (estimated) and ``max_tokens``, or
-        ``(seconds, reason)`` to wait (with jitter)."""
+        ``(seconds, reason)`` to wait (with jitter, at most :data:`MAX_WAIT_SECONDS`): ``job``
+        waits behind the jobs that were told to wait before it (the module doc)."""
+        head = self.head(now)
+        if head is not None and head != job:
+            first = self.queue[head]
+            wait = max(CONCURRENCY_POLL_SECONDS, first.until - now)
+            return self._queued(job, wait, f"{first.reason} (served in order: earlier calls go first)", now)
         wait, reason = self._wait(input_tokens, max_tokens, now)
         if wait > 0:
-            return jitter(wait), reason
+            return self._queued(job, wait, reason, now)
+        self.queue.pop(job, None)
         for name, bucket in self.buckets.items():
             bucket.level -= {"requests": 1, "input_tokens": input_tokens, "output_tokens": max_tokens}[name]
         for name, learning in self.learned.items():
@@ -169,6 +207,26 @@ class Limiter:
         grant = Grant(grant_id, job, self.seq, input_tokens, max_tokens, now, self.granted_input)
         self.in_flight[grant_id] = grant
         return grant
+
+    def head(self, now: float) -> str | None:
+        """The job first in the queue that still asks (None: nobody waits); forgets long-gone waiters."""
+        for job, waiter in list(self.queue.items()):
+            if now - waiter.until > FORGET_SECONDS:
+                del self.queue[job]
+            elif now - waiter.until <= STALE_SECONDS:
+                return job
+        return None
+
+    def _queued(self, job: str, wait: float, reason: str, now: float) -> tuple[float, str]:
+        """``job`` told to wait ``wait`` seconds (plus jitter) for ``reason``: it keeps or takes its place."""
+        told = min(MAX_WAIT_SECONDS, jitter(wait))
+        waiter = self.queue.setdefault(job, Waiter(now, now + told))
+        waiter.until, waiter.reason = now + told, reason
+        return told, reason
+
+    def leave(self, job: str) -> None:
+        """``job`` waits no more (it ended)."""
+        self.queue.pop(job, None)
 
     def _wait(self, input_tokens: int, max_tokens: int, now: float) -> tuple[float, str]:
         if self.paused_until > now:
@@ -260,6 +318,18 @@ class Limiter:
             self.window = max(1.0, self.window / 2)
             self.decreased_at = now
         self.slow_start = False
+
+    def pause(self, now: float) -> tuple[float, str] | None:
+        """``(until, reason)`` while the endpoint is paused for every call: a 429/529 pause (monotonic
+        ``until``), else the latest reset of a dimension the headers said has nothing left; None."""
+        if self.paused_until > now:
+            return self.paused_until, self.pause_reason
+        spent = [(learning.reset_at, name) for name, learning in self.learned.items()
+                 if learning.remaining < 1 and now < learning.reset_at < float("inf")]
+        if not spent:
+            return None
+        until, name = max(spent)
+        return until, f"the provider says no {name.replace('_', ' ')} remain until its reset"
 
     def describe(self, now: float) -> dict[str, Any]:
         """The limiter for ``status``: ``endpoint`` (label), ``in_flight``, ``concurrency`` (the

@@ -26,7 +26,7 @@ class GovernorPlugin(Plugin):
 
     events = {
         "governor.paused": "A provider endpoint is paused for every child: a 429/529 (or an overload mid-stream) or "
-        "its rate-limit headers said to wait. `data`: `endpoint` (provider, URL, key hash), `seconds`, `reason` "
+        "its rate-limit headers said nothing remains until a reset; once per pause, not again while it lasts. `data`: `endpoint` (provider, URL, key hash), `seconds`, `reason` "
         "(group-committed).",
     }
 
@@ -43,10 +43,10 @@ class GovernorPlugin(Plugin):
         return (entry.requests_per_minute, entry.input_tokens_per_minute, entry.output_tokens_per_minute,
                 entry.max_concurrent)
 
-    def paused(self, limiter: Limiter, seconds: float) -> None:
-        """Publish ``governor.paused`` (not durable: it is news, not state)."""
+    def paused(self, limiter: Limiter, seconds: float, reason: str) -> None:
+        """Publish ``governor.paused`` once per pause (not durable: it is news, not state)."""
         self.ctx.events.emit("governor.paused", data={"endpoint": limiter.label, "seconds": round(seconds, 3),
-                                                      "reason": limiter.pause_reason}, durable=False)
+                                                      "reason": reason}, durable=False)
 
     def after_exit(self, row: dict[str, Any] | None) -> None:
         """A job ended: its grants are released (:meth:`Governor.forget`)."""

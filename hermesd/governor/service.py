@@ -42,12 +42,14 @@ class Governor:
     ``limits(provider, endpoint)``: the configured limits of an endpoint as
     ``(requests_per_minute, input_tokens_per_minute, output_tokens_per_minute, max_concurrent)``
     (None each when not configured); ``clock``: monotonic seconds; ``wall``: epoch seconds
-    (to read reset times); ``on_pause(limiter, seconds)``: called when an endpoint is paused.
+    (to read reset times); ``on_pause(limiter, seconds, reason)``: called once when a pause of an
+endpoint begins (a 429/529, or headers saying nothing remains; :meth:`Limiter.pause`), not again
+while it lasts (it may be extended meanwhile).
     """
 
     def __init__(self, limits: Callable[[str, str], tuple[Any, Any, Any, Any]],
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 on_pause: Callable[[Limiter, float], None] | None = None):
+                 on_pause: Callable[[Limiter, float, str], None] | None = None):
         self.limits, self.clock, self.wall, self.on_pause = limits, clock, wall, on_pause
         self.limiters: dict[tuple[str, str, str], Limiter] = {}
         self.grants: dict[str, Limiter] = {}
@@ -64,7 +66,7 @@ class Governor:
             fresh = Limiter(label, *configured, now=self.clock())
             if found is not None:  # a reload changed the limits: what was learned stays
                 for name in ("in_flight", "paused_until", "pause_reason", "learned", "seq", "granted_input", "counts",
-                             "slow_start"):
+                             "slow_start", "queue", "announced_until"):
                     setattr(fresh, name, getattr(found, name))
                 fresh.window = min(found.window, float(fresh.ceiling()))
             self.limiters[(provider, endpoint, key)] = found = fresh
@@ -78,6 +80,7 @@ class Governor:
         limiter = self.limiter(provider, endpoint, key)
         self._expire(limiter, now)
         answer = limiter.ask(job, f"g{next(self._ids)}", input_tokens, max_tokens, now)
+        self._announce(limiter, now)  # a grant may take what remained; a wait may find a reset not yet passed
         if not isinstance(answer, Grant):
             seconds, reason = answer
             wall = self.wall()
@@ -108,16 +111,26 @@ class Governor:
         learned = headers.read(seen, self.wall())
         if retry_after is not None and learned.retry_after is None:
             learned = headers.Learned(min(headers.MAX_WAIT_SECONDS, max(0.0, retry_after)), learned.dims)
-        paused = limiter.paused_until
         limiter.done(grant_id, outcome if outcome in OUTCOMES else "error", learned, usage, now)
-        if limiter.paused_until > paused and self.on_pause is not None:
-            self.on_pause(limiter, limiter.paused_until - now)
+        self._announce(limiter, now)
         if self.ledger is not None:
             self.ledger.settle(job, grant_id, model, usage)
+
+    def _announce(self, limiter: Limiter, now: float) -> None:
+        """Call ``on_pause`` when a pause of ``limiter`` begins (none announced lasts still)."""
+        pause = limiter.pause(now)
+        if pause is None:
+            return
+        until, reason = pause
+        if limiter.announced_until <= now and self.on_pause is not None:
+            self.on_pause(limiter, until - now, reason)
+        limiter.announced_until = max(limiter.announced_until, until)
 
     def forget(self, job: str) -> None:
         """``job`` ended: its grants are released and it waits no more."""
         self.waiting.pop(job, None)
+        for limiter in self.limiters.values():
+            limiter.leave(job)
         for grant_id, limiter in list(self.grants.items()):
             grant = limiter.in_flight.get(grant_id)
             if grant is None or grant.job == job:

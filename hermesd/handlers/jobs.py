@@ -89,12 +89,13 @@ async def job(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("result")
 async def result(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    """The record of job ``id`` with its tool trace and ``tree_usage``: the tokens and cost of the
+    """The record of job ``id`` with its tool trace, ``waiting`` while the governor holds it (as
+``ps`` gives it), and ``tree_usage``: the tokens and cost of the
     job with all its subagents (``{calls, input, output, cache_write, cache_read, tokens, cost_usd,
     cost_unknown}``); ``trajectory=true`` adds the ShareGPT trajectory the child recorded
     (``null`` when it recorded none)."""
     row = ctx.jobs.require(arg(args, "id", str))
-    rec = public(row)
+    rec = ctx.service(Governor).annotate(public(row))
     rec["tree_usage"] = ctx.service(Ledger).spent(("tree", row["id"]))
     if arg(args, "trajectory", bool, False):
         path = ctx.runner.job_dir(row["id"]) / "trajectory.json"
