@@ -51,8 +51,9 @@ def test_a_batch_at_the_limit_completes_every_prompt_with_few_refusals(make_daem
         assert [g["endpoint"] for g in governor] == [f"anthropic {api.url}"]  # no key: no key hash shown
 
 
-def _calls_twice(arrivals: list[float]):
-    """A fake model that calls a tool first, then answers; records when each request arrived."""
+def _calls_twice(arrivals: list[float], first_reply_seconds: float = 0.0):
+    """A fake model that calls a tool first (its reply streamed over about
+    ``first_reply_seconds``), then answers; records when each request arrived."""
     lock = threading.Lock()
 
     def reply(request):
@@ -61,7 +62,8 @@ def _calls_twice(arrivals: list[float]):
         last = request.body["messages"][-1]["content"]
         if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
             return Message([text_block("all done")])
-        return Message([tool_use_block("terminal", {"command": "true"})], stop_reason="tool_use")
+        return Message([tool_use_block("terminal", {"command": "true"})], stop_reason="tool_use",
+                       event_delay=first_reply_seconds / 6)  # a tool_use reply streams about six events
 
     return reply
 
@@ -69,7 +71,9 @@ def _calls_twice(arrivals: list[float]):
 def test_parallel_delegations_share_one_limiter_and_retry_after_holds_for_all(make_daemon):
     arrivals: list[float] = []
     with FakeAnthropic() as api:
-        api.default = _calls_twice(arrivals)
+        # the first replies take a second, so no second call is asked for before the 429 is
+        # reported (on a loaded machine its report has been seen to take 0.4 s to arrive)
+        api.default = _calls_twice(arrivals, first_reply_seconds=1.0)
         daemon = warm(make_daemon({"delegation": {"max_concurrent_children": 3, "max_async_children": 3},
                                     **_anthropic(api)}))
         refuse = Error(429, "slow down", headers={"retry-after": "2"})
