@@ -349,7 +349,7 @@ def test_a_worker_node_lost_mid_run_its_items_run_again_exactly_once(make_daemon
     with Model(delay=1.0) as model:
         daemon = ray_daemon(make_daemon, model.api.url)
         record = run_ray(daemon, cluster, prompts(tmp_path / "p.jsonl", 24), "nodelost", num_workers=4)
-        on_worker1 = lambda: [p for p in items_running(cluster) if _environ(p)[TAG_ENV].endswith("-worker1")]  # noqa: E731
+        on_worker1 = lambda: [p for p in items_running(cluster) if _environ(p).get(TAG_ENV, "").endswith("-worker1")]  # noqa: E731
         wait_for(lambda: len(model.api.requests) >= 8 and on_worker1(), 120, 0.1, "items running on worker1")
         lost = {_environ(p).get("HERMES_JOB_ID") for p in on_worker1()}
         cluster.kill_node("worker1")
