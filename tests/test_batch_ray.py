@@ -167,6 +167,16 @@ def test_ray_not_installed_is_one_clear_error(make_daemon, tmp_path):
     assert not (tmp_path / "out" / "noray").exists() and not driver_pids(daemon)
 
 
+def _run_starter(starter: Path, timeout: float) -> tuple[dict, str]:
+    """Run ``starter`` as a Ray worker would run items, without Ray (no daemon to reach, in a
+    session of its own); returns the JSON its last line prints, and its standard error."""
+    env = {**os.environ, "HERMES_DAEMON_PID": "1", "HERMES_CHILD_SOCKET": "/nonexistent", "PYTHONPATH": str(Path.cwd())}
+    done = subprocess.run([sys.executable, str(starter)], env=env, capture_output=True, text=True, timeout=timeout,
+                          start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
 def test_an_item_serves_the_process_that_started_it_not_hermesd(tmp_path):
     """The trap of a child started from a Ray task by hand: its lifeline checked for
     hermesd and killed the task's process group.  run_item's item serves its starter,
@@ -180,11 +190,7 @@ def test_an_item_serves_the_process_that_started_it_not_hermesd(tmp_path):
         "        'record_trajectory': True}\n"
         "out = run_item('item_x', 7, spec, {'ANTHROPIC_API_KEY': 'k'})\n"
         "print(json.dumps({'outcome': out, 'alive': os.getpid(), 'group': os.getpgrp()}))\n")
-    env = {**os.environ, "HERMES_DAEMON_PID": "1", "HERMES_CHILD_SOCKET": "/nonexistent", "PYTHONPATH": str(Path.cwd())}
-    done = subprocess.run([sys.executable, str(starter)], env=env, capture_output=True, text=True, timeout=120,
-                          start_new_session=True)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report, _ = _run_starter(starter, timeout=120)
     outcome = report["outcome"]
     assert outcome["status"] == "completed", outcome
     assert outcome["index"] == 7 and outcome["result"]["trajectory"]["conversations"][-1]["value"].endswith("hi")
@@ -212,11 +218,7 @@ def test_a_workers_next_items_start_warm_each_in_its_own_session_as_the_workers_
         "    while i == 0 and not (item_warm._template and item_warm._template.spares) and time.monotonic() < deadline:\n"
         "        item_warm._template._receive(); time.sleep(0.05)\n"
         "print(json.dumps({'seen': seen, 'me': os.getpid()}))\n")
-    env = {**os.environ, "HERMES_DAEMON_PID": "1", "HERMES_CHILD_SOCKET": "/nonexistent", "PYTHONPATH": str(Path.cwd())}
-    done = subprocess.run([sys.executable, str(starter)], env=env, capture_output=True, text=True, timeout=180,
-                          start_new_session=True)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report, stderr = _run_starter(starter, timeout=180)
     probes = []
     for entry in report["seen"]:
         assert entry["status"] == "completed", entry
@@ -225,7 +227,7 @@ def test_a_workers_next_items_start_warm_each_in_its_own_session_as_the_workers_
     assert probes[0]["zygote"] == "none" and probes[1]["zygote"] == probes[2]["zygote"] != "none", probes
     for probe in probes:
         assert probe["parent"] == str(report["me"]) and probe["session"] == probe["item"], probes
-    assert "Traceback" not in done.stderr and "prepare failed" not in done.stderr, done.stderr
+    assert "Traceback" not in stderr and "prepare failed" not in stderr, stderr
 
 
 # on the cluster --------------------------------------------------------------------------
