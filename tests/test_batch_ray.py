@@ -205,7 +205,7 @@ def test_a_workers_next_items_start_warm_each_in_its_own_session_as_the_workers_
         "import json, os, sys, time\n"
         "from child import item_warm\n"
         "from child.item import run_item\n"
-        "probe = 'echo zygote=${HERMES_ZYGOTE:-none} parent=$(ps -o ppid= -p $PPID) session=$(ps -o sid= -p $PPID) item=$PPID'\n"
+        "probe = 'echo zygote=${HERMES_ZYGOTE:-none} parent=$(ps -o ppid= -p $PPID | xargs) session=$(ps -o sid= -p $PPID | xargs) item=$PPID'\n"
         "spec = {'job': 'item_x', 'kind': 'ray_item', 'goal': 'hello', 'provider': 'scripted', 'toolsets': ['terminal'],\n"
         "        'script': [{'tool_calls': [{'name': 'terminal', 'input': {'command': probe}}]}, {'thinking': 'hm', 'text': 'hi'}],\n"
         "        'max_turns': 3, 'record_trajectory': True}\n"
