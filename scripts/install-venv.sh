@@ -20,10 +20,24 @@ export CMAKE_ARGS=${CMAKE_ARGS:--DGGML_NATIVE=OFF}
 "$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -vE "^WARNING: Location|^$" || true
 "$VENV/bin/pip" install -q -e "$ROOT$EXTRAS" 2>&1 | grep -vE "^WARNING: Location|^$" || true
 "$VENV/bin/python" -c "import hermesd" # the install above must have worked
-# With the test extra: Atropos' atroposlib for tests/test_batch_atropos.py, without its dependencies
-# (about 90 — wandb, polars, gymnasium, nltk, fastapi… — that the module the test runs does not import).
+# With the test extra: Atropos for tests/test_batch_atropos.py. atroposlib without its ~90
+# dependencies (wandb, polars, gymnasium, nltk, fastapi…); its SFT loader, which only the sdist holds
+# (environments/sft_loader_server.py), and what importing that loader needs beyond this venv, in
+# $VENV/share/atropos (site/ is put last on the loader's sys.path: the venv's own packages win).
 case "$EXTRAS" in *test*)
-  "$VENV/bin/pip" install -q --no-deps "atroposlib==0.4.0" 2>&1 | grep -vE "^WARNING: Location|^$" || true ;;
+  "$VENV/bin/pip" install -q --no-deps "atroposlib==0.4.0" 2>&1 | grep -vE "^WARNING: Location|^$" || true
+  atropos="$VENV/share/atropos" needs="aiofiles aiohttp jsonlines markdown pydantic-cli tenacity wandb"
+  if [ "$(cat "$atropos/installed" 2>/dev/null)" != "$needs" ]; then
+    rm -rf "$atropos"
+    sdist=$(mktemp -d)
+    "$VENV/bin/pip" download -q --no-deps --no-binary :all: "atroposlib==0.4.0" -d "$sdist" 2>&1 | grep -vE "^WARNING: Location|^$" || true
+    tar -xzf "$sdist/atroposlib-0.4.0.tar.gz" -C "$sdist" atroposlib-0.4.0/environments/sft_loader_server.py
+    "$VENV/bin/pip" install -q --target "$atropos/site" $needs 2>&1 \
+      | grep -vE "^WARNING: Location|^WARNING: Target directory|^$" || true
+    install -m 644 "$sdist/atroposlib-0.4.0/environments/sft_loader_server.py" "$atropos/sft_loader_server.py"
+    rm -rf "$sdist"
+    echo "$needs" > "$atropos/installed"
+  fi ;;
 esac
 # Bytecode for the project's own modules: an editable install compiles nothing, and where
 # PYTHONDONTWRITEBYTECODE is set (as on the CI machines) every cold child and every hermesctl

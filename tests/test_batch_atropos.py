@@ -1,56 +1,84 @@
-"""A run folder read by Atropos' own code (``atroposlib`` 0.4.0 from PyPI).
+"""A run folder read by Atropos' own SFT loader, ``environments/sft_loader_server.py``.
 
-Atropos' SFT loader (``environments/sft_loader_server.py`` of NousResearch/atropos) calls
-``load_dataset(dataset_name, split="train")`` and, for ``dataset_format: oai_format``, renders
-the column ``dataset_column_name`` with ``tokenizer.apply_chat_template(messages)`` — no
-``tools=`` — masking everything but the assistant turns.  That file is not in the
-``atroposlib`` wheel (the 0.4.0 sdist has it, 94 MB, and there it imports ``OpenaiConfig``,
-which 0.4.0's ``atroposlib.envs.base`` no longer has: it cannot be imported against its own
-release), so what is run here is the library's function for the same step,
-``atroposlib.utils.tokenize_for_trainer.tokenize_for_trainer`` (``train_on_all_assistant_turns``:
-the loader's ``mask_everything_but_assistant_answer``), on the folder's ``hermes_messages``
-loaded with ``datasets`` as the loader loads it.  atroposlib is installed without its
-dependencies (``pip install --no-deps atroposlib==0.4.0``, as ``scripts/install-venv.sh`` does
-for the test extra): that module imports only numpy, transformers and openai.
+The loader is the file of the ``atroposlib`` 0.4.0 sdist from PyPI (the wheel does not hold it),
+run as it is in its own interpreter against that release's ``atroposlib`` — ``SFTEnv`` built,
+``setup()`` (``load_dataset(dataset_name, split="train")`` of the run folder), then
+``get_next_item()`` and ``format_item()`` for every line, ``dataset_format: oai_format`` on the
+column ``hermes_messages`` — with two changes to run it, neither to what it does:
+
+* the sdist's copy imports ``OpenaiConfig``, which 0.4.0's ``atroposlib.envs.base`` had already
+  renamed ``APIServerConfig``; NousResearch/atropos' later ``sft_loader_server.py`` imports
+  ``APIServerConfig``, and so does the copy run here (a rename of that name, nothing else);
+* the loader was written for transformers 4, whose ``apply_chat_template`` returned the token
+  ids; 5 returns a ``BatchEncoding`` unless ``return_dict=False``, which the loader's tokenizer
+  is given here.
+
+``scripts/install-venv.sh`` puts the loader and what importing it needs beyond this venv (aiohttp,
+markdown, wandb…) in ``$VENV/share/atropos``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.test_batch_consumers import _smollm2_tokenizer
 from tests.test_batch_training import _run
 
+ATROPOS = Path(sys.prefix) / "share" / "atropos"
 
-class _Transformers4Tokenizer:
-    """The tokenizer as atroposlib 0.4.0 calls it: with transformers 4, ``apply_chat_template``
-    returned the token ids; 5 returns a ``BatchEncoding`` unless ``return_dict=False``."""
-
-    def __init__(self, tok: Any):
-        self._tok = tok
-
-    def apply_chat_template(self, chat: list[dict[str, Any]], **kwargs: Any) -> list[int]:
-        return self._tok.apply_chat_template(chat, return_dict=False, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tok, name)
+LOADER_RUN = '''
+import asyncio, json, sys, types
+loader, site, run_dir, tokenizer = sys.argv[1:5]
+sys.path.append(site)
+source = open(loader).read().replace("OpenaiConfig", "APIServerConfig")
+module = types.ModuleType("sft_loader_server")
+module.__file__ = loader
+sys.modules[module.__name__] = module
+exec(compile(source, loader, "exec"), module.__dict__)
+from atroposlib.envs.base import APIServerConfig
 
 
-def test_atropos_tokenizes_a_run_folder_with_the_tool_definitions_in_the_tokens(make_daemon, tmp_path):
-    atropos = pytest.importorskip("atroposlib.utils.tokenize_for_trainer",
-                                  reason="atroposlib is not installed: pip install --no-deps atroposlib==0.4.0")
-    import datasets
+async def main():
+    config = module.SFTConfig(tokenizer_name=tokenizer, dataset_name=run_dir, use_wandb=False,
+                              dataset_format=module.DatasetFormat.OAI_FORMAT,
+                              dataset_column_name="hermes_messages")
+    server = APIServerConfig(model_name="unused", base_url="http://127.0.0.1:9/v1", api_key="unused")
+    env = module.SFTEnv(config, [server], slurm=False, testing=True)
+    template = env.tokenizer.apply_chat_template
+    env.tokenizer.apply_chat_template = lambda chat, **kw: template(chat, return_dict=False, **kw)
+    await env.setup()
+    groups = []
+    for _ in range(len(env.train)):
+        item = await env.get_next_item()
+        env.idx += 1
+        group = await env.format_item(item)
+        groups.append({"tokens": group["tokens"][0], "masks": group["masks"][0], "item": item})
+    print(json.dumps(groups))
 
+asyncio.run(main())
+'''
+
+
+def test_atroposs_sft_loader_reads_a_run_folder_with_the_tool_definitions_in_the_tokens(make_daemon, tmp_path):
+    loader = ATROPOS / "sft_loader_server.py"
+    if not loader.is_file():
+        pytest.skip(f"Atropos' SFT loader is not at {loader}: bash scripts/install-venv.sh .venv '[test]'")
     run_dir = _run(make_daemon, tmp_path)
-    rows = datasets.load_dataset(str(run_dir), split="train", cache_dir=str(tmp_path / "hf"))  # as the loader does
     tok = _smollm2_tokenizer()
-    for row in rows:
-        out = atropos.tokenize_for_trainer(_Transformers4Tokenizer(tok), row["hermes_messages"],
-                                           train_on_all_assistant_turns=True)
-        tokens, masks = out["tokens"], out["masks"]
+    tok.save_pretrained(tmp_path / "tokenizer")  # the loader reads its tokenizer by name
+    env = {"HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), "WANDB_MODE": "disabled", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", LOADER_RUN, str(loader), str(ATROPOS / "site"), str(run_dir),
+                           str(tmp_path / "tokenizer")], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    groups = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(groups) == 2
+    for group in groups:
+        row, tokens, masks = group["item"], group["tokens"], group["masks"]
         assert len(tokens) == len(masks) and all(isinstance(t, int) for t in tokens)
         text = tok.decode(tokens)
         trained = tok.decode([t for t in masks if t != -100])
@@ -65,4 +93,4 @@ def test_atropos_tokenizes_a_run_folder_with_the_tool_definitions_in_the_tokens(
                 assert "<tool_call>" in trained and f'"name": "{call["function"]["name"]}"' in trained
         for result in (m["content"] for m in row["hermes_messages"] if m["role"] == "tool"):  # results: not trained
             assert "<tool_response>" in result and result in text and result not in trained
-    assert sum(bool(m["tool_calls"]) for row in rows for m in row["messages"]) == 1
+    assert sum(bool(m["tool_calls"]) for group in groups for m in group["item"]["messages"]) == 1
