@@ -146,13 +146,15 @@ def scripted_commands(d, pairs: int, count: bool = False) -> dict[str, dict[str,
     conn.call("pause")
     queued = [conn.call("delegate", goal=f"to cancel {i}", cwd=str(d.work), background=True, queue=True)["id"]
               for i in range(2 * (pairs + 1) + 2)]
-    since = max(0, conn.call("status")["last_seq"] - 20)
-    conn.close()
+
+    def last_twenty() -> str:  # asked before each run: the events a run prints stay 20, not all since the first
+        return str(max(0, conn.call("status")["last_seq"] - 20))
+
     commands: dict[str, Callable[[int], list[str]]] = {
         "status": lambda i: ["status"], "hello": lambda i: ["hello"],
         "delegate --background": lambda i: ["delegate", "--background", "--queue", f"bench {i}"],
         "ps": lambda i: ["ps"], "result": lambda i: ["result", done], "wait": lambda i: ["wait", done],
-        "cancel": lambda i: ["cancel", queued[i]], "events --since": lambda i: ["events", "--since", str(since)]}
+        "cancel": lambda i: ["cancel", queued[i]], "events --since": lambda i: ["events", "--since", last_twenty()]}
     out: dict[str, dict[str, list[float]]] = {}
     for name, args in commands.items():
         for as_json in (False, True):
@@ -172,6 +174,7 @@ def scripted_commands(d, pairs: int, count: bool = False) -> dict[str, dict[str,
                 series["instructions"] = [instructions(argv, d.env, str(d.work)),
                                           instructions([sys.executable, "-c", "pass"])]
             out[name + (" --json" if as_json else "")] = series
+    conn.close()
     return out
 
 

@@ -356,8 +356,10 @@ def _plugin_says(hook: str, etype: str, data: dict[str, Any]) -> str | None:
 
 
 def _core(etype: str) -> bool:
-    """Whether event type ``etype`` is the core's own (``job.*``, ``daemon.*``, ``events.*``): shown here."""
-    return etype.startswith(("job.", "daemon.", "events."))
+    """Whether event type ``etype`` is shown here, not by a job type's display: the core's own
+    (``job.*``, ``daemon.*``, ``events.*``) and ``async_delegation`` (its block is the event's text, see
+    :func:`event_text`; a script's ``events --since`` after delegations imports no display)."""
+    return etype.startswith(("job.", "daemon.", "events.")) or etype == "async_delegation"
 
 
 def event_subject(event: dict[str, Any]) -> str:
