@@ -16,7 +16,8 @@ when it dies (``batch.executor_ray``).  The driver
 3. runs each item as a Ray task (:func:`child.item.run_item`: the agent in a
    process of its own on a worker node) reserving ``ray.num_cpus`` CPUs and
    ``ray.memory_mb`` MiB; Ray runs a task whose node or worker was lost again
-   (up to ``ray.max_retries`` times);
+   (up to ``ray.max_retries`` times).  An item sent as another one ended goes to
+   the node that item freed (:meth:`Driver.placement`);
 4. relays what its items send hermesd — their progress and their model calls'
    grants — from a socket on this node (:mod:`child.relay`), so they are governed,
    billed and watched as local children are;
@@ -122,6 +123,14 @@ def node_address(ray: Any) -> str:
     return ray.util.get_node_ip_address()
 
 
+def run_item_here(*args: Any) -> dict[str, Any]:
+    """:func:`child.item.run_item` as this driver's Ray task: its outcome also names the Ray
+    node it ran on (``node_id``, hex), which :meth:`Driver.collect` takes out again."""
+    import ray
+
+    return {**run_item(*args), "node_id": ray.get_runtime_context().get_node_id()}
+
+
 class Driver:
     """One connection to the cluster on behalf of one batch (see the module doc)."""
 
@@ -132,10 +141,11 @@ class Driver:
                                    "max_retries": int(settings.get("max_retries", 3)), "retry_exceptions": False}
         if settings.get("memory_mb"):
             options["memory"] = int(settings["memory_mb"]) * 1024 * 1024
-        self.task = ray.remote(**options)(run_item)
+        self.task = ray.remote(**options)(run_item_here)
         self.env = ray.put({k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)})
         self.live: dict[Any, dict[str, Any]] = {}  # ObjectRef -> {handle, index}
         self.outcomes: list[dict[str, Any]] = []
+        self.freed: list[str] = []  # the Ray node of each item that ended, until an item is sent there
         self.reported = 0
         self._cluster_at = 0.0
 
@@ -149,7 +159,7 @@ class Driver:
         reply = self.channel.call("child.batch_sync", outcomes=sent, cluster=info, running=len(self.live))
         self.reported += len(sent)
         for item in reply.get("run") or []:
-            ref = self.task.options(name=f"{item['handle']} prompt {item['index']}").remote(
+            ref = self.task.options(name=f"{item['handle']} prompt {item['index']}", **self.placement()).remote(
                 item["handle"], item["index"], item["spec"], self.env, self.grace,
                 self.relay.admit(item["handle"]) if self.relay is not None else None)
             self.live[ref] = {"handle": item["handle"], "index": item["index"]}
@@ -158,6 +168,23 @@ class Driver:
             self.ray.cancel(ref)
             self._forget(self.live.pop(ref))
         return not reply.get("stop")
+
+    def placement(self) -> dict[str, Any]:
+        """The task options that send the next item to a node an item just freed, if any: Ray's
+        ``NodeAffinitySchedulingStrategy`` with ``soft`` (a lost node: anywhere) and
+        ``_spill_on_unavailable`` (the room taken meanwhile: anywhere).  Without it the task's
+        lease goes through the driver's own raylet, which picks a node by the cluster's resources
+        as last reported to it: on the bench's cluster a freed CPU was seen there 34 ms later on
+        average (3 ms with this; ``bench/README.md``, "Batch overhead on a Ray cluster")."""
+        if not self.freed:
+            return {}
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = self.freed.pop(0)
+        try:
+            return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=True)}
+        except TypeError:  # a Ray without the private flag: where the cluster's resources say
+            return {}
 
     def collect(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for tasks to end; queue the outcomes of all that did."""
@@ -170,7 +197,10 @@ class Driver:
         for ref in ready:
             item = self.live.pop(ref)
             self._forget(item)
-            self.outcomes.append(self.outcome(ref, item))
+            outcome = self.outcome(ref, item)
+            if node := outcome.pop("node_id", None):
+                self.freed.append(str(node))
+            self.outcomes.append(outcome)
 
     def _forget(self, item: dict[str, Any]) -> None:
         if self.relay is not None:

@@ -230,6 +230,27 @@ def test_a_workers_next_items_start_warm_each_in_its_own_session_as_the_workers_
     assert "Traceback" not in stderr and "prepare failed" not in stderr, stderr
 
 
+def test_an_item_sent_as_another_ended_goes_to_the_node_that_item_freed():
+    """Ray's own scheduler places a task by the cluster's resources as last reported to the
+    driver's raylet (a freed CPU was seen there 34 ms later on average); the driver sends the
+    next item to the node an item's outcome came from, softly (that node lost or full: anywhere)."""
+    pytest.importorskip("ray")
+    code = ("import json\n"
+            "from child.ray_driver import Driver\n"
+            "driver = Driver.__new__(Driver)\n"
+            "driver.freed = []\n"
+            "none = driver.placement()\n"
+            "driver.freed = ['a' * 56, 'b' * 56]\n"
+            "s = driver.placement()['scheduling_strategy']\n"
+            "print(json.dumps({'none': none, 'type': type(s).__name__, 'node': s.node_id, 'soft': s.soft,\n"
+            "                  'spill': s._spill_on_unavailable, 'left': driver.freed}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=str(Path(__file__).resolve().parent.parent))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"none": {}, "type": "NodeAffinitySchedulingStrategy", "node": "a" * 56,
+                                       "soft": True, "spill": True, "left": ["b" * 56]}
+
+
 # on the cluster --------------------------------------------------------------------------
 
 
