@@ -32,8 +32,9 @@ case "$EXTRAS" in *test*)
     sdist=$(mktemp -d)
     "$VENV/bin/pip" download -q --no-deps --no-binary :all: "atroposlib==0.4.0" -d "$sdist" 2>&1 | grep -vE "^WARNING: Location|^$" || true
     tar -xzf "$sdist/atroposlib-0.4.0.tar.gz" -C "$sdist" atroposlib-0.4.0/environments/sft_loader_server.py
-    "$VENV/bin/pip" install -q --target "$atropos/site" $needs 2>&1 \
-      | grep -vE "^WARNING: Location|^WARNING: Target directory|^$" || true
+    # pip's resolver also lists what atroposlib itself lacks here (on purpose): not shown
+    quiet="^WARNING: (Location|Target directory)|^ERROR: pip's dependency resolver|^atroposlib .* requires |^$"
+    "$VENV/bin/pip" install -q --target "$atropos/site" $needs 2>&1 | grep -vE "$quiet" || true
     install -m 644 "$sdist/atroposlib-0.4.0/environments/sft_loader_server.py" "$atropos/sft_loader_server.py"
     rm -rf "$sdist"
     echo "$needs" > "$atropos/installed"
