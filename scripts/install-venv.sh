@@ -17,24 +17,26 @@ EXTRAS=${2:-}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export CMAKE_ARGS=${CMAKE_ARGS:--DGGML_NATIVE=OFF}
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -vE "^WARNING: Location|^$" || true
-"$VENV/bin/pip" install -q -e "$ROOT$EXTRAS" 2>&1 | grep -vE "^WARNING: Location|^$" || true
+# pip, quiet (-q) and without the machine's notice about a missing extra index (PIPQ_MORE: more lines not shown)
+pipq() { "$VENV/bin/pip" "$@" -q 2>&1 | grep -vE "^WARNING: Location|^\$${PIPQ_MORE:+|$PIPQ_MORE}" || true; }
+pipq install --upgrade pip
+pipq install -e "$ROOT$EXTRAS"
 "$VENV/bin/python" -c "import hermesd" # the install above must have worked
 # With the test extra: Atropos for tests/test_batch_atropos.py. atroposlib without its ~90
 # dependencies (wandb, polars, gymnasium, nltk, fastapi…); its SFT loader, which only the sdist holds
 # (environments/sft_loader_server.py), and what importing that loader needs beyond this venv, in
 # $VENV/share/atropos (site/ is put last on the loader's sys.path: the venv's own packages win).
 case "$EXTRAS" in *test*)
-  "$VENV/bin/pip" install -q --no-deps "atroposlib==0.4.0" 2>&1 | grep -vE "^WARNING: Location|^$" || true
+  pipq install --no-deps "atroposlib==0.4.0"
   atropos="$VENV/share/atropos" needs="aiofiles aiohttp jsonlines markdown pydantic-cli tenacity wandb"
   if [ "$(cat "$atropos/installed" 2>/dev/null)" != "$needs" ]; then
     rm -rf "$atropos"
     sdist=$(mktemp -d)
-    "$VENV/bin/pip" download -q --no-deps --no-binary :all: "atroposlib==0.4.0" -d "$sdist" 2>&1 | grep -vE "^WARNING: Location|^$" || true
+    pipq download --no-deps --no-binary :all: "atroposlib==0.4.0" -d "$sdist"
     tar -xzf "$sdist/atroposlib-0.4.0.tar.gz" -C "$sdist" atroposlib-0.4.0/environments/sft_loader_server.py
     # pip's resolver also lists what atroposlib itself lacks here (on purpose): not shown
-    quiet="^WARNING: (Location|Target directory)|^ERROR: pip's dependency resolver|^atroposlib .* requires |^$"
-    "$VENV/bin/pip" install -q --target "$atropos/site" $needs 2>&1 | grep -vE "$quiet" || true
+    PIPQ_MORE="^WARNING: Target directory|^ERROR: pip's dependency resolver|^atroposlib .* requires " \
+      pipq install --target "$atropos/site" $needs
     install -m 644 "$sdist/atroposlib-0.4.0/environments/sft_loader_server.py" "$atropos/sft_loader_server.py"
     rm -rf "$sdist"
     echo "$needs" > "$atropos/installed"
