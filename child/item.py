@@ -14,9 +14,9 @@ process group, so nothing the item does or kills reaches the worker), with
   ``child.result`` to ``result.json``; its progress and its model calls' grants go to
   hermesd through the driver's relay (:mod:`child.relay`; address, handle and token in
   ``relay.json``, read and removed at once);
-* a warm start where it can: from the second item a Ray worker runs, a spare of the
-  worker's own warm template (:mod:`child.item_warm`), still a child of the worker in a
-  session of its own; the first starts cold;
+* a warm start: a spare of the Ray worker's own warm template (:mod:`child.item_warm`;
+  the worker's first item starts it and waits for it), still a child of the worker in a
+  session of its own; cold only when the template fails;
 * the provider's settings from the driver's environment (:data:`FORWARDED_ENV`),
   passed as a task argument — never as Ray's ``runtime_env``, which Ray shows in
   its state API and logs.

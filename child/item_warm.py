@@ -1,10 +1,12 @@
 """Warm starts for batch items on a Ray cluster: a zygote per Ray worker process.
 
 Ray keeps its worker processes and runs task after task in each.  The first item a
-worker runs starts cold (``python -m child``, :func:`child.item.run_item`) and starts,
-beside it, the same warm template hermesd uses (:mod:`child.zygote`) as a child of the
-worker, with the worker in the role of the daemon: the zygote imports the child runtime
-and the SDK of the item's provider and forks spares *beside itself*
+worker runs starts the same warm template hermesd uses (:mod:`child.zygote`) as a child
+of the worker, with the worker in the role of the daemon, and waits for its first spare
+(:data:`WARM_WAIT_SECONDS` at most) rather than starting cold beside it: a cold start
+(``python -m child``, :func:`child.item.run_item`) would import the same modules on the
+same cores while the zygote does.  The zygote imports the child runtime, the SDK of the
+item's provider and :mod:`child.item` (the file channel), and forks spares *beside itself*
 (:func:`child.spare.fork_beside`: ``clone(CLONE_PARENT)``), so that each spare is a
 child of the Ray worker — which waits for it, signals its process group, and whose death
 kills it (``PDEATHSIG``), exactly as for a cold item.  The next items of that worker are
@@ -12,8 +14,9 @@ handed to a held spare with one write (:func:`hermesd.warm.wire.write_request`):
 working directory, log and environment (``HERMES_LIFELINE_PID``: the worker), each item
 still in a session and process group of its own.
 
-The zygote dies with its worker (``PDEATHSIG``); a zygote that died or is not warm yet, a
-spare that died, or one not ours (the double fork: no subreaper here) means a cold start.
+The zygote dies with its worker (``PDEATHSIG``); a zygote that died or did not warm up in
+time, a spare that died, or one not ours (the double fork: no subreaper here) means a cold
+start.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 from hermesd.contract import PYTHON
 from hermesd.warm.wire import (ENV_ROOM_BYTES, PROVIDERS_ENV, ROOM_ENV, SPARES, TITLE_ROOM, recv_msg, send_msg,
                                write_request)
+
+WARM_WAIT_SECONDS = 30.0  # how long an item waits for its worker's zygote to warm up, in seconds
 
 
 class WarmItem:
@@ -73,13 +79,13 @@ class WorkerTemplate:
         self.sock: socket.socket | None = None
         self.proc: subprocess.Popen | None = None
         self.provider = provider
-        self.ready, self.zygote = False, 0
+        self.ready, self.zygote, self.fork_failed = False, 0, False
         self.spares: list[tuple[int, int, int]] = []  # (pid, request pipe's write end, zygote pid)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {**env, PROVIDERS_ENV: provider, "HERMES_DAEMON_PID": str(os.getpid()), "SPT_NOENV": "1",
                ROOM_ENV: "." * ENV_ROOM_BYTES}
         try:
-            self.proc = subprocess.Popen([*PYTHON, "-m", "child.zygote", str(theirs.fileno()), "-", "." * TITLE_ROOM],
+            self.proc = subprocess.Popen([*PYTHON, "-m", "child.zygote", str(theirs.fileno()), "+child.item", "." * TITLE_ROOM],
                                          env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          pass_fds=(theirs.fileno(),), start_new_session=True)
         except (OSError, ValueError) as exc:
@@ -114,12 +120,26 @@ class WorkerTemplate:
             elif isinstance(msg, dict) and msg.get("spare") and fds:
                 self.spares.append((int(msg["spare"]), fds[0], self.zygote))
             else:
+                self.fork_failed = self.fork_failed or bool(isinstance(msg, dict) and msg.get("error"))
                 for fd in fds:
                     os.close(fd)
+
+    def wait(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the zygote's first spare while it warms up; returns early
+        when a spare arrives, a fork failed, or the zygote died (then closed: the item starts cold)."""
+        deadline = time.monotonic() + seconds
+        while (self.sock is not None and not self.spares and not self.fork_failed
+               and (left := deadline - time.monotonic()) > 0):
+            if select.select([self.sock], [], [], min(left, 0.5))[0]:
+                self._receive()
+            elif not self.alive():
+                self.close()
 
     def start(self, *, cwd: str, env: dict[str, str], log_path: str) -> WarmItem | None:
         """Hand the item to a held spare that is a child of this process; None to start it cold."""
         self._receive()
+        if not self.ready:
+            self.wait(WARM_WAIT_SECONDS)
         try:
             while self.spares:
                 pid, fd, zygote = self.spares.pop(0)
@@ -179,19 +199,17 @@ def _close_template() -> None:
         _template.close()
 
 
-def template_for(env: dict[str, str], provider: str) -> WorkerTemplate | None:
-    """This worker's template for ``provider`` (started now when there is none, or it died,
-    or it was made for another provider: the next item starts warm); None while it warms up."""
+def template_for(env: dict[str, str], provider: str) -> WorkerTemplate:
+    """This worker's template for ``provider``, started now when there is none, or it died,
+    or it was made for another provider (:meth:`WorkerTemplate.start` then waits for it)."""
     global _template
     if _template is None or not _template.alive() or _template.provider != provider:
         if _template is not None:
             _template.close()
         _template = WorkerTemplate(env, provider)
-        return None
     return _template
 
 
 def start_warm(*, cwd: str, env: dict[str, str], log_path: str, provider: str, base_env: dict[str, str]) -> Any:
     """A warm item (:class:`WarmItem`) from this worker's template, or None (start it cold)."""
-    template = template_for(base_env, provider)
-    return template.start(cwd=cwd, env=env, log_path=log_path) if template is not None else None
+    return template_for(base_env, provider).start(cwd=cwd, env=env, log_path=log_path)

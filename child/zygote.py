@@ -149,14 +149,17 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m child.zygote FD [MODULE,MODULE… [ROOM]]`` — run by hermesd only.
 
     ``FD``: the socket to the daemon; ``MODULES``: what to preload (``-`` or none:
-    :func:`preload_for` the providers in :data:`~hermesd.warm.wire.PROVIDERS_ENV`);
+    :func:`preload_for` the providers in :data:`~hermesd.warm.wire.PROVIDERS_ENV`;
+    ``+MODULE,MODULE…``: those and the listed modules; otherwise the listed modules only);
     ``ROOM``: padding, ignored (:data:`hermesd.warm.wire.TITLE_ROOM`).
     """
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) > 1 and argv[1] != "-":
-        preload = tuple(filter(None, argv[1].split(",")))
+    modules = argv[1] if len(argv) > 1 else "-"
+    if modules != "-" and not modules.startswith("+"):
+        preload = tuple(filter(None, modules.split(",")))
     else:
         preload = preload_for(os.environ.get(PROVIDERS_ENV, ""), os.environ.get(BASE_URL_ENV) or None)
+        preload += tuple(filter(None, modules.lstrip("+-").split(",")))
     return serve(int(argv[0]), preload)
 
 
