@@ -1,29 +1,31 @@
-"""One batch item as an OS process of its own, started by a Ray task on a worker node.
+"""One batch item as an OS process of its own, started by an item host on a worker node.
 
-:func:`run_item` is the body of the Ray task (:mod:`child.ray_driver` wraps it
-with ``ray.remote``; it imports no Ray itself).  It does not run the agent in the
-long-lived Ray worker: it starts ``python -m child`` in a new session (its own
-process group, so nothing the item does or kills reaches the worker), with
+:func:`run_item` is the body of one item of a host (:class:`child.item_host.ItemHost`,
+a Ray actor the driver :mod:`child.ray_driver` starts; this module imports no Ray).  It
+does not run the agent in the long-lived Ray worker process: it starts ``python -m
+child`` in a new session (its own process group, so nothing the item does or kills
+reaches the host), with
 
-* ``HERMES_LIFELINE_PID`` = the Ray worker's pid: the item's lifeline serves the
-  task that started it (hermesd is on another machine, or at least not its
-  parent); when the worker dies (its node lost, the task force-cancelled) the
-  item dies by ``PDEATHSIG`` and takes its group along;
+* ``HERMES_LIFELINE_PID`` = the host's pid: the item's lifeline serves the process
+  that started it (hermesd is on another machine, or at least not its parent); when
+  the host dies (its node lost, its driver gone) the item dies by ``PDEATHSIG`` and
+  takes its group along;
 * ``HERMES_ITEM_DIR`` = a scratch directory holding ``spec.json``; the item's
   channel (:class:`FileChannel`) answers ``child.hello`` from it and writes the
   ``child.result`` to ``result.json``; its progress and its model calls' grants go to
   hermesd through the driver's relay (:mod:`child.relay`; address, handle and token in
   ``relay.json``, read and removed at once);
-* a warm start: a spare of the Ray worker's own warm template (:mod:`child.item_warm`;
-  the worker's first item starts it and waits for it), still a child of the worker in a
+* a warm start: a spare of the host's own warm template (:mod:`child.item_warm`;
+  the host's first item starts it and waits for it), still a child of the host in a
   session of its own; cold only when the template fails;
 * the provider's settings from the driver's environment (:data:`FORWARDED_ENV`),
-  passed as a task argument — never as Ray's ``runtime_env``, which Ray shows in
+  passed as an argument of the call — never as Ray's ``runtime_env``, which Ray shows in
   its state API and logs.
 
-A cancelled task (``ray.cancel``: ``KeyboardInterrupt`` in the task) stops its
-item (SIGINT, then SIGKILL to its group after ``grace`` seconds): that is also how
-hermesd's stale rule stops a quiet item.  With a ``timeout_seconds``, an item still
+The host stops a cancelled item (SIGINT, then SIGKILL to its group after ``grace``
+seconds; :meth:`child.item_host.ItemHost.cancel`, through ``on_start``): that is also
+how hermesd's stale rule stops a quiet item; a ``KeyboardInterrupt`` in
+:func:`run_item` stops it the same way.  With a ``timeout_seconds``, an item still
 running ``timeout_seconds`` + 5 s after it started (its own wall clock failed) is
 stopped the same way and reported ``timed_out``; without one, no clock limits it.
 """
@@ -37,7 +39,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 from child import redact
 from child.item_warm import start_warm
@@ -52,7 +54,7 @@ other machines."""
 
 DROPPED_ENV = ("HERMES_DAEMON_PID", "HERMES_CHILD_SOCKET", "HERMES_CHILD_TOKEN", "HERMES_SUPERVISOR", "HERMES_JOB_ID",
                "HERMES_ZYGOTE_OF")
-"""Variables of the worker's environment an item must not inherit (they name another process's daemon)."""
+"""Variables of the host's environment an item must not inherit (they name another process's daemon)."""
 
 LOG_TAIL_BYTES = 800
 RELAY_FILE = "relay.json"
@@ -137,13 +139,16 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
 
 
 def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[str, str],
-             grace: float = 3.0, relay: dict[str, str] | None = None) -> dict[str, Any]:
+             grace: float = 3.0, relay: dict[str, str] | None = None,
+             on_start: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """Run the item ``handle`` (prompt ``index``, job ``spec`` as a child receives it)
     as its own process; returns its outcome: ``handle, index, status, result`` (the
     child's result map or None), ``error``, ``started_at`` and ``completed_at`` (seconds since the epoch), ``node`` (host name).
     ``provider_env``: :data:`FORWARDED_ENV` values of the driver; ``relay``: the driver's
-    relay for this item (``address, item, token``: :meth:`child.relay.Relay.admit`), or None.
-    Never raises but ``KeyboardInterrupt`` (the task cancelled: the item is stopped first)."""
+    relay for this item (``address, item, token``: :meth:`child.relay.Relay.admit`), or None;
+    ``on_start``: called with the item's process once it runs (its ``pid``, ``send_signal``:
+    how :class:`child.item_host.ItemHost` cancels it).
+    Never raises but ``KeyboardInterrupt`` (the item is stopped first)."""
     started = time.time()
     outcome: dict[str, Any] = {"handle": handle, "index": index, "status": "failed", "result": None, "error": None,
                                "started_at": started, "completed_at": started, "node": socket.gethostname()}
@@ -174,6 +179,8 @@ def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[s
             outcome.update(error=f"could not start the item on {outcome['node']}: {exc}", completed_at=time.time())
             return outcome
         try:
+            if on_start is not None:
+                on_start(proc)
             proc.wait(limit)
         except subprocess.TimeoutExpired:
             _stop(proc, grace)

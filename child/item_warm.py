@@ -1,20 +1,23 @@
-"""Warm starts for batch items on a Ray cluster: a zygote per Ray worker process.
+"""Warm starts for batch items on a Ray cluster: a zygote per item host.
 
-Ray keeps its worker processes and runs task after task in each.  The first item a
-worker runs starts the same warm template hermesd uses (:mod:`child.zygote`) as a child
-of the worker, with the worker in the role of the daemon, and waits for its first spare
-(:data:`WARM_WAIT_SECONDS` at most) rather than starting cold beside it: a cold start
-(``python -m child``, :func:`child.item.run_item`) would import the same modules on the
-same cores while the zygote does.  The zygote imports the child runtime, the SDK of the
-item's provider and :mod:`child.item` (the file channel), and forks spares *beside itself*
+An item host (:class:`child.item_host.ItemHost`, a Ray actor: one long-lived Ray worker
+process) runs item after item, several at once.  Its first item starts the same warm
+template hermesd uses (:mod:`child.zygote`) as a child of the host, with the host in the
+role of the daemon, and waits for its first spare (:data:`WARM_WAIT_SECONDS` at most)
+rather than starting cold beside it: a cold start (``python -m child``,
+:func:`child.item.run_item`) would import the same modules on the same cores while the
+zygote does.  The zygote imports the child runtime, the SDK of the item's provider and
+:mod:`child.item` (the file channel), and keeps as many spares as the host has slots
+(:func:`keep_spares`), forked *beside itself*
 (:func:`child.spare.fork_beside`: ``clone(CLONE_PARENT)``), so that each spare is a
-child of the Ray worker — which waits for it, signals its process group, and whose death
-kills it (``PDEATHSIG``), exactly as for a cold item.  The next items of that worker are
-handed to a held spare with one write (:func:`hermesd.warm.wire.write_request`): the job's
-working directory, log and environment (``HERMES_LIFELINE_PID``: the worker), each item
-still in a session and process group of its own.
+child of the host — which waits for it, signals its process group, and whose death
+kills it (``PDEATHSIG``), exactly as for a cold item.  Each item is handed to a held
+spare with one write (:func:`hermesd.warm.wire.write_request`): the job's working
+directory, log and environment (``HERMES_LIFELINE_PID``: the host), each item still in a
+session and process group of its own; when every spare is taken, the next item waits for
+the one the zygote forks for it.
 
-The zygote dies with its worker (``PDEATHSIG``); a zygote that died or did not warm up in
+The zygote dies with its host (``PDEATHSIG``); a zygote that died or did not warm up in
 time, a spare that died, or one not ours (the double fork: no subreaper here) means a cold
 start.
 """
@@ -28,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -80,6 +84,7 @@ class WorkerTemplate:
         self.proc: subprocess.Popen | None = None
         self.provider = provider
         self.ready, self.zygote, self.fork_failed = False, 0, False
+        self.owed = 0  # spares asked for and not received yet
         self.spares: list[tuple[int, int, int]] = []  # (pid, request pipe's write end, zygote pid)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {**env, PROVIDERS_ENV: provider, "HERMES_DAEMON_PID": str(os.getpid()), "SPT_NOENV": "1",
@@ -119,15 +124,17 @@ class WorkerTemplate:
                 self.ready, self.zygote = True, int(msg.get("pid") or 0)
             elif isinstance(msg, dict) and msg.get("spare") and fds:
                 self.spares.append((int(msg["spare"]), fds[0], self.zygote))
+                self.owed = max(0, self.owed - 1)
             else:
-                self.fork_failed = self.fork_failed or bool(isinstance(msg, dict) and msg.get("error"))
+                if isinstance(msg, dict) and msg.get("error"):
+                    self.fork_failed, self.owed = True, max(0, self.owed - 1)
                 for fd in fds:
                     os.close(fd)
 
     def wait(self, seconds: float) -> None:
         """Wait up to ``seconds`` for the zygote's first spare while it warms up; returns early
         when a spare arrives, a fork failed, or the zygote died (then closed: the item starts cold)."""
-        deadline = time.monotonic() + seconds
+        deadline, self.fork_failed = time.monotonic() + seconds, False
         while (self.sock is not None and not self.spares and not self.fork_failed
                and (left := deadline - time.monotonic()) > 0):
             if select.select([self.sock], [], [], min(left, 0.5))[0]:
@@ -139,6 +146,9 @@ class WorkerTemplate:
         """Hand the item to a held spare that is a child of this process; None to start it cold."""
         self._receive()
         if not self.ready:
+            self.wait(WARM_WAIT_SECONDS)
+        elif not self.spares:  # all taken (items started at once on a host): the zygote forks one now
+            self._replenish()
             self.wait(WARM_WAIT_SECONDS)
         try:
             while self.spares:
@@ -156,8 +166,12 @@ class WorkerTemplate:
     def _replenish(self) -> None:
         if self.sock is None or not self.ready:
             return
+        more = max(0, _spares - len(self.spares) - self.owed)
+        if not more:
+            return
         try:
-            send_msg(self.sock, {"fork": max(0, SPARES - len(self.spares)), "held": len(self.spares)})
+            send_msg(self.sock, {"fork": more, "held": len(self.spares)})
+            self.owed += more
         except BlockingIOError:
             pass
         except OSError:
@@ -191,6 +205,15 @@ def _kill(pid: int) -> None:
 
 
 _template: WorkerTemplate | None = None
+_lock = threading.Lock()  # an item host (child.item_host) starts items from several threads
+_spares = SPARES
+
+
+def keep_spares(n: int) -> None:
+    """Have this worker's template hold ``n`` spares (at least :data:`SPARES`): as many as
+    items may start here at once (an item host's slots)."""
+    global _spares
+    _spares = max(SPARES, n)
 
 
 @atexit.register
@@ -212,4 +235,5 @@ def template_for(env: dict[str, str], provider: str) -> WorkerTemplate:
 
 def start_warm(*, cwd: str, env: dict[str, str], log_path: str, provider: str, base_env: dict[str, str]) -> Any:
     """A warm item (:class:`WarmItem`) from this worker's template, or None (start it cold)."""
-    return template_for(base_env, provider).start(cwd=cwd, env=env, log_path=log_path)
+    with _lock:
+        return template_for(base_env, provider).start(cwd=cwd, env=env, log_path=log_path)

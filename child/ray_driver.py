@@ -13,19 +13,20 @@ when it dies (``batch.executor_ray``).  The driver
    outcomes, at most :data:`OUTCOMES_PER_SYNC` a message) and, every
    :data:`CLUSTER_EVERY` seconds, what the cluster looks like; the reply names
    the items to start (``handle, index, spec``) and to cancel, or says stop;
-3. runs each item as a Ray task (:func:`child.item.run_item`: the agent in a
-   process of its own on a worker node) reserving ``ray.num_cpus`` CPUs and
-   ``ray.memory_mb`` MiB; Ray runs a task whose node or worker was lost again
-   (up to ``ray.max_retries`` times).  An item sent as another one ended goes to
-   the node that item freed (:meth:`Driver.placement`);
+3. runs each item on a host (:mod:`child.item_host`: a Ray actor of several item
+   slots on a worker node, which starts the item as a process of its own,
+   :func:`child.item.run_item`), the hosts started as the items need them, where the
+   cluster has room for ``ray.num_cpus`` CPUs and ``ray.memory_mb`` MiB per slot
+   (:mod:`child.ray_hosts`); an item whose host was lost (its node or process died)
+   goes again, up to ``ray.max_retries`` times;
 4. relays what its items send hermesd — their progress and their model calls'
    grants — from a socket on this node (:mod:`child.relay`), so they are governed,
    billed and watched as local children are;
-5. on SIGINT/SIGTERM (the batch cancelled or ending, hermesd stopping) cancels
-   every task it started, waits up to ``ray.grace`` + 2 seconds for them, and ends.
+5. on SIGINT/SIGTERM (the batch cancelled or ending, hermesd stopping) stops
+   every item it started, waits up to ``ray.grace`` + 2 seconds for them, and ends.
 
-If the driver dies (even ``kill -9``) Ray ends its job's tasks: the owner of
-their results is gone.  The driver reports every outcome as Ray returned it;
+If the driver dies (even ``kill -9``) Ray ends its job's actors, the hosts, and
+their items die with them (their lifeline).  The driver reports every outcome as Ray returned it;
 what counts is decided by the daemon (by handle and prompt index), so a retried
 or repeated report never writes a second line.
 """
@@ -37,9 +38,12 @@ import os
 import signal
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from child.item import FORWARDED_ENV, run_item
+from child.item import FORWARDED_ENV
+from child.item_host import CONTROL
+from child.ray_hosts import Host, HostPool
 from child.relay import Relay
 from hermesd.contract import JobResult, JobSpec
 
@@ -123,12 +127,14 @@ def node_address(ray: Any) -> str:
     return ray.util.get_node_ip_address()
 
 
-def run_item_here(*args: Any) -> dict[str, Any]:
-    """:func:`child.item.run_item` as this driver's Ray task: its outcome also names the Ray
-    node it ran on (``node_id``, hex), which :meth:`Driver.collect` takes out again."""
-    import ray
+@dataclass(eq=False)
+class Live:
+    """An item on a host: ``item`` as the daemon sent it (``handle, index, spec``), its
+    ``host``, and how many times it went out (``attempts``)."""
 
-    return {**run_item(*args), "node_id": ray.get_runtime_context().get_node_id()}
+    item: dict[str, Any]
+    host: Host
+    attempts: int
 
 
 class Driver:
@@ -137,15 +143,14 @@ class Driver:
     def __init__(self, ray: Any, settings: dict[str, Any], channel: Any, stop: Any, relay: Relay | None = None):
         self.ray, self.channel, self.stop, self.relay = ray, channel, stop, relay
         self.grace = float(settings.get("grace") or 3.0)
-        options: dict[str, Any] = {"num_cpus": float(settings.get("num_cpus", 1.0)),
-                                   "max_retries": int(settings.get("max_retries", 3)), "retry_exceptions": False}
-        if settings.get("memory_mb"):
-            options["memory"] = int(settings["memory_mb"]) * 1024 * 1024
-        self.task = ray.remote(**options)(run_item_here)
+        self.max_retries = int(settings.get("max_retries", 3))
+        memory = int(settings["memory_mb"]) * 1024 * 1024 if settings.get("memory_mb") else 0
+        self.hosts = HostPool(ray, float(settings.get("num_cpus", 1.0)), memory)
         self.env = ray.put({k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)})
-        self.live: dict[Any, dict[str, Any]] = {}  # ObjectRef -> {handle, index}
+        self.queue: list[tuple[dict[str, Any], int]] = []  # (item, attempts so far) waiting for a slot
+        self.live: dict[Any, Live] = {}  # the run() reference of each item on a host
+        self.stopping: dict[Any, Host] = {}  # cancelled items, until their slot is free
         self.outcomes: list[dict[str, Any]] = []
-        self.freed: list[str] = []  # the Ray node of each item that ended, until an item is sent there
         self.reported = 0
         self._cluster_at = 0.0
 
@@ -155,76 +160,88 @@ class Driver:
         info = None
         if time.monotonic() - self._cluster_at >= CLUSTER_EVERY:
             info, self._cluster_at = cluster(self.ray), time.monotonic()
+            self.hosts.tidy(waiting=bool(self.queue))
         sent, self.outcomes = self.outcomes[:OUTCOMES_PER_SYNC], self.outcomes[OUTCOMES_PER_SYNC:]
         reply = self.channel.call("child.batch_sync", outcomes=sent, cluster=info, running=len(self.live))
         self.reported += len(sent)
-        for item in reply.get("run") or []:
-            ref = self.task.options(name=f"{item['handle']} prompt {item['index']}", **self.placement()).remote(
-                item["handle"], item["index"], item["spec"], self.env, self.grace,
-                self.relay.admit(item["handle"]) if self.relay is not None else None)
-            self.live[ref] = {"handle": item["handle"], "index": item["index"]}
-        cancel = set(reply.get("cancel") or [])
-        for ref in [r for r, item in self.live.items() if item["handle"] in cancel]:
-            self.ray.cancel(ref)
-            self._forget(self.live.pop(ref))
+        self.queue += [({k: item[k] for k in ("handle", "index", "spec")}, 0) for item in reply.get("run") or []]
+        if cancel := set(reply.get("cancel") or []):
+            self.cancel(cancel)
+        self.dispatch()
         return not reply.get("stop")
 
-    def placement(self) -> dict[str, Any]:
-        """The task options that send the next item to a node an item just freed, if any: Ray's
-        ``NodeAffinitySchedulingStrategy`` with ``soft`` (a lost node: anywhere) and
-        ``_spill_on_unavailable`` (the room taken meanwhile: anywhere).  Without it the task's
-        lease goes through the driver's own raylet, which picks a node by the cluster's resources
-        as last reported to it: on the bench's cluster a freed CPU was seen there 34 ms later on
-        average (3 ms with this; ``bench/README.md``, "Batch overhead on a Ray cluster")."""
-        if not self.freed:
-            return {}
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    def dispatch(self) -> None:
+        """Grow the hosts to the items there are, and send each waiting item to a free slot."""
+        self.hosts.grow(len(self.live) + len(self.queue))
+        while self.queue and (host := self.hosts.take()) is not None:
+            item, attempts = self.queue.pop(0)
+            ref = host.actor.run.options(name=f"{item['handle']} prompt {item['index']}").remote(
+                item["handle"], item["index"], item["spec"], self.env, self.grace,
+                self.relay.admit(item["handle"]) if self.relay is not None else None)
+            self.live[ref] = Live(item, host, attempts + 1)
 
-        node = self.freed.pop(0)
-        try:
-            return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=True)}
-        except TypeError:  # a Ray without the private flag: where the cluster's resources say
-            return {}
+    def cancel(self, handles: set[str]) -> None:
+        """Stop the items ``handles``: those waiting are dropped, those running stopped by their host."""
+        self.queue = [(item, n) for item, n in self.queue if item["handle"] not in handles]
+        for ref in [r for r, live in self.live.items() if live.item["handle"] in handles]:
+            live = self.live.pop(ref)
+            self._forget(live.item)
+            live.host.actor.cancel.options(concurrency_group=CONTROL).remote(live.item["handle"], self.grace)
+            self.stopping[ref] = live.host
 
     def collect(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for tasks to end; queue the outcomes of all that did."""
-        if not self.live:
+        """Wait up to ``timeout`` seconds for items to end or hosts to come up; queue the
+        outcomes of the items that ended, and send waiting items to the slots freed."""
+        refs = [*self.live, *self.stopping, *self.hosts.starting()]
+        if not refs:
             self.stop.event.wait(timeout)
             return
-        ready, _ = self.ray.wait(list(self.live), num_returns=1, timeout=timeout)
+        ready, _ = self.ray.wait(refs, num_returns=1, timeout=timeout)
         if ready:
-            ready, _ = self.ray.wait(list(self.live), num_returns=len(self.live), timeout=0)
+            ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
         for ref in ready:
-            item = self.live.pop(ref)
-            self._forget(item)
-            outcome = self.outcome(ref, item)
-            if node := outcome.pop("node_id", None):
-                self.freed.append(str(node))
-            self.outcomes.append(outcome)
+            if ref in self.stopping:
+                self.hosts.release(self.stopping.pop(ref))
+            elif ref in self.live:
+                self._ended(ref, self.live.pop(ref))
+            else:
+                self.hosts.came_up(ref)
+        if ready and self.queue:
+            self.dispatch()
+
+    def _ended(self, ref: Any, live: Live) -> None:
+        self._forget(live.item)
+        self.hosts.release(live.host)
+        try:
+            self.outcomes.append(self.ray.get(ref))
+            return
+        except self.ray.exceptions.RayActorError as exc:  # its host died: its node, or its process
+            self.hosts.lost(live.host)
+            if live.attempts <= self.max_retries:
+                self.queue.insert(0, (live.item, live.attempts))
+                return
+            error = exc
+        except Exception as exc:  # noqa: BLE001 - RayError subclasses: the call itself failed
+            error = exc
+        first = (str(error).strip().splitlines() or [""])[0]
+        now = time.time()
+        self.outcomes.append({"handle": live.item["handle"], "index": live.item["index"], "status": "failed",
+                              "result": None, "started_at": now, "completed_at": now, "node": None,
+                              "error": f"the Ray item failed: {error.__class__.__name__}: {first}"[:2000]})
 
     def _forget(self, item: dict[str, Any]) -> None:
         if self.relay is not None:
             self.relay.forget(item["handle"])
 
-    def outcome(self, ref: Any, item: dict[str, Any]) -> dict[str, Any]:
-        """The task's outcome, or a failure naming what Ray reported (retries spent)."""
-        try:
-            return self.ray.get(ref)
-        except Exception as exc:  # noqa: BLE001 - RayError subclasses: worker, node or task lost
-            first = (str(exc).strip().splitlines() or [""])[0]
-            now = time.time()
-            return {**item, "status": "failed", "result": None, "started_at": now, "completed_at": now, "node": None,
-                    "error": f"the Ray task failed: {exc.__class__.__name__}: {first}"[:2000]}
-
     def cancel_all(self) -> int:
-        """Cancel every live task; wait up to ``grace`` + 2 s for them to end.  Returns how many."""
-        refs = list(self.live)
-        for ref in refs:
-            self.ray.cancel(ref)
-        if refs:
-            self.ray.wait(refs, num_returns=len(refs), timeout=self.grace + 2.0)
-        self.live.clear()
-        return len(refs)
+        """Stop every item on a host; wait up to ``grace`` + 2 s for them to end.  Returns how many."""
+        count = len(self.live)
+        self.queue.clear()
+        self.cancel({live.item["handle"] for live in self.live.values()})
+        if self.stopping:
+            self.ray.wait(list(self.stopping), num_returns=len(self.stopping), timeout=self.grace + 2.0)
+        self.stopping.clear()
+        return count
 
     def loop(self) -> None:
         """Sync and collect until told to stop (by the daemon or a signal)."""

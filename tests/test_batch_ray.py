@@ -232,25 +232,21 @@ def test_a_workers_items_start_warm_each_in_its_own_session_as_the_workers_child
     assert "Traceback" not in stderr and "prepare failed" not in stderr, stderr
 
 
-def test_an_item_sent_as_another_ended_goes_to_the_node_that_item_freed():
-    """Ray's own scheduler places a task by the cluster's resources as last reported to the
-    driver's raylet (a freed CPU was seen there 34 ms later on average); the driver sends the
-    next item to the node an item's outcome came from, softly (that node lost or full: anywhere)."""
-    pytest.importorskip("ray")
-    code = ("import json\n"
-            "from child.ray_driver import Driver\n"
-            "driver = Driver.__new__(Driver)\n"
-            "driver.freed = []\n"
-            "none = driver.placement()\n"
-            "driver.freed = ['a' * 56, 'b' * 56]\n"
-            "s = driver.placement()['scheduling_strategy']\n"
-            "print(json.dumps({'none': none, 'type': type(s).__name__, 'node': s.node_id, 'soft': s.soft,\n"
-            "                  'spill': s._spill_on_unavailable, 'left': driver.freed}))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=str(Path(__file__).resolve().parent.parent))
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"none": {}, "type": "NodeAffinitySchedulingStrategy", "node": "a" * 56,
-                                       "soft": True, "spill": True, "left": ["b" * 56]}
+def test_hosts_are_planned_where_the_cluster_has_room_most_free_cpus_first():
+    """The driver's hosts: as many slots as a node's free CPUs and memory hold for one item's
+    reservation, nodes with the most free CPUs first, no more slots than wanted."""
+    from child.ray_hosts import MAX_SLOTS, plan
+
+    gib = 1024 ** 3
+    free = {"head": {"CPU": 0.0, "memory": 8 * gib}, "a": {"CPU": 2.0, "memory": 8 * gib},
+            "b": {"CPU": 3.5, "memory": 1 * gib}}
+    assert plan(free, 8, 0.5, 0) == [("b", 7), ("a", 1)]
+    assert plan(free, 20, 0.5, 0) == [("b", 7), ("a", 4)]  # no room for more
+    assert plan(free, 8, 0.5, gib // 2) == [("b", 2), ("a", 4)]  # b holds 2 by its memory
+    assert plan(free, 3, 1.0, 0) == [("b", 3)]
+    assert plan(free, 5, 0.0, 0) == [("b", 5)]  # no CPUs asked: all on one node
+    assert plan(free, 100, 0.0, 0) == [("b", MAX_SLOTS), ("a", MAX_SLOTS), ("head", MAX_SLOTS)]
+    assert plan(free, 0, 0.5, 0) == [] and plan({}, 4, 0.5, 0) == []
 
 
 # on the cluster --------------------------------------------------------------------------
