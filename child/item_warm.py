@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hermesd.contract import PYTHON
@@ -206,6 +207,10 @@ def _kill(pid: int) -> None:
 
 _template: WorkerTemplate | None = None
 _lock = threading.Lock()  # an item host (child.item_host) starts items from several threads
+_spawner = ThreadPoolExecutor(1, thread_name_prefix="hermes-zygote-start")
+"""The thread that starts the zygote, alive as long as this process.  The zygote and its spares
+(forked beside it: the same parent) die by ``PDEATHSIG`` when the *thread* that started the zygote
+ends (prctl(2), ``PR_SET_PDEATHSIG``), and an item host's threads come and go."""
 _spares = SPARES
 
 
@@ -229,7 +234,7 @@ def template_for(env: dict[str, str], provider: str) -> WorkerTemplate:
     if _template is None or not _template.alive() or _template.provider != provider:
         if _template is not None:
             _template.close()
-        _template = WorkerTemplate(env, provider)
+        _template = _spawner.submit(WorkerTemplate, env, provider).result()
     return _template
 
 

@@ -170,8 +170,13 @@ def test_ray_not_installed_is_one_clear_error(make_daemon, tmp_path):
 def _run_starter(starter: Path, timeout: float) -> tuple[dict, str]:
     """Run ``starter`` as a Ray worker would run items, without Ray (no daemon to reach, in a
     session of its own); returns the JSON its last line prints, and its standard error."""
+    return _run_starter_args(starter, [], timeout)
+
+
+def _run_starter_args(starter: Path, args: list[str], timeout: float) -> tuple[dict, str]:
+    """:func:`_run_starter` with command-line arguments ``args``."""
     env = {**os.environ, "HERMES_DAEMON_PID": "1", "HERMES_CHILD_SOCKET": "/nonexistent", "PYTHONPATH": str(Path.cwd())}
-    done = subprocess.run([sys.executable, str(starter)], env=env, capture_output=True, text=True, timeout=timeout,
+    done = subprocess.run([sys.executable, str(starter), *args], env=env, capture_output=True, text=True, timeout=timeout,
                           start_new_session=True)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
@@ -230,6 +235,65 @@ def test_a_workers_items_start_warm_each_in_its_own_session_as_the_workers_child
     for probe in probes:
         assert probe["parent"] == str(report["me"]) and probe["session"] == probe["item"], probes
     assert "Traceback" not in stderr and "prepare failed" not in stderr, stderr
+
+
+def test_a_host_runs_its_slots_at_once_all_warm_and_stops_the_one_cancelled(tmp_path):
+    """An item host without Ray: three items at once (threads), each a spare of the host's one
+    zygote though it holds two spares at first, each a child of the host in a session of its
+    own; a fourth, cancelled while its tool sleeps, is stopped within the grace, its group
+    killed; one cancelled before it got to the host never starts."""
+    starter = tmp_path / "starter.py"
+    starter.write_text(
+        "import json, os, sys, threading, time\n"
+        "from child.item_host import ItemHost\n"
+        "probe = 'sleep 1; echo zygote=${HERMES_ZYGOTE:-none} parent=$(ps -o ppid= -p $PPID | xargs) session=$(ps -o sid= -p $PPID | xargs) item=$PPID'\n"
+        "def spec(command):\n"
+        "    return {'job': 'item_x', 'kind': 'ray_item', 'goal': 'hello', 'provider': 'scripted', 'toolsets': ['terminal'],\n"
+        "            'script': [{'tool_calls': [{'name': 'terminal', 'input': {'command': command}}]}, {'text': 'hi'}],\n"
+        "            'max_turns': 3, 'record_trajectory': True}\n"
+        "host = ItemHost(4)\n"
+        "out = {}\n"
+        "def run(handle, command):\n"
+        "    out[handle] = host.run(handle, 0, spec(command), {}, 1.0, None)\n"
+        "threads = [threading.Thread(target=run, args=(f'item_{i}', probe)) for i in range(3)]\n"
+        "threads.append(threading.Thread(target=run, args=('item_long', 'sleep 300 & echo $! > ' + sys.argv[1] + '; wait')))\n"
+        "for t in threads: t.start()\n"
+        "deadline = time.monotonic() + 120\n"
+        "while not os.path.exists(sys.argv[1]) or not os.path.getsize(sys.argv[1]):\n"
+        "    assert time.monotonic() < deadline; time.sleep(0.05)\n"
+        "cancelled_at = time.monotonic(); running = host.cancel('item_long', 1.0)\n"
+        "threads[3].join(); stopped_in = time.monotonic() - cancelled_at\n"
+        "for t in threads[:3]: t.join()\n"
+        "early = host.cancel('item_early', 1.0); run('item_early', probe)\n"
+        "sleeper = int(open(sys.argv[1]).read())\n"
+        "def alive(pid):  # a zombie is dead: its parent (init) reaps it when it will\n"
+        "    try:\n"
+        "        return open(f'/proc/{pid}/stat').read().rpartition(')')[2].split()[0] != 'Z'\n"
+        "    except OSError:\n"
+        "        return False\n"
+        "deadline = time.monotonic() + 10\n"
+        "while alive(sleeper) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "print(json.dumps({'out': out, 'me': os.getpid(), 'running': running, 'early': early, 'stopped_in': stopped_in,\n"
+        "                  'sleeper_alive': alive(sleeper)}))\n")
+    env_done = tmp_path / "sleeper.pid"
+    report, stderr = _run_starter_args(starter, [str(env_done)], timeout=240)
+    probes = []
+    for i in range(3):
+        entry = report["out"][f"item_{i}"]
+        assert entry["status"] == "completed", entry
+        tool = [c["value"] for c in entry["result"]["trajectory"]["conversations"] if c["from"] == "tool"][0]
+        text = json.loads(tool.split("<tool_response>")[1].split("</tool_response>")[0])["content"]
+        probes.append(dict(part.split("=") for part in text.split("[exit")[0].split()))
+    assert len({p["zygote"] for p in probes}) == 1 and probes[0]["zygote"] != "none", probes
+    assert len({p["item"] for p in probes}) == 3
+    for probe in probes:
+        assert probe["parent"] == str(report["me"]) and probe["session"] == probe["item"], probes
+    assert report["running"] is True and report["stopped_in"] < 15 and not report["sleeper_alive"], report
+    assert report["out"]["item_long"]["status"] != "completed", report["out"]["item_long"]
+    assert report["early"] is False and report["out"]["item_early"]["status"] == "interrupted"
+    assert report["out"]["item_early"]["error"] == "cancelled before it started"
+    assert "Traceback" not in stderr, stderr
 
 
 def test_hosts_are_planned_where_the_cluster_has_room_most_free_cpus_first():
