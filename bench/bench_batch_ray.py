@@ -9,8 +9,9 @@ to exit), run three ways with ``--workers`` prompts in flight:
 * ``ray`` (first; its cluster is stopped before the local runs): ``--executor ray`` on a 3-node Ray cluster started on this machine
   (``tests.ray_cluster``: a head without CPUs and two worker nodes of
   ``--cpus`` logical CPUs each; every item reserves ``2 × cpus / workers`` CPUs
-  so that exactly ``--workers`` fit).  Each item is a Ray task that starts the
-  agent as a process of its own; the cluster's start is not counted.
+  so that exactly ``--workers`` fit).  Each item runs on one of the driver's hosts
+  (a Ray actor of several item slots per node, ``child/item_host.py``) as a process of
+  its own; the cluster's start is not counted.
 
 Usage::
 
