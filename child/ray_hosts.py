@@ -98,7 +98,7 @@ class HostPool:
                   f"{self.memory // 2**20} MiB): the items wait (check --ray_num_cpus and --ray_memory_mb)",
                   file=sys.stderr, flush=True)
         for node, slots in hosts:
-            options: dict[str, Any] = {"num_cpus": slots * self.num_cpus, "max_concurrency": slots,
+            options: dict[str, Any] = {"num_cpus": round(slots * self.num_cpus, 4), "max_concurrency": slots,
                                        "max_restarts": 0, "max_task_retries": 0,
                                        "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
             if self.memory:
