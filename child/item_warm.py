@@ -146,9 +146,7 @@ class WorkerTemplate:
     def start(self, *, cwd: str, env: dict[str, str], log_path: str) -> WarmItem | None:
         """Hand the item to a held spare that is a child of this process; None to start it cold."""
         self._receive()
-        if not self.ready:
-            self.wait(WARM_WAIT_SECONDS)
-        elif not self.spares:  # all taken (items started at once on a host): the zygote forks one now
+        if not self.spares:  # warming up, or all taken (items started at once on a host): one is forked now
             self._replenish()
             self.wait(WARM_WAIT_SECONDS)
         try:
