@@ -65,12 +65,16 @@ def _call(name: str, **args) -> Message:
 class Brain:
     """The fake model: an orchestrator that plans three linked tasks, and workers that
     do theirs (one also tries another task's comments; ``hang`` tasks hang on their
-    first attempt until :attr:`release` is set)."""
+    first attempt until :attr:`release` is set).  Workers answer only once :attr:`planned`
+    is set: a test that clears it holds them until the orchestrator's plan is whole, so
+    that no task ends while its siblings are still being created and linked."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.seen: list[dict] = []
         self.release = threading.Event()
+        self.planned = threading.Event()
+        self.planned.set()
         self.hung: set[str] = set()
 
     def __call__(self, request):
@@ -78,6 +82,7 @@ class Brain:
             self.seen.append({"system": _system(request), "tools": _tools(request),
                               "first": _first_user_text(request), "results": _results(request)})
         if "Kanban worker" in _system(request):
+            self.planned.wait(120)
             return self.worker(request)
         return self.orchestrator(request)
 
@@ -99,6 +104,7 @@ class Brain:
             return _call("kanban_create", title="write the report", assignee="researcher", parents=[ids[0]])
         if step == 4:
             return _call("kanban_link", parent=ids[1], child=ids[2])
+        self.planned.set()
         return Message([text_block("planned: " + " ".join(ids))])
 
     def worker(self, request):
@@ -126,6 +132,7 @@ def brain():
     brain = Brain()
     yield brain
     brain.release.set()
+    brain.planned.set()
 
 
 @pytest.fixture
@@ -154,6 +161,9 @@ def _events(d, prefix="kanban."):
 
 
 def test_orchestrator_plans_and_workers_run_in_dependency_order(make_daemon, api, brain):
+    # the first task's worker waits for the whole plan: on a loaded machine it once finished before
+    # the orchestrator linked the last task, which went ready, todo, ready (a legal order, not the one below)
+    brain.planned.clear()
     d = _daemon(make_daemon, api)
     turn = d.call("session.send", session="boss", text="plan the release", toolsets=["kanban"],
                   cwd=str(d.work))["turn"]
