@@ -58,6 +58,10 @@ CONNECT_SECONDS = 60.0
 RESTART_DELAYS = (0.5, 2.0, 5.0)
 """Seconds before a dead driver is started again: after the 1st, 2nd, later deaths in a row."""
 MAX_FAILURES = 5
+CLUSTER_KEYS = ("address", "nodes", "cpus", "cpus_free", "fits", "node_cpus", "node_memory_mb")
+"""What a driver's sync says of its cluster (:func:`child.ray_driver.cluster`), and ``batch.status`` shows."""
+STOP_SECONDS = 10.0
+"""How long past the supervisor's grace a driver told to stop may take before it is cancelled."""
 DRIVER_TIMEOUT_SECONDS = 10 * 365 * 86400.0
 """A driver lives as long as its batch: no wall-clock limit."""
 
@@ -68,6 +72,17 @@ def ray_installed() -> bool:
         return importlib.util.find_spec("ray") is not None
     except (ImportError, ValueError):
         return False
+
+
+def no_room(settings: Settings, cluster: dict[str, Any]) -> tuple[str, str]:
+    """``(field, error)`` for a cluster none of whose nodes can hold one item of ``settings``
+    (its ``fits`` is false): the reservation that does not fit, and the most one node has."""
+    cpus, memory = settings.ray_num_cpus, settings.ray_memory_mb
+    field = "ray_num_cpus" if cpus > float(cluster.get("node_cpus") or 0.0) else "ray_memory_mb"
+    each = f"{cpus:g} CPU(s)" + (f" and {memory} MiB" if memory else "")
+    return field, (f"no node of the Ray cluster at {settings.ray_address or 'RAY_ADDRESS/auto'} can hold an item "
+                   f"({each} each; the largest node has {float(cluster.get('node_cpus') or 0.0):g} CPU(s) and "
+                   f"{cluster.get('node_memory_mb') or 0} MiB): lower --ray_num_cpus or --ray_memory_mb")
 
 
 class DriverFailed(Exception):
@@ -131,8 +146,7 @@ class RayExecutor:
         ray = {"address": s.ray_address, "num_cpus": s.ray_num_cpus, "memory_mb": s.ray_memory_mb,
                "max_retries": 3, "grace": self.d.config.supervisor.interrupt_grace_seconds}
         drv.starts += 1
-        for item in drv.items.values():
-            item.sent = False  # a new driver knows nothing: every unfinished item goes again
+        self._again(drv)
         try:
             row = self.d.runner.submit(KIND, parent=drv.batch, goal=f"Ray driver of {drv.batch}", toolsets=[],
                                        spec={"timeout_seconds": DRIVER_TIMEOUT_SECONDS, "ray": ray})
@@ -141,6 +155,29 @@ class RayExecutor:
             return
         drv.job = row["id"]
         self.by_job[row["id"]] = drv
+
+    def _again(self, drv: _Driver) -> None:
+        """A new driver knows nothing: every unfinished item goes to it again.  An item the dead
+        driver had sent ended with it (its host's items die with their driver): its row ends
+        ``lost`` and its prompt goes again as a new attempt, with a new handle."""
+        items: dict[str, _Item] = {}
+        for handle, item in drv.items.items():
+            if not item.sent:
+                items[handle] = item
+                continue
+            if item.created:
+                guarded(lambda: self._end_row(handle, JobStatus.LOST, None, "its Ray driver ended; the prompt "
+                                              "runs again as a new item", None))
+                self.d.runner.ended(handle)
+            again = self._item(item.index, {**item.row, "id": self.d.jobs.new_id(ITEM_KIND)})
+            items[again.row["id"]] = again
+        drv.items = items
+
+    def _item(self, index: int, row: dict[str, Any]) -> _Item:
+        """The attempt ``row`` (a ``ray_item`` row not written yet) at prompt ``index``, with its spec."""
+        spec = self.d.runner.child_spec(row)
+        spec["cwd"] = row["cwd"]  # None: a scratch directory on the worker
+        return _Item(index, spec, row)
 
     def _failed(self, drv: _Driver, error: str) -> None:
         """The driver is gone (or could not start): fail the connect, restart, or give up."""
@@ -176,15 +213,20 @@ class RayExecutor:
 
     async def connect(self, batch: str, settings: Settings) -> dict[str, Any]:
         """Start the driver of ``batch`` and wait until it has joined the cluster; returns
-        the cluster (``{address, nodes, cpus, cpus_free}``).  Raises ``ProtocolError``
-        (``bad_request``, field ``executor``): Ray not installed, the cluster unreachable,
-        or no answer within :data:`CONNECT_SECONDS`."""
+        the cluster (:data:`CLUSTER_KEYS`).  Raises ``ProtocolError`` (``bad_request``; field
+        ``executor``: Ray not installed, the cluster unreachable, or no answer within
+        :data:`CONNECT_SECONDS`; field ``ray_num_cpus`` or ``ray_memory_mb``: no node of the
+        cluster could hold one item, :func:`no_room`)."""
         if not ray_installed():
             raise ProtocolError("bad_request", "--executor ray: Ray is not installed for hermesd's Python: "
                                 "pip install 'hermesd[ray]' (then restart hermesd)", {"field": "executor"})
         drv = self._driver(batch, settings)
+        field = "executor"
         try:
-            return await asyncio.wait_for(asyncio.shield(drv.ready), CONNECT_SECONDS)
+            cluster = await asyncio.wait_for(asyncio.shield(drv.ready), CONNECT_SECONDS)
+            if cluster.get("fits") is not False:
+                return cluster
+            field, error = no_room(settings, cluster)
         except asyncio.TimeoutError:
             error = (f"the Ray cluster at {settings.ray_address or 'RAY_ADDRESS/auto'} did not answer within "
                      f"{CONNECT_SECONDS:.0f} s")
@@ -192,7 +234,7 @@ class RayExecutor:
             error = str(exc).removeprefix("DriverError: ")
         if drv.owner is None:
             self.discard(batch)
-        raise ProtocolError("bad_request", f"--executor ray: {error}", {"field": "executor"})
+        raise ProtocolError("bad_request", f"--executor ray: {error}", {"field": field})
 
     def discard(self, batch: str) -> None:
         """Stop the driver of ``batch`` if no run owns it (a ``batch.run`` that failed after connecting)."""
@@ -201,10 +243,21 @@ class RayExecutor:
             self._stop(drv)
 
     def _stop(self, drv: _Driver) -> None:
+        """End the driver: one that has joined its cluster is told ``stop`` at its next sync (it
+        stops the items it still runs and ends ``completed``), and cancelled only if it has not
+        ended :data:`STOP_SECONDS` after the supervisor's grace; any other is cancelled now."""
         drv.closing = True
         self.drivers.pop(drv.batch, None)
         if drv.timer is not None:
             drv.timer.cancel()
+        joined = drv.ready.done() and drv.ready.exception() is None
+        if drv.job is not None and joined:
+            grace = self.d.config.supervisor.interrupt_grace_seconds
+            drv.timer = self.d.loop.call_later(grace + STOP_SECONDS, self._cancel, drv)
+        else:
+            self._cancel(drv)
+
+    def _cancel(self, drv: _Driver) -> None:
         if drv.job is not None:
             try:
                 self.d.runner.stop(drv.job, "cancel")
@@ -245,11 +298,9 @@ class RayExecutor:
         if drv is None or drv.owner is not owner:
             raise SubmitError("the batch has no Ray driver", retry_later=True)
         handle = self.d.jobs.new_id(ITEM_KIND)
-        row = {"id": handle, "kind": ITEM_KIND, "goal": request.prompt, "toolsets": list(request.toolsets),
-               "model": request.model, "parent": owner.job_id, "spec": item_spec(request), "cwd": request.cwd}
-        spec = self.d.runner.child_spec(row)
-        spec["cwd"] = request.cwd  # None: a scratch directory on the worker
-        drv.items[handle] = _Item(request.index, spec, row)
+        drv.items[handle] = self._item(request.index, {
+            "id": handle, "kind": ITEM_KIND, "goal": request.prompt, "toolsets": list(request.toolsets),
+            "model": request.model, "parent": owner.job_id, "spec": item_spec(request), "cwd": request.cwd})
 
     def cancel_all(self, owner: ItemOwner) -> None:
         """End every live item of ``owner`` now; the driver cancels their tasks at its next sync."""
@@ -266,8 +317,8 @@ class RayExecutor:
         return set()
 
     def describe(self, batch: str) -> dict[str, Any] | None:
-        """``{name: "ray", address, nodes, cpus, cpus_free, driver, driver_starts, in_flight}``
-        for a live batch (its cluster as the driver last saw it), else None."""
+        """``{name: "ray", driver, driver_starts, in_flight}`` and the cluster as the driver last
+        saw it (:data:`CLUSTER_KEYS`) for a live batch, else None."""
         drv = self.drivers.get(batch)
         if drv is None:
             return None
@@ -300,7 +351,7 @@ class RayExecutor:
         if row is None or row["status"] in TERMINAL:
             return
         status = status if status in TERMINAL else JobStatus.FAILED
-        if row["status"] == JobStatus.QUEUED and status not in (JobStatus.CANCELLED, JobStatus.FAILED):
+        if row["status"] == JobStatus.QUEUED and status not in (JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.LOST):
             row = self.d.jobs.transition(handle, JobStatus.RUNNING)  # it ran, though nothing came through
         stop = STOP_REASONS.get(stop_reason or "")
         result = result or JobResult()
@@ -353,7 +404,7 @@ class RayExecutor:
         if drv is None or drv.closing:
             return {"run": [], "cancel": [], "stop": True}
         if isinstance(args.get("cluster"), dict):
-            drv.cluster = {k: args["cluster"].get(k) for k in ("address", "nodes", "cpus", "cpus_free")}
+            drv.cluster = {k: args["cluster"].get(k) for k in CLUSTER_KEYS}
             if not drv.ready.done():
                 drv.ready.set_result(drv.cluster)
         for o in args.get("outcomes") or []:

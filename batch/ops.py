@@ -202,7 +202,8 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     dataset changed in place since the run began — naming its first changed line — unless
     ``allow_changed_dataset=true``, a bad prefill file, ``resume`` of a
     run that does not exist; field ``executor``: Ray not installed, the cluster
-    unreachable), ``invalid_state`` (already running; the directory holds a run
+    unreachable; field ``ray_num_cpus`` or ``ray_memory_mb``: no node of the cluster can
+    hold one item), ``invalid_state`` (already running; the directory holds a run
     and ``resume`` is off).  ``idempotency_key``: a repeat of a request with the same key
     gets the run the first one started (its record, with ``repeat: true``), while that job is kept;
     the key with other arguments is ``bad_request``.
@@ -226,8 +227,8 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 async def batch_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The record of batch ``id`` (job id or run name): the job record plus
     ``run_name, run_dir, settings, files, seq``, ``executor {name}`` (with
-    ``ray``: ``address, nodes, cpus, cpus_free, driver, driver_starts,
-    in_flight``), ``progress {total, done,
+    ``ray``: ``address, nodes, cpus, cpus_free, fits, node_cpus, node_memory_mb, driver,
+    driver_starts, in_flight``: ``fits`` false while no node can hold an item), ``progress {total, done,
     discarded, failed, running, pending, processed, rate_per_minute,
     eta_seconds, rewards}`` (``rewards``: ``{verified, rewarded, mean, passed,
     pass_rate, verifier_errors}`` once a verifier judged a sample, else None),
@@ -267,8 +268,8 @@ async def batch_distributions(ctx: Context, args: dict[str, Any]) -> dict[str, A
 async def child_batch_sync(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
     """From a batch's Ray driver (a ``batch_driver`` child): ``outcomes`` (items that
     ended: ``handle, index, status, result, error, started_at, completed_at`` (seconds
-    since the epoch), ``node``), ``cluster`` (``address, nodes, cpus, cpus_free``, or
-    None), ``running`` (tasks in flight).  Each live attempt's outcome is recorded
+    since the epoch), ``node``), ``cluster`` (``address, nodes, cpus, cpus_free, fits,
+    node_cpus, node_memory_mb``, or None), ``running`` (tasks in flight).  Each live attempt's outcome is recorded
     once; repeated or stale ones are dropped.  Answers ``{run: [{handle, index,
     spec}], cancel: [handle], stop}``: items to start, tasks to cancel, whether to end.
     A sync is the driver's sign of life (it is never interrupted as stale while it syncs)."""

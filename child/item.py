@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,6 +59,9 @@ DROPPED_ENV = ("HERMES_DAEMON_PID", "HERMES_CHILD_SOCKET", "HERMES_CHILD_TOKEN",
 
 LOG_TAIL_BYTES = 800
 RELAY_FILE = "relay.json"
+SCRATCH_PREFIX = "hermes-item-"
+"""An item's scratch directory is ``$TMPDIR/hermes-item-<host pid>-<random>``: its host removes
+it when the item ends, and a later host on the node (:func:`sweep_scratch`) when its host died first."""
 
 
 class FileChannel:
@@ -113,6 +117,35 @@ class FileChannel:
             self.relay.close()
 
 
+def sweep_scratch() -> int:
+    """Remove the scratch directories of items whose host process is gone (killed with its
+    driver, its node's raylet or ``kill -9``: no ``finally`` ran), that this user owns;
+    returns how many.  A directory whose pid runs again (reused) is left for a later sweep."""
+    root, removed = tempfile.gettempdir(), 0
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return 0
+    for name in names:
+        pid, _, rest = name[len(SCRATCH_PREFIX):].partition("-")
+        path = os.path.join(root, name)
+        try:
+            if not pid.isdigit() or not rest or os.lstat(path).st_uid != os.getuid() or os.path.islink(path):
+                continue
+        except OSError:
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its host (or a process of that pid) runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
 def _tail(path: str) -> str:
     try:
         with open(path, "rb") as fh:
@@ -152,7 +185,7 @@ def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[s
     started = time.time()
     outcome: dict[str, Any] = {"handle": handle, "index": index, "status": "failed", "result": None, "error": None,
                                "started_at": started, "completed_at": started, "node": socket.gethostname()}
-    with tempfile.TemporaryDirectory(prefix="hermes-item-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as tmp:
         spec = {**spec, "cwd": spec.get("cwd") or os.path.join(tmp, "work")}
         os.makedirs(os.path.join(tmp, "work"))
         with open(os.path.join(tmp, "spec.json"), "w", encoding="utf-8") as fh:

@@ -20,11 +20,15 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 from child import item_warm
-from child.item import run_item
+from child.item import run_item, sweep_scratch
 
+SWEEP_SECONDS = 60.0
+"""A host looks for scratch directories that dead hosts left (:func:`child.item.sweep_scratch`)
+at its first item and then at most this often, in seconds."""
 CONTROL = "control"
 """The concurrency group of :meth:`ItemHost.ready` and :meth:`ItemHost.cancel` (2 threads)."""
 
@@ -36,6 +40,7 @@ class ItemHost:
     def __init__(self, slots: int):
         item_warm.keep_spares(slots)
         self.slots = slots
+        self._swept = -SWEEP_SECONDS
         self._lock = threading.Lock()
         self._procs: dict[str, Any] = {}  # handle -> the item's process while it runs
         self._cancelled: set[str] = set()
@@ -58,6 +63,9 @@ class ItemHost:
                 self._stop(proc, grace)
 
         with self._lock:
+            if time.monotonic() - self._swept >= SWEEP_SECONDS:  # what hosts killed on this node left
+                self._swept = time.monotonic()
+                sweep_scratch()
             if handle in self._cancelled:  # cancelled before it got here: never started
                 self._cancelled.discard(handle)
                 return {"handle": handle, "index": index, "status": "interrupted", "result": None,

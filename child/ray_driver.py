@@ -114,11 +114,15 @@ def connect(address: str) -> Any:
     return ray
 
 
-def cluster(ray: Any) -> dict[str, Any]:
-    """``{address, nodes, cpus, cpus_free}``: the live nodes and their CPUs."""
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    return {"address": ray.get_runtime_context().gcs_address, "nodes": len(nodes),
-            "cpus": ray.cluster_resources().get("CPU", 0.0), "cpus_free": ray.available_resources().get("CPU", 0.0)}
+def cluster(ray: Any, hosts: HostPool) -> dict[str, Any]:
+    """``{address, nodes, cpus, cpus_free, fits, node_cpus, node_memory_mb}``: the live nodes and
+    their CPUs; whether one of them could hold an item of ``hosts`` were it idle (``fits``), and
+    the most CPUs and memory (MiB) one node has."""
+    totals = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
+    return {"address": ray.get_runtime_context().gcs_address, "nodes": len(totals),
+            "cpus": ray.cluster_resources().get("CPU", 0.0), "cpus_free": ray.available_resources().get("CPU", 0.0),
+            "fits": hosts.fits(totals), "node_cpus": max((r.get("CPU", 0.0) for r in totals), default=0.0),
+            "node_memory_mb": int(max((r.get("memory", 0.0) for r in totals), default=0.0)) // 2**20}
 
 
 def node_address(ray: Any) -> str:
@@ -159,7 +163,7 @@ class Driver:
         Returns False when the daemon says stop."""
         info = None
         if time.monotonic() - self._cluster_at >= CLUSTER_EVERY:
-            info, self._cluster_at = cluster(self.ray), time.monotonic()
+            info, self._cluster_at = cluster(self.ray, self.hosts), time.monotonic()
             self.hosts.tidy(waiting=bool(self.queue))
         sent, self.outcomes = self.outcomes[:OUTCOMES_PER_SYNC], self.outcomes[OUTCOMES_PER_SYNC:]
         reply = self.channel.call("child.batch_sync", outcomes=sent, cluster=info, running=len(self.live))

@@ -28,6 +28,17 @@ MAX_SLOTS = 32
 """Slots of one host at most (each a thread of its actor)."""
 
 
+def room(res: dict[str, float], num_cpus: float, memory: int, most: int) -> int:
+    """How many items (each reserving ``num_cpus`` CPUs and ``memory`` bytes; 0: none) the
+    resources ``res`` hold, named as Ray names them (``CPU``, ``memory`` in bytes); ``most`` at most."""
+    fit = most
+    if num_cpus > 0:
+        fit = min(fit, int(res.get("CPU", 0.0) / num_cpus + 1e-9))
+    if memory > 0:
+        fit = min(fit, int(res.get("memory", 0.0) / memory + 1e-9))
+    return fit
+
+
 def plan(free: dict[str, dict[str, float]], wanted: int, num_cpus: float, memory: int) -> list[tuple[str, int]]:
     """The hosts to start for ``wanted`` more slots: ``[(node_id, slots)]``, from ``free``
     (node id → its free resources as Ray names them: ``CPU``, ``memory`` in bytes), nodes with
@@ -36,11 +47,7 @@ def plan(free: dict[str, dict[str, float]], wanted: int, num_cpus: float, memory
     slots than ``wanted`` when the cluster has no room for more."""
     hosts = []
     for node, res in sorted(free.items(), key=lambda kv: (-kv[1].get("CPU", 0.0), kv[0])):
-        fit = min(wanted, MAX_SLOTS)
-        if num_cpus > 0:
-            fit = min(fit, int(res.get("CPU", 0.0) / num_cpus + 1e-9))
-        if memory > 0:
-            fit = min(fit, int(res.get("memory", 0.0) / memory + 1e-9))
+        fit = room(res, num_cpus, memory, min(wanted, MAX_SLOTS))
         if fit >= 1:
             hosts.append((node, fit))
             wanted -= fit
@@ -82,6 +89,11 @@ class HostPool:
         self.actor_class = ray.remote(concurrency_groups={CONTROL: 2})(ItemHost)
         self.hosts: list[Host] = []
         self._warned = -NO_ROOM_EVERY
+
+    def fits(self, nodes: list[dict[str, float]]) -> bool:
+        """Whether one of ``nodes`` (each node's total resources, as :func:`room` reads them) could
+        hold an item at all, were nothing else running there."""
+        return any(room(res, self.num_cpus, self.memory, 1) for res in nodes)
 
     def grow(self, wanted: int) -> None:
         """Start hosts until the pool has ``wanted`` slots (starting ones count), as far as

@@ -65,7 +65,9 @@ class RayCluster:
                      "--temp-dir", str(self.temp)]
         else:
             argv += ["--address", self.address, "--num-cpus", str(self.cpus)]
-        env = {**os.environ, TAG_ENV: f"{self.tag}-{name}", "RAY_USAGE_STATS_ENABLED": "0"}
+        scratch = self.temp / "tmp"  # the items' scratch directories too go where stop() removes them
+        scratch.mkdir(exist_ok=True)
+        env = {**os.environ, TAG_ENV: f"{self.tag}-{name}", "RAY_USAGE_STATS_ENABLED": "0", "TMPDIR": str(scratch)}
         for key in ("RAY_ADDRESS", "HERMES_DAEMON_PID", "HERMES_SUPERVISOR"):
             env.pop(key, None)
         with open(self.temp / f"{name}.log", "ab") as log:

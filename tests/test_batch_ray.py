@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
+from hermesd.protocol import ProtocolError
 from tests.fakes.anthropic_server import DEFAULT_USAGE, FakeAnthropic, Message, last_user_text, text_block, thinking_block
 from tests.fakes.limits import Limits
 from tests.harness import wait_for
@@ -158,8 +160,6 @@ def test_ray_not_installed_is_one_clear_error(make_daemon, tmp_path):
         "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
         "sys.meta_path.insert(0, _NoRay)\n")
     daemon = make_daemon(env={"PYTHONPATH": str(hide)})
-    from hermesd.protocol import ProtocolError
-
     with pytest.raises(ProtocolError) as err:
         daemon.call("batch.run", dataset_file=str(prompts(tmp_path / "p.jsonl", 2)), run_name="noray",
                     batch_size=2, output_dir=str(tmp_path / "out"), executor="ray", ray_address="127.0.0.1:1")
@@ -313,6 +313,26 @@ def test_hosts_are_planned_where_the_cluster_has_room_most_free_cpus_first():
     assert plan(free, 0, 0.5, 0) == [] and plan({}, 4, 0.5, 0) == []
 
 
+def test_a_dead_hosts_scratch_directories_are_swept_and_no_one_elses(tmp_path, monkeypatch):
+    """An item's scratch directory (its spec, log and working directory) names its host's pid;
+    a host killed with its driver leaves it behind, and the next host on the node removes it:
+    only those of dead hosts, only this user's, only ours by name."""
+    from child import item
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = tmp_path / f"{item.SCRATCH_PREFIX}{gone.pid}-abc123"
+    live = tmp_path / f"{item.SCRATCH_PREFIX}{os.getpid()}-def456"
+    older = tmp_path / f"{item.SCRATCH_PREFIX}k2j4h5gd"  # no pid in its name: not one of these
+    other = tmp_path / f"other-{gone.pid}-x"
+    for path in (dead, live, older, other):
+        (path / "work").mkdir(parents=True)
+        (path / "spec.json").write_text("{}")
+    assert item.sweep_scratch() == 1
+    assert not dead.exists() and live.exists() and older.exists() and other.exists()
+
+
 # on the cluster --------------------------------------------------------------------------
 
 
@@ -360,6 +380,9 @@ def test_forty_prompts_each_index_once_items_on_workers_and_the_key_nowhere(make
     assert line["metadata"]["provider"] == "anthropic" and "<think>" in line["conversations"][2]["value"]
     no_secret_in(daemon.base, cluster.temp)
     assert SECRET not in json.dumps(events)
+    wait_for(lambda: daemon.call("job", id=ex["driver"])["status"] != "running", 30, 0.2, "the driver to end")
+    assert daemon.call("job", id=ex["driver"])["status"] == "completed"  # told to stop at the end, not cancelled
+    assert f"executor: Ray cluster {cluster.address}" in daemon.ctl("batch", "status", "forty").stdout
     pid = daemon.proc.pid  # the daemon never imported Ray: no Ray library mapped in its memory
     assert not [m.path for m in psutil.Process(pid).memory_maps() if "-packages/ray/" in m.path or "_raylet" in m.path]
     wait_for(lambda: not driver_pids(daemon) and not items_running(cluster), 30, 0.2, "the driver to end")
@@ -427,6 +450,28 @@ def test_kill9_of_the_driver_mid_run_a_new_driver_finishes_exactly_once(make_dae
     check_consistent(run, 10)
     assert indices(run) == list(range(16))
     assert daemon.call("job", id=first)["status"] == "failed"  # the killed one, reaped and recorded
+    # each attempt is a job: those the killed driver had out ended lost, their prompts ran again as new items
+    attempts = ray_items(daemon, record["id"])
+    lost = [j for j in attempts if j["status"] == "lost"]
+    assert lost and all("its Ray driver ended" in j["error"] for j in lost), lost
+    completed = [j for j in attempts if j["status"] == "completed"]
+    assert len(completed) == 16 and len(attempts) == 16 + len(lost), [(j["id"], j["status"]) for j in attempts]
+
+
+@on_cluster
+def test_an_item_no_node_can_hold_is_refused_before_anything_starts(make_daemon, cluster, tmp_path):
+    """Items that would wait forever (no node has that many CPUs, or that much memory) are one
+    clear error naming the flag and the largest node, and no run is created."""
+    daemon = ray_daemon(make_daemon, "http://127.0.0.1:9")
+    for args, field, asked in (({"ray_num_cpus": 3}, "ray_num_cpus", "3 CPU(s) each"),
+                               ({"ray_memory_mb": 5_000_000}, "ray_memory_mb", "5000000 MiB each")):
+        with pytest.raises(ProtocolError) as err:
+            run_ray(daemon, cluster, prompts(tmp_path / "p.jsonl", 4), f"nofit_{field}", **args)
+        assert err.value.code == "bad_request" and err.value.details.get("field") == field, err.value
+        assert asked in err.value.message and "the largest node has 2 CPU(s)" in err.value.message, err.value.message
+        assert not (daemon.base / "out" / f"nofit_{field}").exists()
+    wait_for(lambda: not driver_pids(daemon), 30, 0.2, "the drivers to end")
+    assert daemon.call("batch.list")["batches"] == []
 
 
 @on_cluster
