@@ -60,7 +60,11 @@ class DriverError(Exception):
 def reachable(address: str) -> None:
     """Raise :class:`DriverError` unless ``address`` (``host:port`` or ``ray://host:port``;
     ``auto`` and other forms are left to Ray) accepts a TCP connection within
-    :data:`CONNECT_SECONDS`."""
+    :data:`CONNECT_SECONDS`; an ``http(s)://`` address (a dashboard's, which Ray refuses with
+    advice about ``RAY_ADDRESS`` whatever named it) is refused at once."""
+    if address.lower().startswith(("http://", "https://")):
+        raise DriverError(f"{address} is an HTTP address (a dashboard's?): give the cluster's address as "
+                          "host:port (the GCS port `ray start --head` prints) or ray://host:port (Ray Client)")
     hostport = address.split("://", 1)[-1]
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():

@@ -146,6 +146,13 @@ def test_an_unreachable_cluster_is_one_clear_error_before_anything_starts(make_d
     assert not (tmp_path / "out" / "nowhere").exists()
     assert daemon.call("batch.list")["batches"] == []
     wait_for(lambda: not driver_pids(daemon), 30, 0.2, "the probing driver to end")
+    # a dashboard's address given as the flag: refused as what it is (Ray blamed RAY_ADDRESS, cut mid-advice)
+    out = subprocess.run([sys.executable, "-c", "from client.batch import main; main()", "--dataset_file",
+                          str(dataset), "--batch_size", "2", "--run_name", "dashboard", "--output_dir",
+                          str(tmp_path / "out"), "--ray_address", "http://127.0.0.1:8265"], env=daemon.env,
+                         cwd=str(daemon.work), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "http://127.0.0.1:8265 is an HTTP address" in out.stderr, out
+    assert "Traceback" not in out.stderr and not (tmp_path / "out" / "dashboard").exists()
 
 
 def test_ray_not_installed_is_one_clear_error(make_daemon, tmp_path):
