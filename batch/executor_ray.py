@@ -27,7 +27,9 @@ does), and ``ps`` and ``top`` show it.
 
 Failures.  A driver that dies while its batch runs (``kill -9``, the cluster
 lost) is started again after :data:`RESTART_DELAYS` and is handed every
-unfinished item again (new attempts, new handles); :data:`MAX_FAILURES` deaths
+unfinished item again (new attempts, new handles; those sent to the dead driver end
+``lost``); an item whose host was lost comes back ``lost`` and its prompt goes again
+the same way, :data:`MAX_ATTEMPTS` times at most; :data:`MAX_FAILURES` deaths
 in a row without an outcome in between end the batch ``failed`` with the
 driver's last error.  When hermesd itself dies the driver dies with it (its
 lifeline), Ray ends the driver's tasks, and the restarted daemon resumes the
@@ -58,7 +60,10 @@ CONNECT_SECONDS = 60.0
 RESTART_DELAYS = (0.5, 2.0, 5.0)
 """Seconds before a dead driver is started again: after the 1st, 2nd, later deaths in a row."""
 MAX_FAILURES = 5
-CLUSTER_KEYS = ("address", "nodes", "cpus", "cpus_free", "fits", "node_cpus", "node_memory_mb")
+MAX_ATTEMPTS = 4
+"""A prompt whose item's host was lost (its node or its process) goes again as a new item; the
+:data:`MAX_ATTEMPTS`-th attempt lost fails the prompt (``--resume`` runs it again)."""
+CLUSTER_KEYS = ("address", "nodes", "cpus", "cpus_free", "fits", "shapes")
 """What a driver's sync says of its cluster (:func:`child.ray_driver.cluster`), and ``batch.status`` shows."""
 STOP_SECONDS = 10.0
 """How long past the supervisor's grace a driver told to stop may take before it is cancelled."""
@@ -76,13 +81,19 @@ def ray_installed() -> bool:
 
 def no_room(settings: Settings, cluster: dict[str, Any]) -> tuple[str, str]:
     """``(field, error)`` for a cluster none of whose nodes can hold one item of ``settings``
-    (its ``fits`` is false): the reservation that does not fit, and the most one node has."""
-    cpus, memory = settings.ray_num_cpus, settings.ray_memory_mb
-    field = "ray_num_cpus" if cpus > float(cluster.get("node_cpus") or 0.0) else "ray_memory_mb"
+    (its ``fits`` is false): the reservation at fault (``ray_num_cpus`` when no node has the
+    CPUs, else ``ray_memory_mb``), and the nodes' sizes (its ``shapes``)."""
+    cpus, memory = settings.ray_num_cpus, settings.ray_memory_mb or 0
+    shapes = [(float(c), int(m)) for c, m in cluster.get("shapes") or []]
+    field = "ray_num_cpus" if not any(c >= cpus for c, _ in shapes) else "ray_memory_mb"
+    if field == "ray_num_cpus" and memory and not any(m >= memory for _, m in shapes):
+        advice = "lower --ray_num_cpus and --ray_memory_mb (batch.ray_num_cpus, batch.ray_memory_mb)"
+    else:
+        advice = f"lower --{field} (batch.{field})"
     each = f"{cpus:g} CPU(s)" + (f" and {memory} MiB" if memory else "")
+    sizes = "; ".join(f"{c:g} CPU(s) and {m} MiB" for c, m in shapes) or "none"
     return field, (f"no node of the Ray cluster at {settings.ray_address or 'RAY_ADDRESS/auto'} can hold an item "
-                   f"({each} each; the largest node has {float(cluster.get('node_cpus') or 0.0):g} CPU(s) and "
-                   f"{cluster.get('node_memory_mb') or 0} MiB): lower --ray_num_cpus or --ray_memory_mb")
+                   f"({each} each; its largest nodes have {sizes}): {advice}")
 
 
 class DriverFailed(Exception):
@@ -94,6 +105,7 @@ class _Item:
     index: int
     spec: dict[str, Any]
     row: dict[str, Any]
+    attempts: int = 1  # of its prompt whose host was lost, this one included
     sent: bool = False
     created: bool = False  # its ray_item row is written (when first handed to a driver)
     up: bool = False  # it reported through the driver: its row is running
@@ -144,7 +156,7 @@ class RayExecutor:
             return
         s = drv.settings
         ray = {"address": s.ray_address, "num_cpus": s.ray_num_cpus, "memory_mb": s.ray_memory_mb,
-               "max_retries": 3, "grace": self.d.config.supervisor.interrupt_grace_seconds}
+               "grace": self.d.config.supervisor.interrupt_grace_seconds}
         drv.starts += 1
         self._again(drv)
         try:
@@ -162,22 +174,24 @@ class RayExecutor:
         ``lost`` and its prompt goes again as a new attempt, with a new handle."""
         items: dict[str, _Item] = {}
         for handle, item in drv.items.items():
-            if not item.sent:
-                items[handle] = item
-                continue
-            if item.created:
-                guarded(lambda: self._end_row(handle, JobStatus.LOST, None, "its Ray driver ended; the prompt "
-                                              "runs again as a new item", None))
-                self.d.runner.ended(handle)
-            again = self._item(item.index, {**item.row, "id": self.d.jobs.new_id(ITEM_KIND)})
-            items[again.row["id"]] = again
+            if item.sent:
+                item = self._retry(handle, item, "lost: its Ray driver ended", item.attempts)
+            items[item.row["id"]] = item
         drv.items = items
 
-    def _item(self, index: int, row: dict[str, Any]) -> _Item:
+    def _retry(self, handle: str, item: _Item, error: str, attempts: int) -> _Item:
+        """End attempt ``handle`` (``item``) ``lost`` with ``error``; returns its prompt's next
+        attempt (a new handle, not sent yet), the ``attempts``-th whose host was lost."""
+        if item.created:
+            guarded(lambda: self._end_row(handle, JobStatus.LOST, None, error, None))
+            self.d.runner.ended(handle)
+        return self._item(item.index, {**item.row, "id": self.d.jobs.new_id(ITEM_KIND)}, attempts)
+
+    def _item(self, index: int, row: dict[str, Any], attempts: int = 1) -> _Item:
         """The attempt ``row`` (a ``ray_item`` row not written yet) at prompt ``index``, with its spec."""
         spec = self.d.runner.child_spec(row)
         spec["cwd"] = row["cwd"]  # None: a scratch directory on the worker
-        return _Item(index, spec, row)
+        return _Item(index, spec, row, attempts)
 
     def _failed(self, drv: _Driver, error: str) -> None:
         """The driver is gone (or could not start): fail the connect, restart, or give up."""
@@ -317,13 +331,16 @@ class RayExecutor:
         return set()
 
     def describe(self, batch: str) -> dict[str, Any] | None:
-        """``{name: "ray", driver, driver_starts, in_flight}`` and the cluster as the driver last
-        saw it (:data:`CLUSTER_KEYS`) for a live batch, else None."""
+        """``{name: "ray", driver, driver_starts, in_flight, waiting}`` and the cluster as the
+        driver last saw it (:data:`CLUSTER_KEYS`) for a live batch, else None; ``waiting`` says
+        why its items wait while no node can hold one (:func:`no_room`), else None."""
         drv = self.drivers.get(batch)
         if drv is None:
             return None
-        return {"name": self.name, "address": drv.settings.ray_address, **(drv.cluster or {}), "driver": drv.job,
-                "driver_starts": drv.starts, "in_flight": sum(1 for i in drv.items.values() if i.sent)}
+        cluster = drv.cluster or {}
+        return {"name": self.name, "address": drv.settings.ray_address, **cluster, "driver": drv.job,
+                "driver_starts": drv.starts, "in_flight": sum(1 for i in drv.items.values() if i.sent),
+                "waiting": no_room(drv.settings, cluster)[1] if cluster.get("fits") is False else None}
 
     # the driver's reports --------------------------------------------------------
 
@@ -413,6 +430,13 @@ class RayExecutor:
                 log.info("dropped a stale or repeated outcome from %s: %s", job, o.get("handle"))
                 continue
             drv.failures = 0
+            if o.get("status") == JobStatus.LOST and item.attempts < MAX_ATTEMPTS:  # its host was lost: again
+                again = self._retry(o["handle"], drv.items.pop(o["handle"]), str(o.get("error") or "lost"),
+                                    item.attempts + 1)
+                drv.items[again.row["id"]] = again
+                continue
+            if o.get("status") == JobStatus.LOST:
+                o = {**o, "status": JobStatus.FAILED, "error": f"{o.get('error')} (the {MAX_ATTEMPTS}th attempt)"}
             stamp = [clock.iso(o[k]) if isinstance(o.get(k), (int, float)) else "" for k in ("started_at", "completed_at")]
             result = JobResult.from_wire(o["result"]) if isinstance(o.get("result"), dict) else None
             if result is not None:  # what its relayed calls did not settle yet is billed now, once

@@ -227,8 +227,9 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 async def batch_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The record of batch ``id`` (job id or run name): the job record plus
     ``run_name, run_dir, settings, files, seq``, ``executor {name}`` (with
-    ``ray``: ``address, nodes, cpus, cpus_free, fits, node_cpus, node_memory_mb, driver,
-    driver_starts, in_flight``: ``fits`` false while no node can hold an item), ``progress {total, done,
+    ``ray``: ``address, nodes, cpus, cpus_free, fits, shapes, driver, driver_starts,
+    in_flight, waiting``: ``fits`` false and ``waiting`` saying why while no node can hold an
+    item), ``progress {total, done,
     discarded, failed, running, pending, processed, rate_per_minute,
     eta_seconds, rewards}`` (``rewards``: ``{verified, rewarded, mean, passed,
     pass_rate, verifier_errors}`` once a verifier judged a sample, else None),
@@ -269,7 +270,7 @@ async def child_batch_sync(ctx: Context, job: str, args: dict[str, Any]) -> dict
     """From a batch's Ray driver (a ``batch_driver`` child): ``outcomes`` (items that
     ended: ``handle, index, status, result, error, started_at, completed_at`` (seconds
     since the epoch), ``node``), ``cluster`` (``address, nodes, cpus, cpus_free, fits,
-    node_cpus, node_memory_mb``, or None), ``running`` (tasks in flight).  Each live attempt's outcome is recorded
+    shapes``, or None), ``running`` (tasks in flight).  Each live attempt's outcome is recorded
     once; repeated or stale ones are dropped.  Answers ``{run: [{handle, index,
     spec}], cancel: [handle], stop}``: items to start, tasks to cancel, whether to end.
     A sync is the driver's sign of life (it is never interrupted as stale while it syncs)."""

@@ -244,8 +244,8 @@ class BatchService:
         """The batch's job record plus ``run_name``, ``run_dir``, ``settings``,
         ``progress`` (see :meth:`BatchRun.progress`; from the checkpoint when the
         run is not live), ``executor`` (``{name}``; with ``ray`` while live:
-        ``address, nodes, cpus, cpus_free, fits, node_cpus, node_memory_mb, driver, driver_starts,
-        in_flight``), ``bad_lines``, ``errors`` (first bad lines), ``problems``,
+        ``address, nodes, cpus, cpus_free, fits, shapes, driver, driver_starts, in_flight,
+        waiting``), ``bad_lines``, ``errors`` (first bad lines), ``problems``,
         ``failures`` (the commonest errors of failed prompts: ``[{error, count}]``),
         ``usage`` (what the run spent: ``Ledger.spent``; ``cost_usd``, ``cost_unknown`` too),
         ``files`` and ``seq`` (the last event seq, to follow from)."""

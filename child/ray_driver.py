@@ -18,7 +18,7 @@ when it dies (``batch.executor_ray``).  The driver
    :func:`child.item.run_item`), the hosts started as the items need them, where the
    cluster has room for ``ray.num_cpus`` CPUs and ``ray.memory_mb`` MiB per slot
    (:mod:`child.ray_hosts`); an item whose host was lost (its node or process died)
-   goes again, up to ``ray.max_retries`` times;
+   is reported ``lost``, and the daemon sends its prompt again as a new item;
 4. relays what its items send hermesd — their progress and their model calls'
    grants — from a socket on this node (:mod:`child.relay`), so they are governed,
    billed and watched as local children are;
@@ -51,6 +51,7 @@ CONNECT_SECONDS = 5.0
 POLL_SECONDS = 0.2
 CLUSTER_EVERY = 2.0
 OUTCOMES_PER_SYNC = 32
+SHAPES = 4
 
 
 class DriverError(Exception):
@@ -119,14 +120,15 @@ def connect(address: str) -> Any:
 
 
 def cluster(ray: Any, hosts: HostPool) -> dict[str, Any]:
-    """``{address, nodes, cpus, cpus_free, fits, node_cpus, node_memory_mb}``: the live nodes and
-    their CPUs; whether one of them could hold an item of ``hosts`` were it idle (``fits``), and
-    the most CPUs and memory (MiB) one node has."""
+    """``{address, nodes, cpus, cpus_free, fits, shapes}``: the live nodes and their CPUs; whether
+    one of them could hold an item of ``hosts`` were it idle (``fits``); the nodes' sizes, each
+    ``[CPUs, memory in MiB]``, the largest first (most CPUs, then memory; at most
+    :data:`SHAPES` of them, each once)."""
     totals = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
+    shapes = sorted({(r.get("CPU", 0.0), int(r.get("memory", 0.0)) // 2**20) for r in totals}, reverse=True)
     return {"address": ray.get_runtime_context().gcs_address, "nodes": len(totals),
             "cpus": ray.cluster_resources().get("CPU", 0.0), "cpus_free": ray.available_resources().get("CPU", 0.0),
-            "fits": hosts.fits(totals), "node_cpus": max((r.get("CPU", 0.0) for r in totals), default=0.0),
-            "node_memory_mb": int(max((r.get("memory", 0.0) for r in totals), default=0.0)) // 2**20}
+            "fits": hosts.fits(totals), "shapes": [list(shape) for shape in shapes[:SHAPES]]}
 
 
 def node_address(ray: Any) -> str:
@@ -137,12 +139,10 @@ def node_address(ray: Any) -> str:
 
 @dataclass(eq=False)
 class Live:
-    """An item on a host: ``item`` as the daemon sent it (``handle, index, spec``), its
-    ``host``, and how many times it went out (``attempts``)."""
+    """An item on a host: ``item`` as the daemon sent it (``handle, index, spec``), and its ``host``."""
 
     item: dict[str, Any]
     host: Host
-    attempts: int
 
 
 class Driver:
@@ -151,11 +151,10 @@ class Driver:
     def __init__(self, ray: Any, settings: dict[str, Any], channel: Any, stop: Any, relay: Relay | None = None):
         self.ray, self.channel, self.stop, self.relay = ray, channel, stop, relay
         self.grace = float(settings.get("grace") or 3.0)
-        self.max_retries = int(settings.get("max_retries", 3))
         memory = int(settings["memory_mb"]) * 1024 * 1024 if settings.get("memory_mb") else 0
         self.hosts = HostPool(ray, float(settings.get("num_cpus", 1.0)), memory)
         self.env = ray.put({k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)})
-        self.queue: list[tuple[dict[str, Any], int]] = []  # (item, attempts so far) waiting for a slot
+        self.queue: list[dict[str, Any]] = []  # items waiting for a slot
         self.live: dict[Any, Live] = {}  # the run() reference of each item on a host
         self.stopping: dict[Any, Host] = {}  # cancelled items, until their slot is free
         self.outcomes: list[dict[str, Any]] = []
@@ -172,7 +171,7 @@ class Driver:
         sent, self.outcomes = self.outcomes[:OUTCOMES_PER_SYNC], self.outcomes[OUTCOMES_PER_SYNC:]
         reply = self.channel.call("child.batch_sync", outcomes=sent, cluster=info, running=len(self.live))
         self.reported += len(sent)
-        self.queue += [({k: item[k] for k in ("handle", "index", "spec")}, 0) for item in reply.get("run") or []]
+        self.queue += [{k: item[k] for k in ("handle", "index", "spec")} for item in reply.get("run") or []]
         if cancel := set(reply.get("cancel") or []):
             self.cancel(cancel)
         self.dispatch()
@@ -182,15 +181,15 @@ class Driver:
         """Grow the hosts to the items there are, and send each waiting item to a free slot."""
         self.hosts.grow(len(self.live) + len(self.queue))
         while self.queue and (host := self.hosts.take()) is not None:
-            item, attempts = self.queue.pop(0)
+            item = self.queue.pop(0)
             ref = host.actor.run.options(name=f"{item['handle']} prompt {item['index']}").remote(
                 item["handle"], item["index"], item["spec"], self.env, self.grace,
                 self.relay.admit(item["handle"]) if self.relay is not None else None)
-            self.live[ref] = Live(item, host, attempts + 1)
+            self.live[ref] = Live(item, host)
 
     def cancel(self, handles: set[str]) -> None:
         """Stop the items ``handles``: those waiting are dropped, those running stopped by their host."""
-        self.queue = [(item, n) for item, n in self.queue if item["handle"] not in handles]
+        self.queue = [item for item in self.queue if item["handle"] not in handles]
         for ref in [r for r, live in self.live.items() if live.item["handle"] in handles]:
             live = self.live.pop(ref)
             self._forget(live.item)
@@ -225,17 +224,14 @@ class Driver:
             return
         except self.ray.exceptions.RayActorError as exc:  # its host died: its node, or its process
             self.hosts.lost(live.host)
-            if live.attempts <= self.max_retries:
-                self.queue.insert(0, (live.item, live.attempts))
-                return
-            error = exc
+            error, status, what = exc, "lost", "its Ray host was lost"
         except Exception as exc:  # noqa: BLE001 - RayError subclasses: the call itself failed
-            error = exc
+            error, status, what = exc, "failed", "the Ray item failed"
         first = (str(error).strip().splitlines() or [""])[0]
         now = time.time()
-        self.outcomes.append({"handle": live.item["handle"], "index": live.item["index"], "status": "failed",
+        self.outcomes.append({"handle": live.item["handle"], "index": live.item["index"], "status": status,
                               "result": None, "started_at": now, "completed_at": now, "node": None,
-                              "error": f"the Ray item failed: {error.__class__.__name__}: {first}"[:2000]})
+                              "error": f"{what}: {error.__class__.__name__}: {first}"[:2000]})
 
     def _forget(self, item: dict[str, Any]) -> None:
         if self.relay is not None:
@@ -260,7 +256,7 @@ class Driver:
 
 def run(spec: JobSpec, channel: Any, stop: Any) -> JobResult:
     """The driver of the batch in ``spec`` (a ``batch_driver`` job spec whose ``ray``
-    map has ``address, num_cpus, memory_mb, max_retries, grace``); returns its
+    map has ``address, num_cpus, memory_mb, grace``); returns its
     ``child.result``.  Raises :class:`DriverError` when it cannot start."""
     started = time.monotonic()
     settings = spec.ray or {}

@@ -230,11 +230,8 @@ def record_text(rec: dict[str, Any]) -> str:
         if ex.get("nodes") is not None:
             where += f": {ex['nodes']} node(s), {ex.get('cpus') or 0:g} CPUs ({ex.get('cpus_free') or 0:g} free)"
         lines.append(f"  executor: {where}" + (f" · driver {ex['driver']}" if ex.get("driver") else ""))
-        if ex.get("fits") is False:
-            lines.append(f"  waiting: no node can hold an item ({s.get('ray_num_cpus'):g} CPU(s)"
-                         + (f", {s['ray_memory_mb']} MiB" if s.get("ray_memory_mb") else "")
-                         + f" each; the largest has {ex.get('node_cpus') or 0:g} CPU(s), "
-                         f"{ex.get('node_memory_mb') or 0} MiB): its items wait for one")
+        if ex.get("waiting"):
+            lines.append(f"  waiting: {ex['waiting']}")
     elif ex:
         lines.append(f"  executor: {ex['name']}")
     if p:

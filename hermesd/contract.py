@@ -282,7 +282,7 @@ class JobSpec(Wire):
     ``container``: the container its terminal commands run in (engine, image,
     name, labels, workdir…: :func:`hermesd.containers.plugin.prepare`), None: on the host.
     ``ray``: a ``batch_driver``'s cluster settings (``address, num_cpus, memory_mb,
-    max_retries, grace``; ``child.ray_driver``), else None.
+    grace``; ``child.ray_driver``), else None.
     ``approval_tools``: tools whose every call waits for a person (``approvals.always``;
     ``child.approval``).
     ``journal``: the path of the job's journal (``hermesd.journal``), which the child

@@ -320,6 +320,26 @@ def test_hosts_are_planned_where_the_cluster_has_room_most_free_cpus_first():
     assert plan(free, 0, 0.5, 0) == [] and plan({}, 4, 0.5, 0) == []
 
 
+def test_no_room_names_the_reservation_at_fault_and_the_nodes_as_they_are():
+    """A cluster that cannot hold one item: the flag at fault, and each node's CPUs and memory
+    together (a CPU-less head with the most memory is no room for an item that needs a CPU)."""
+    from batch.executor_ray import no_room
+    from batch.settings import Settings
+
+    def settings(cpus: float, memory: int | None) -> Settings:
+        return Settings(run_name="r", dataset_file="/d.jsonl", output_dir="/out", batch_size=1,
+                        ray_address="127.0.0.1:6379", ray_num_cpus=cpus, ray_memory_mb=memory)
+
+    cluster = {"fits": False, "shapes": [[2.0, 23640], [2.0, 23439], [0.0, 23840]]}
+    field, error = no_room(settings(2, 23700), cluster)
+    assert field == "ray_memory_mb" and "lower --ray_memory_mb (batch.ray_memory_mb)" in error, error
+    assert "(2 CPU(s) and 23700 MiB each; its largest nodes have 2 CPU(s) and 23640 MiB; 2 CPU(s) and 23439 MiB; " \
+           "0 CPU(s) and 23840 MiB)" in error and "127.0.0.1:6379" in error, error
+    assert no_room(settings(3, None), cluster)[0] == "ray_num_cpus"
+    field, error = no_room(settings(3, 30000), cluster)
+    assert field == "ray_num_cpus" and "lower --ray_num_cpus and --ray_memory_mb" in error, error
+
+
 def test_a_dead_hosts_scratch_directories_are_swept_and_no_one_elses(tmp_path, monkeypatch):
     """An item's scratch directory (its spec, log and working directory) names its host's pid;
     a host killed with its driver leaves it behind, and the next host on the node removes it:
@@ -475,7 +495,8 @@ def test_an_item_no_node_can_hold_is_refused_before_anything_starts(make_daemon,
         with pytest.raises(ProtocolError) as err:
             run_ray(daemon, cluster, prompts(tmp_path / "p.jsonl", 4), f"nofit_{field}", **args)
         assert err.value.code == "bad_request" and err.value.details.get("field") == field, err.value
-        assert asked in err.value.message and "the largest node has 2 CPU(s)" in err.value.message, err.value.message
+        assert asked in err.value.message and "its largest nodes have 2 CPU(s) and " in err.value.message and \
+            f"lower --{field} (batch.{field})" in err.value.message, err.value.message
         assert not (daemon.base / "out" / f"nofit_{field}").exists()
     wait_for(lambda: not driver_pids(daemon), 30, 0.2, "the drivers to end")
     assert daemon.call("batch.list")["batches"] == []
@@ -496,7 +517,12 @@ def test_a_worker_node_lost_mid_run_its_items_run_again_exactly_once(make_daemon
     run = read_run(Path(final["run_dir"]))
     check_consistent(run, 10)
     assert indices(run) == list(range(24)), "every prompt exactly once"
-    assert lost and final["progress"]["failed"] == 0  # Ray ran the lost node's items again
+    assert lost and final["progress"]["failed"] == 0  # the lost node's prompts ran again
+    # each attempt a job: those on the lost node ended lost, their prompts ran again as new items
+    attempts = {j["id"]: j for j in ray_items(daemon, record["id"])}
+    ended_lost = [attempts[i] for i in lost if attempts[i]["status"] == "lost"]
+    assert ended_lost and all("its Ray host was lost" in j["error"] for j in ended_lost), [attempts[i] for i in lost]
+    assert sorted(j["status"] for j in attempts.values()) == ["completed"] * 24 + ["lost"] * len(ended_lost)
 
 
 @on_cluster
