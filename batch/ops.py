@@ -151,7 +151,7 @@ def settings_from(ctx: Context, args: dict[str, Any]) -> Settings:
                     reasoning_effort=arg(args, "reasoning_effort", str, None, choices=config_mod.REASONING_EFFORTS),
                     max_samples=_positive(args, "max_samples"), model=arg(args, "model", str, None),
                     executor=arg(args, "executor", str, ctx.config.batch.executor, choices=EXECUTORS),
-                    ray_address=arg(args, "ray_address", str, ctx.config.batch.ray_address),
+                    ray_address=(arg(args, "ray_address", str, ctx.config.batch.ray_address) or "").strip() or None,
                     ray_num_cpus=_not_negative(args, "ray_num_cpus", ctx.config.batch.ray_num_cpus),
                     ray_memory_mb=_positive(args, "ray_memory_mb", ctx.config.batch.ray_memory_mb),
                     **flag_options(args))
