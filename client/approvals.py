@@ -11,6 +11,7 @@ watching (so a restarted daemon refuses no request for want of one), as ``wait``
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import click
@@ -21,6 +22,8 @@ from client.common import conn, is_json, json_option, out, print_all, show, who
 
 FOLLOW_EVERY = 10.0
 """Seconds between two ``approvals.list {follow: true}`` of a follower (the daemon counts one for 30)."""
+AWAY_POLL_SECONDS = 1.0
+"""Seconds between two looks for the daemon while it is away."""
 
 
 def request_line(r: dict[str, Any]) -> str:
@@ -48,8 +51,7 @@ def approvals_command(follow: bool, show_all: bool, job: str | None) -> None:
         if not answer["reachable"] and not is_json():
             out("(nobody to ask: requests are refused at once; --follow or hooks.on_approval_request makes them wait)")
         return
-    since = conn().call("events_since", since=0, limit=1)["last_seq"]
-
+    since: int | None = None  # the last event seen (None: not asked yet)
     away = False  # the daemon could not be reached (said once, and once it is back)
 
     def check_in() -> None:
@@ -75,10 +77,17 @@ def approvals_command(follow: bool, show_all: bool, job: str | None) -> None:
     while True:  # in windows: between two, the daemon is told again that a person is watching
         if away:
             check_in()
-        for event in conn().follow(since, idle=1.0, stop_after=FOLLOW_EVERY, lost=lost):
-            since = event["seq"]
-            if event["type"].startswith("approval.") and (job is None or event.get("job") == job):
-                render.emit_json(event["data"]) if is_json() else out(request_line(event["data"]))
+        try:
+            if since is None:
+                since = conn().call("events_since", since=0, limit=1)["last_seq"]
+            for event in conn().follow(since, idle=1.0, stop_after=FOLLOW_EVERY, lost=lost):
+                since = event["seq"]
+                if event["type"].startswith("approval.") and (job is None or event.get("job") == job):
+                    render.emit_json(event["data"]) if is_json() else out(request_line(event["data"]))
+        except ClientError as err:  # it went away before the window began: said once, tried again
+            lost(err.message)
+            time.sleep(AWAY_POLL_SECONDS)
+            continue
         check_in()
 
 

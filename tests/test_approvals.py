@@ -4,6 +4,7 @@ person — approved, denied, timed out, refused with nobody to ask, across kill 
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -137,13 +138,31 @@ def test_a_follower_says_when_the_daemon_is_back_and_counts_again_at_once(make_d
 
     d = make_daemon()
     errors = tmp_path / "follower.err"
+    # the follower pauses 2 s after its first check-in, before it asks for the last event and
+    # subscribes: the daemon dies in that window (on a loaded machine it once did), and the
+    # follower must wait for it, not exit
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(
+        "import time\n"
+        "from client import connection\n"
+        "call, first = connection.Connection.call, []\n"
+        "def paused(self, op, _timeout=None, **args):\n"
+        "    out = call(self, op, _timeout, **args)\n"
+        "    if op == 'approvals.list' and not first:\n"
+        "        first.append(op)\n"
+        "        time.sleep(2.0)\n"
+        "    return out\n"
+        "connection.Connection.call = paused\n")
+    env = {**d.env, "PYTHONPATH": os.pathsep.join(filter(None, (str(slow), d.env.get("PYTHONPATH"))))}
     with open(errors, "w") as err:
-        follower = subprocess.Popen([sys.executable, "-m", "client", "approvals", "--follow"], env=d.env,
+        follower = subprocess.Popen([sys.executable, "-m", "client", "approvals", "--follow"], env=env,
                                     stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
     try:
         wait_for(lambda: d.call("approvals.list")["reachable"], what="the follower to check in")
         d.kill9()
         wait_for(lambda: "following again once it is back" in errors.read_text(), what="the follower to say so")
+        assert follower.poll() is None, errors.read_text()
         d.start()
         wait_for(lambda: "hermesd is back" in errors.read_text(), timeout=8, what="the follower back")
         assert d.call("approvals.list")["reachable"], errors.read_text()
