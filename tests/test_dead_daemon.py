@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -63,7 +64,7 @@ def test_daemon_gone_names_the_reason(dead, tmp_path):
 def test_wait_already_waiting_says_the_daemon_stopped_and_exits_3(daemon):
     job = daemon.delegate("long", background=True, script=LONG)["id"]
     waiter = _ctl_popen(daemon, "wait", job)
-    wait_for(lambda: _waiting(waiter), what="hermesctl wait connected")
+    _wait_until_waiting(waiter)
     daemon.kill9()
     out, err = waiter.communicate(timeout=RESTART_GRACE_SECONDS + 20)
     assert waiter.returncode == NOT_RUNNING, (out, err)
@@ -75,13 +76,29 @@ def test_wait_already_waiting_says_the_daemon_stopped_and_exits_3(daemon):
 def test_wait_carries_on_across_a_restart(daemon):
     job = daemon.delegate("long", background=True, script=LONG, resume=False)["id"]
     waiter = _ctl_popen(daemon, "wait", job)
-    wait_for(lambda: _waiting(waiter), what="hermesctl wait connected")
+    _wait_until_waiting(waiter)
     daemon.kill9()
     daemon.start()  # the job was running when its daemon died: the new one says it is lost
     out, err = waiter.communicate(timeout=RESTART_GRACE_SECONDS + 20)
     assert waiter.returncode == EXIT_CODES["job_failed"], (out, err)
     assert "lost" in out
     assert "waiting up to" in err and "hermesd is back" in err
+
+
+def _wait_until_waiting(proc: subprocess.Popen, steady: float = 1.0) -> None:
+    """Until ``proc`` has held its connection for ``steady`` seconds: its handshake done and its
+    request sent (on a loaded machine, a ``kill -9`` just after the connection was seen once
+    landed in the handshake: a daemon that never answered, which ``wait`` rightly calls not running)."""
+    since: list[float] = []
+
+    def held() -> bool:
+        if not _waiting(proc):
+            since.clear()
+            return False
+        since[:] = since or [time.monotonic()]
+        return time.monotonic() - since[0] >= steady
+
+    wait_for(held, what="hermesctl wait connected")
 
 
 def _waiting(proc: subprocess.Popen) -> bool:
