@@ -92,7 +92,7 @@ def no_room(settings: Settings, cluster: dict[str, Any]) -> tuple[str, str]:
         advice = f"lower --{field} (batch.{field})"
     each = f"{cpus:g} CPU(s)" + (f" and {memory} MiB" if memory else "")
     sizes = "; ".join(f"{c:g} CPU(s) and {m} MiB" for c, m in shapes) or "none"
-    return field, (f"no node of the Ray cluster at {settings.ray_address or 'RAY_ADDRESS/auto'} can hold an item "
+    return field, (f"no node of the Ray cluster at {settings.cluster} can hold an item "
                    f"({each} each; its largest nodes have {sizes}): {advice}")
 
 
@@ -242,7 +242,7 @@ class RayExecutor:
                 return cluster
             field, error = no_room(settings, cluster)
         except asyncio.TimeoutError:
-            error = (f"the Ray cluster at {settings.ray_address or 'RAY_ADDRESS/auto'} did not answer within "
+            error = (f"the Ray cluster at {settings.cluster} did not answer within "
                      f"{CONNECT_SECONDS:.0f} s")
         except DriverFailed as exc:
             error = str(exc).removeprefix("DriverError: ")

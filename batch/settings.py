@@ -257,6 +257,11 @@ class Settings:
     budget: dict[str, Any] | None = None
 
     @property
+    def cluster(self) -> str:
+        """The Ray cluster's address as given, or where Ray looks without one (``RAY_ADDRESS/auto``)."""
+        return self.ray_address or "RAY_ADDRESS/auto"
+
+    @property
     def effort(self) -> str | None:
         """The reasoning effort the items run with: ``none`` when ``reasoning_disabled``."""
         return "none" if self.reasoning_disabled else self.reasoning_effort

@@ -37,6 +37,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -130,9 +131,10 @@ def sweep_scratch() -> int:
         pid, _, rest = name[len(SCRATCH_PREFIX):].partition("-")
         path = os.path.join(root, name)
         try:
-            if not pid.isdigit() or not rest or os.lstat(path).st_uid != os.getuid() or os.path.islink(path):
-                continue
+            st = os.lstat(path)
         except OSError:
+            continue
+        if not pid.isdigit() or not rest or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
             continue
         try:
             os.kill(int(pid), 0)

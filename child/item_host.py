@@ -63,9 +63,13 @@ class ItemHost:
                 self._stop(proc, grace)
 
         with self._lock:
-            if time.monotonic() - self._swept >= SWEEP_SECONDS:  # what hosts killed on this node left
-                self._swept = time.monotonic()
-                sweep_scratch()
+            now = time.monotonic()
+            sweep = now - self._swept >= SWEEP_SECONDS
+            if sweep:
+                self._swept = now
+        if sweep:  # what hosts killed on this node left (outside the lock: cancel() needs it)
+            sweep_scratch()
+        with self._lock:
             if handle in self._cancelled:  # cancelled before it got here: never started
                 self._cancelled.discard(handle)
                 return {"handle": handle, "index": index, "status": "interrupted", "result": None,
