@@ -54,6 +54,9 @@ def log(text: str) -> None:
           file=sys.stderr, flush=True)
 
 
+STEERABLE = ("delegation", "background")
+"""The kinds a person may steer whatever their depth (``hermesd.delegation.service.STEERABLE``)."""
+
 RETRY_DELAYS = (1.0, 4.0, 10.0)
 """Seconds to wait before each new attempt of a model call that failed with a retryable error."""
 
@@ -399,20 +402,24 @@ class Agent:
         self.liveness.touch(what)
         self.liveness.tick()
     def read_inbox(self) -> None:
-        """Add the messages the agent that started this one sent it (``steer``) to the conversation:
-        into the last user message (tool results) as text, so roles still alternate.  A child
-        no agent started (``depth`` 0: a person's, a batch item) has no one to steer it and does
-        not ask (one round trip fewer per model call)."""
-        if self.channel is None or not self.spec.job or not self.spec.depth:
+        """Add the messages sent to this run (``steer``: by the agent that started it, or by a person
+        for a delegation, :data:`STEERABLE`) to the conversation: into the last user message (tool
+        results) as text, so roles still alternate.  Any other child no agent started (``depth`` 0:
+        a session's turn, a batch item) has no one to steer it and does not ask (one round trip
+        fewer per model call)."""
+        if self.channel is None or not self.spec.job or not (self.spec.depth or self.spec.kind in STEERABLE):
             return
         try:
-            messages = self.channel.call("child.inbox", timeout=10.0).get("messages") or []
+            answer = self.channel.call("child.inbox", timeout=10.0)
         except Exception as exc:  # noqa: BLE001 - no steering this step; the run goes on
             log(f"could not read messages from hermesd: {exc}")
             return
-        for text in messages:
-            log(f"message from the agent that started this one: {one_line(text, 100)}")
-            note = m.text(f"[Message from the agent that started you, sent while you work]\n{text}")
+        messages = answer.get("messages") or []
+        senders = list(answer.get("senders") or [])
+        for i, text in enumerate(messages):
+            who = "a person" if i < len(senders) and senders[i] == "person" else "the agent that started you"
+            log(f"message from {who.replace('you', 'this one')}: {one_line(text, 100)}")
+            note = m.text(f"[Message from {who}, sent while you work]\n{text}")
             if self.new and self.new[-1]["role"] == "user":
                 self.new[-1]["content"].append(note)
                 if self.journal is not None:

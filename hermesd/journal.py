@@ -58,3 +58,32 @@ def read(path: str | Path) -> list[dict[str, Any]]:
             raise JournalError(f"{path}:{number}: not a journal entry")
         entries.append(entry)
     return entries
+
+
+def read_from(path: str | Path, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
+    """The whole lines of the journal at ``path`` from byte ``offset`` on, as many as fit in about
+    ``limit`` bytes (a longer first line whole): ``(entries, next offset, file size)``.  A line that
+    is not an entry is left out; a missing file is ``([], 0, 0)``.  For a reader that follows a
+    running job (the ``journal`` op) rather than a child that replays it (:func:`read`)."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(min(max(0, offset), size))
+            data = fh.read(limit)
+            while data and b"\n" not in data and len(data) < size:  # one line longer than the limit
+                more = fh.read(limit)
+                if not more:
+                    break
+                data += more
+    except FileNotFoundError:
+        return [], 0, 0
+    whole = data[:data.rfind(b"\n") + 1]
+    entries = []
+    for line in whole.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("t") in KINDS:
+            entries.append(entry)
+    return entries, min(max(0, offset), size) + len(whole), size

@@ -279,11 +279,16 @@ class InboxChannel(Channel):
         return {"messages": ["look at the README first"] if op == "child.inbox" else []}
 
 
-def test_only_a_child_an_agent_started_asks_for_steering(tmp_path):
+def test_only_a_child_an_agent_or_a_person_can_steer_asks_for_steering(tmp_path):
     script = [{"tool_calls": [call("terminal", command="true")]}, {"text": "done"}]
+    for kind in ("session_turn", "batch_item"):
+        nobody = InboxChannel()
+        assert run(tmp_path, script, nobody, kind=kind).status == "completed"
+        assert nobody.calls == []  # depth 0 and not a delegation: nobody can steer it, so it does not ask
     person = InboxChannel()
-    assert run(tmp_path, script, person).status == "completed"
-    assert person.calls == []  # depth 0: nobody can steer it, so it does not ask
+    result = run(tmp_path, script, person, kind="background")
+    assert person.calls == ["child.inbox", "child.inbox"]  # a person may steer a delegation (steer)
+    assert "[Message from the agent that started you" in json.dumps(result.messages)  # no sender: an agent's
     agents = InboxChannel()
     result = run(tmp_path, script, agents, depth=1)
     assert agents.calls == ["child.inbox", "child.inbox"]  # before each model call

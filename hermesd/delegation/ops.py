@@ -15,8 +15,8 @@ from hermesd.contract import TERMINAL
 from hermesd.delegation import notifications
 from hermesd.delegation.rules import SubagentRules
 from hermesd.delegation.delivery import Delivery
-from hermesd.delegation.service import (Inbox, delegate_from_child, list_children, steer_child, stop_child,
-                                stop_foreground_children)
+from hermesd.delegation.service import (STEERABLE, Inbox, delegate_from_child, list_children, steer, steer_child,
+                                        stop_child, stop_foreground_children)
 from hermesd.handlers.jobs import submitted
 from hermesd.jobs import AdmissionPool, JobKind
 from hermesd.protocol import ProtocolError, arg
@@ -167,11 +167,29 @@ async def retry(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return submitted(ctx, row)
 
 
+@op("steer")
+async def steer_job(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """A person's ``message`` to the live delegation ``id`` (kinds ``delegation``, ``background``;
+    at most 64 KiB): it reads it before its next model call, as a message from a person (a
+    subagent's own agent steers it with ``steer_subagent``).  Returns ``{id, status, delivered,
+    unread}``.  ``not_found``; ``bad_request`` for another kind (a session's turn: ``session.send``;
+    a Kanban worker: ``kanban.comment``); ``invalid_state`` once it ended; ``capacity_reached``
+    while 32 messages wait unread."""
+    row = ctx.jobs.require(arg(args, "id", str))
+    if row["kind"] not in STEERABLE:
+        raise ProtocolError("bad_request", f"{row['id']} is a {row['kind']} job; steer reaches delegations "
+                            "(a session: hermesctl send; a Kanban task: hermesctl kanban comment)",
+                            {"id": row["id"], "kind": row["kind"]})
+    return steer(ctx, row, args.get("message"), "person")
+
+
 @op("child.inbox", child=True)
 async def child_inbox(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
-    """The messages the agent that started this child sent it (``steer``), removed: ``{messages: [text…]}``.
+    """The messages sent to this child (``steer``, ``child.steer``), removed: ``{messages: [text…],
+    senders: [sender…]}`` (``agent``: the agent that started it; ``person``: the ``steer`` op).
     A child asks before each model call."""
-    return {"messages": ctx.service(Inbox).take(job)}
+    taken = ctx.service(Inbox).take(job)
+    return {"messages": [text for _, text in taken], "senders": [sender for sender, _ in taken]}
 
 
 @op("child.children", child=True)

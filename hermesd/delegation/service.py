@@ -119,22 +119,23 @@ def stop_foreground_children(ctx: Context, row: dict[str, Any] | None) -> None:
 
 
 class Inbox:
-    """Steer messages waiting for their child, by job id (in memory: a child does not outlive the daemon)."""
+    """Steer messages waiting for their child, by job id (in memory: a child does not outlive the daemon),
+    each with who sent it (``agent``: the agent that started the child; ``person``: the ``steer`` op)."""
 
     def __init__(self) -> None:
-        self.messages: dict[str, list[str]] = {}
+        self.messages: dict[str, list[tuple[str, str]]] = {}
 
-    def put(self, job: str, message: str) -> int:
+    def put(self, job: str, message: str, sender: str = "agent") -> int:
         """Queue ``message`` for ``job``; returns how many wait.  Raises ``capacity_reached`` past :data:`MAX_INBOX`."""
         waiting = self.messages.setdefault(job, [])
         if len(waiting) >= MAX_INBOX:
             raise ProtocolError("capacity_reached", f"{job} has {len(waiting)} unread messages; wait for it to "
                                 "read them", {"job": job})
-        waiting.append(message)
+        waiting.append((sender, message))
         return len(waiting)
 
-    def take(self, job: str) -> list[str]:
-        """The messages waiting for ``job``, removed."""
+    def take(self, job: str) -> list[tuple[str, str]]:
+        """The messages waiting for ``job`` as ``(sender, text)``, removed."""
         return self.messages.pop(job, [])
 
 
@@ -167,7 +168,18 @@ def list_children(ctx: Context, parent_id: str, include_ended: bool) -> dict[str
 
 def steer_child(ctx: Context, parent_id: str, child_id: Any, message: Any) -> dict[str, Any]:
     """``child.steer``: queue ``message`` for one of the agent's live children."""
-    row = own_child(ctx, parent_id, child_id)
+    return steer(ctx, own_child(ctx, parent_id, child_id), message, "agent")
+
+
+STEERABLE = ("delegation", "background")
+"""The kinds a person may steer (``steer``): their children read their inbox before each model
+call whatever their depth (``child.agent.STEERABLE``, the child's copy of this tuple)."""
+
+
+def steer(ctx: Context, row: dict[str, Any], message: Any, sender: str) -> dict[str, Any]:
+    """Queue ``message`` (a non-empty string of at most :data:`MAX_STEER_BYTES`) from ``sender`` for the
+    live job ``row``.  Raises ``bad_request``, ``too_large``, ``invalid_state`` (it ended) and
+    ``capacity_reached`` (:data:`MAX_INBOX` unread)."""
     if not isinstance(message, str) or not message.strip():
         raise ProtocolError("bad_request", "argument 'message' must be a non-empty string", {"field": "message"})
     if len(message.encode()) > MAX_STEER_BYTES:
@@ -175,7 +187,7 @@ def steer_child(ctx: Context, parent_id: str, child_id: Any, message: Any) -> di
     if row["status"] in jobs_mod.TERMINAL:
         raise ProtocolError("invalid_state", f"{row['id']} has already ended ({row['status']})",
                             {"id": row["id"], "status": row["status"]})
-    waiting = ctx.service(Inbox).put(row["id"], message)
+    waiting = ctx.service(Inbox).put(row["id"], message, sender)
     return {"id": row["id"], "status": row["status"], "delivered": "before its next model call", "unread": waiting}
 
 

@@ -1,4 +1,4 @@
-"""Job ops, for a job of any kind: ps, job, result, wait, cancel, logs."""
+"""Job ops, for a job of any kind: ps, job, result, wait, cancel, logs, journal."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from hermesd import jobs as jobs_mod
+from hermesd import journal as journal_file
 from hermesd.billing.ledger import Ledger
 from hermesd.context import Context
 from hermesd.contract import LIVE
@@ -155,3 +156,17 @@ async def logs(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         size, start, data = 0, 0, b""
     return {"data": data.decode("utf-8", "replace"), "offset": start + len(data), "size": size,
             "done": row["status"] in jobs_mod.TERMINAL}
+
+
+@op("journal")
+async def journal(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """Read job ``id``'s journal (its conversation as the child wrote it, secrets redacted;
+    ``hermesd.journal``: entries ``message``, ``tool_started``, ``tool_result``, ``note``) from
+    byte ``offset`` (default 0), whole lines of at most about ``limit`` bytes (default and most
+    1 MiB; a longer line whole).  Returns ``{entries, offset, size, done}``: ``offset`` is where to
+    continue, ``done`` tells the job is terminal; a job that keeps no journal has no entries."""
+    row = ctx.jobs.require(arg(args, "id", str))
+    limit = min(arg(args, "limit", int, 1 << 20, lo=1), 1 << 20)
+    entries, offset, size = journal_file.read_from(ctx.runner.job_dir(row["id"]) / journal_file.NAME,
+                                                   arg(args, "offset", int, 0, lo=0), limit)
+    return {"entries": entries, "offset": offset, "size": size, "done": row["status"] in jobs_mod.TERMINAL}
