@@ -74,8 +74,9 @@ def test_unknown_model_is_a_clear_error():
 
 
 def model_steps() -> dict:
-    """Run in a subprocess (:func:`steps`): load the model, take the first step twice (same
-    prompt, same seed), then feed tool results until a final answer.  Returns JSON-able data."""
+    """Run in a subprocess (:func:`steps`): load the model, take the first step, feed tool
+    results until a final answer, then take the first step again (same prompt, same seed, the
+    model's context holding a longer conversation with the same prefix).  Returns JSON-able data."""
     p = local.LocalProvider()
     t0 = time.monotonic()
     p._llama()
@@ -83,7 +84,6 @@ def model_steps() -> dict:
     t0 = time.monotonic()
     first = p.complete(SYSTEM, [ASK], TOOLS, max_tokens=1024)
     step_seconds = time.monotonic() - t0
-    again = p.complete(SYSTEM, [ASK], TOOLS, max_tokens=1024)
     step, messages, more = first, [ASK, {"role": "assistant", "content": first.content}], []
     uses = [b for b in first.content if b["type"] == "tool_use"]
     for _ in range(local.FINAL_AFTER if uses else 0):
@@ -95,6 +95,8 @@ def model_steps() -> dict:
         if step.stop_reason == "end_turn":
             break
         uses = [b for b in step.content if b["type"] == "tool_use"] or uses
+    # the first prompt again, after longer conversations that share its prefix were evaluated
+    again = p.complete(SYSTEM, [ASK], TOOLS, max_tokens=1024)
     return {"load_seconds": load, "step_seconds": step_seconds, "first": vars(first), "again": vars(again),
             "more": more}
 

@@ -21,6 +21,13 @@ the last user text) has seen: with none yet the grammar requires a tool call
 from :data:`NUDGE_AFTER` results the prompt asks for the final answer, and from
 :data:`FINAL_AFTER` results the grammar only allows ``final_answer``, so runs
 end.  A call identical to the previous one becomes a final answer in the same step.
+
+The same prompt gives the same step: sampling has a fixed seed, one thread count, and every
+prompt is evaluated whole, from an empty context (:meth:`LocalProvider._generate` resets the
+model first).  llama.cpp would otherwise reuse the KV cache of the longest prefix it evaluated
+last and decode only the rest, in batches of another shape, whose floating-point sums differ
+from a whole evaluation's on some CPUs (seen on AMD EPYC), so a repeated prompt could fork.
+That costs one prompt evaluation per step (a few hundred ms for this model's prompts).
 """
 
 from __future__ import annotations
@@ -380,9 +387,12 @@ class LocalProvider:
             del turns[1]
 
     def _generate(self, prompt: str, grammar: Any, max_new: int, usage: dict[str, int]) -> str:
-        """Raw completion text; adds llama.cpp's token counts to ``usage``."""
+        """Raw completion text; adds llama.cpp's token counts to ``usage``.  The context is
+        reset first, so the prompt is evaluated whole (see the module docstring)."""
+        llama = self._llama()
+        llama.reset()
         try:
-            out = self._llama().create_completion(
+            out = llama.create_completion(
                 prompt, max_tokens=max_new, temperature=self.temperature, top_k=40, top_p=0.95,
                 repeat_penalty=1.1, seed=self.seed, stop=["<|im_end|>"], grammar=grammar)
         except (ValueError, RuntimeError) as e:
