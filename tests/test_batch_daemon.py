@@ -16,6 +16,8 @@ import pytest
 from hermesd.protocol import ProtocolError
 from tests.harness import wait_for
 
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+
 THINK = {"thinking": "I plan the answer.", "tool_calls": [{"name": "terminal", "input": {"command": "echo hi"}}]}
 FLY = {"thinking": "I call a tool.", "tool_calls": [{"name": "fly_to_moon", "input": {}}]}
 WEB = {"thinking": "I search.", "tool_calls": [{"name": "web_search", "input": {"query": "x"}}]}  # known, not offered

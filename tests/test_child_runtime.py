@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 import signal
 import time
@@ -9,6 +10,8 @@ import time
 import psutil
 
 from tests.harness import wait_for, command_line, process_name
+
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
 
 LONG_TOOL = [{"text": "about to run a long command",
               "tool_calls": [{"name": "terminal", "input": {"command": "echo started; sleep 100", "timeout": 300}}]},

@@ -16,6 +16,8 @@ from hermesd.protocol import ProtocolError
 from tests.fakes.anthropic_server import FakeAnthropic, Message, text_block
 from tests.harness import wait_for
 
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+
 QUIET = [{"text": "thinking hard", "sleep": 30}]
 """A model call that never answers and shows no activity."""
 

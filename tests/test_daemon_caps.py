@@ -11,6 +11,8 @@ import pytest
 from hermesd.protocol import ProtocolError
 from tests.harness import wait_for, command_line
 
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+
 SLEEPY = [{"thinking": "working on it", "text": "started", "sleep": 30}]
 
 

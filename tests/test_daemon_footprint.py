@@ -15,6 +15,8 @@ import pytest
 
 from tests.harness import wait_for
 
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+
 TLS = re.compile(r"lib(ssl|crypto)[.-]")
 
 

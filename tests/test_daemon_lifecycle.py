@@ -13,6 +13,8 @@ import pytest
 from hermesd.protocol import ProtocolError
 from tests.harness import wait_for
 
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+
 # a child that starts a grandchild (sleep) through the terminal tool, then waits
 GRANDCHILD = [{"text": "starting a long command",
                "tool_calls": [{"name": "terminal", "input": {"command": "sleep 120", "timeout": 300}}]},

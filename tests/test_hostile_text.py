@@ -12,6 +12,8 @@ from hermesd.protocol import ProtocolError
 from tests.harness import wait_for
 from tests.test_batch_daemon import finish, start
 
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+
 
 def _caps_free(daemon) -> bool:
     caps = daemon.call("status")["caps"]

@@ -15,6 +15,8 @@ from hermesd.system import limits
 from tests.chaos.helpers import delegate_warm, warm_on_start
 from tests.harness import DaemonProc
 
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+
 PROBE = ("cat /proc/$PPID/limits > parent_limits.txt; cat /proc/self/limits > own_limits.txt; "
          "tr '\\0' '\\n' < /proc/$PPID/environ | grep -c '^HERMES_ZYGOTE=' > warm.txt; "
          "python3 -c 'while 1: pass'; echo $? > spin_rc.txt")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import contextlib
 import os
 
 from hermesd.upkeep.logcap import rotate, rotated
 from tests.harness import wait_for
+
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
 
 
 def test_rotate_copies_the_tail_truncates_and_says_so(tmp_path):

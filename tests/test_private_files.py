@@ -4,12 +4,15 @@ mode from its creation (``hermesd.private``), sampled while a daemon started und
 
 from __future__ import annotations
 
+import pytest
 import os
 import stat
 import threading
 from pathlib import Path
 
 from tests.harness import wait_for
+
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
 
 
 class Sampler(threading.Thread):

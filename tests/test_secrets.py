@@ -3,11 +3,14 @@ redacted from tool results, trajectories, logs and events (``child.redact``)."""
 
 from __future__ import annotations
 
+import pytest
 import json
 from pathlib import Path
 
 from child.redact import Redactor, tool_environment
 from tests.harness import wait_for
+
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
 
 KEYS = {"ANTHROPIC_API_KEY": "sk-ant-test-0123456789abcdef", "OPENAI_API_KEY": "sk-openai-test-9876543210",
         "OPENROUTER_API_KEY": "sk-or-test-5555555555abcd", "DB_PASSWORD": "hunter2-hunter2-secret"}

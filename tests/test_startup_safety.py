@@ -16,6 +16,8 @@ import pytest
 
 from tests.harness import wait_for
 
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+
 OTHER_UID = 65534
 """``nobody``: a user that is not the one running the daemon."""
 
