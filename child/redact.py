@@ -1,26 +1,27 @@
 """Secrets stay with the child's provider: what a tool's environment lacks, and what is redacted.
 
 A child is started with the daemon's environment, so it holds the provider keys
-(:data:`hermesd.contract.PROVIDER_KEYS`) and whatever variables the config names
-as secrets (``secrets:``, carried as names in :data:`hermesd.contract.SECRETS_ENV`).
-The child needs them to call the model; nothing its tools run does:
+(:data:`hermesd.contract.PROVIDER_KEYS`) and every other secret of the daemon's environment.
+The child needs the keys to call the model; nothing its tools run needs a secret it was not
+given.  The rule is :class:`hermesd.redaction.Secrets` (secret: a provider key, a name in
+:data:`hermesd.redaction.SECRETS_ENV` — the config's ``secrets:``, the job's ``secrets`` —, a
+name matching :data:`hermesd.redaction.SECRET_PATTERNS`, the job's token; passed: the names in
+:data:`hermesd.redaction.PASS_ENV` — ``terminal.pass_env``, the job's own variables):
 
 * :func:`tool_environment` is the environment of a terminal command and of a
-  container engine's client: the child's, less those variables and the job's
-  token for ``children.sock``.  The variables a job was given with ``--env``
-  (names in :data:`hermesd.contract.JOB_ENV_NAMES`) stay: they are for its tools.
-* :class:`Redactor` replaces every known secret value — provider keys, config
-  secrets, the job's ``--env`` values, the job's token — by ``[REDACTED:NAME]``
-  in text before it is stored or sent: a tool's result (so the model, the
-  trajectory and the messages never hold it), the job's log (the child's
+  container engine's client: the child's, less its secrets that are not passed and
+  always less the job's token for ``children.sock``.
+* :class:`Redactor` replaces the value of every secret — passed or not — by
+  ``[REDACTED:NAME]`` in text before it is stored or sent: a tool's result (so the model,
+  the trajectory and the messages never hold it), the job's log (the child's
   ``stderr``, :func:`install`) and everything the child sends the daemon
-  (events, results: :meth:`Redactor.data`).
+  (events, results: :meth:`Redactor.data`).  A plain variable (``--env STAGE=production``)
+  is never redacted.
 
-The redactor is :class:`hermesd.redaction.Redactor` (the daemon's too).
 Values shorter than :data:`MIN_SECRET_CHARS` are not redacted: a short value
-(``1``, ``true``) would garble every output it appears in, and is no secret.
+(``1``, ``yes``) would garble every output it appears in, and is no secret.
 Redaction is a net for accidents and careless commands, not a sandbox: a command
-that encodes a value (``base64``) gets it past the net, which is why the keys are
+that encodes a value (``base64``) gets it past the net, which is why the secrets are
 not in a tool's environment in the first place.
 """
 
@@ -31,37 +32,34 @@ import os
 import sys
 from typing import Any, Mapping
 
-from hermesd.contract import JOB_ENV_NAMES, PROVIDER_KEYS, SECRETS_ENV
-from hermesd.redaction import MIN_SECRET_CHARS, Redactor  # noqa: F401 (MIN_SECRET_CHARS: re-exported)
+from hermesd.contract import PROVIDER_KEYS
+from hermesd.redaction import MIN_SECRET_CHARS, Redactor, Secrets  # noqa: F401 (MIN_SECRET_CHARS: re-exported)
 
 TOKEN_ENV = "HERMES_CHILD_TOKEN"
 """The job's secret for ``children.sock``: never in a tool's environment, redacted where it shows."""
 
 
-def _names(environ: Mapping[str, str], key: str) -> list[str]:
-    """The comma-separated variable names in ``environ[key]``."""
-    return [n for n in (environ.get(key) or "").split(",") if n]
+def rule(environ: Mapping[str, str] | None = None) -> Secrets:
+    """The secrets rule of ``environ`` (default ``os.environ``): :meth:`hermesd.redaction.Secrets.of_child`
+    with the provider keys and the job's token."""
+    return Secrets.of_child(os.environ if environ is None else environ, PROVIDER_KEYS, (TOKEN_ENV,))
 
 
 def hidden_names(environ: Mapping[str, str]) -> set[str]:
-    """Variables a tool's environment lacks: the provider keys, the config's secrets and the
-    job's token, less the names the job's ``--env`` gave its tools."""
-    return ({*PROVIDER_KEYS, *_names(environ, SECRETS_ENV), TOKEN_ENV}
-            - set(_names(environ, JOB_ENV_NAMES)))
+    """Variables of ``environ`` a tool's environment lacks: its secrets not passed, and the job's token."""
+    return rule(environ).hidden(environ)
 
 
 def tool_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``environ`` (default ``os.environ``) without :func:`hidden_names`: what a tool's process gets."""
     environ = os.environ if environ is None else environ
-    hidden = hidden_names(environ)
-    return {k: v for k, v in environ.items() if k not in hidden}
+    return rule(environ).tool_environment(environ)
 
 
 def from_environ(environ: Mapping[str, str] | None = None) -> Redactor:
-    """The redactor of a child's environment (default ``os.environ``): the provider keys,
-    the config's secrets, the job's ``--env`` variables and its token."""
+    """The redactor of a child's environment (default ``os.environ``): the values of its secrets."""
     environ = os.environ if environ is None else environ
-    return Redactor.of(environ, {*PROVIDER_KEYS, *_names(environ, SECRETS_ENV), *_names(environ, JOB_ENV_NAMES), TOKEN_ENV})
+    return rule(environ).redactor(environ)
 
 
 _current: Redactor | None = None
@@ -100,8 +98,8 @@ class _RedactingStream(io.TextIOBase):
 
 
 def hide_from_proc() -> bool:
-    """Rewrite this process's ``/proc/PID/environ`` without the provider keys and the config's
-    secrets, which stay in ``os.environ`` and libc's environment (on the heap, where only this
+    """Rewrite this process's ``/proc/PID/environ`` without the secrets its tools are not given
+    (:func:`hidden_names`), which stay in ``os.environ`` and libc's environment (on the heap, where only this
     process reads them): a tool that reads its parent's ``/proc/PID/environ`` finds none.
     Everything else stays there (the daemon finds a job's processes by ``HERMES_JOB_ID`` and
     ``HERMES_SUPERVISOR``; the job's token, which only speaks for this job, is kept out of its

@@ -401,11 +401,3 @@ LOG_CAP_ENV = "HERMES_LOG_CAP"
 def rotated_log(name: str, n: int) -> str:
     """``log.N``: the file name of the ``n``-th rotated copy of log ``name`` (1 is the newest)."""
     return f"{name}.{n}"
-
-
-SECRETS_ENV = "HERMES_SECRETS"
-"""A child's environment variable naming (comma-separated) the variables the config calls secret (``secrets:``)."""
-
-JOB_ENV_NAMES = "HERMES_JOB_ENV"
-"""A child's environment variable naming (comma-separated) the variables its job's ``env`` gave its tools
-(kept in their environment, redacted from what is stored)."""

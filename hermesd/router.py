@@ -12,11 +12,11 @@ the core's op modules and the plugins' (``hermesd.server.ROUTER``):
   agent's Kanban tools — is unwrapped here into the child op ``op``, so it takes
   the same path.
 
-What a client submits is redacted before any handler sees it: every known secret
-value (the provider keys and the config's ``secrets:`` in the daemon's environment)
-in its arguments is ``[REDACTED:NAME]`` (:mod:`hermesd.redaction`), but a job's
-``env`` (values its tools are given), so a key pasted into a goal is stored,
-published and given to the model redacted.
+What a client submits is redacted before any handler sees it: the value of every secret
+of the daemon's environment (:class:`hermesd.redaction.Secrets`: the provider keys, the
+config's ``secrets:``, the names matching the patterns) in its arguments is
+``[REDACTED:NAME]``, but a job's ``env`` (values its tools are given), so a key pasted into
+a goal is stored, published and given to the model redacted.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from hermesd.contract import PROVIDER_KEYS
 from hermesd.protocol import ProtocolError, Request
-from hermesd.redaction import Redactor
+from hermesd.redaction import Redactor, Secrets
 
 Handler = Callable[..., Awaitable[Any]]
 KEPT = frozenset({"env"})
@@ -86,10 +86,10 @@ class Router:
         return await handler(ctx, self.redactor(ctx.config).data(request.args, KEPT))
 
     def redactor(self, config: Any) -> Redactor:
-        """The daemon's redactor for ``config`` (its ``secrets``, the provider keys, from
-        ``os.environ``), made again only when the config was reloaded."""
+        """The daemon's redactor for ``config``: the values of the secrets of ``os.environ`` (the
+        provider keys, its ``secrets``, the patterns), made again only when the config was reloaded."""
         if self._redacting[0] is not config:
-            self._redacting = (config, Redactor.of(os.environ, (*PROVIDER_KEYS, *config.secrets)))
+            self._redacting = (config, Secrets((*PROVIDER_KEYS, *config.secrets)).redactor(os.environ))
         return self._redacting[1]
 
     async def child(self, ctx: Any, request: Request) -> Any:

@@ -32,10 +32,11 @@ from hermesd.config import Config
 from hermesd.control import dependencies
 from hermesd.control.pause import QueuePause
 from hermesd.control.staleness import ActivityLog, stale_error
-from hermesd.contract import JOB_ENV_NAMES, LIVE, SECRETS_ENV, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
+from hermesd.contract import LIVE, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
 from hermesd.jobs import AdmissionPool, JobTable
 from hermesd.plugin import Plugins
 from hermesd.protocol import ProtocolError, one_line
+from hermesd.redaction import PASS_ENV, SECRETS_ENV
 from hermesd.scheduler import PROCESS_POOLS, Scheduler
 from hermesd.system import limits
 from hermesd.system.procs import Child, ProcessManager
@@ -257,7 +258,8 @@ class Runner:
             child = self.procs.start(job_id, cwd=self.cwd_of(row),
                                      log_path=self.log_path(job_id),
                                      env={**(job_env := (row.get("spec") or {}).get("env") or {}),
-                                          SECRETS_ENV: ",".join(self.config.secrets), JOB_ENV_NAMES: ",".join(job_env),
+                                          SECRETS_ENV: ",".join(self.config.secrets),
+                                          PASS_ENV: ",".join([*self.config.terminal.pass_env, *job_env]),
                                           **{k: v for part in self.hooks.child_env(row) for k, v in part.items()},
                                           "HERMES_CHILD_SOCKET": str(self.children_socket),
                                           "HERMES_CHILD_TOKEN": token},

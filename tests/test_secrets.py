@@ -24,9 +24,9 @@ def test_redactor_replaces_longest_first_and_ignores_short_values():
 
 
 def test_tool_environment_keeps_the_jobs_env_and_drops_keys_and_config_secrets():
-    env = {**KEYS, **JOB_ENV, "HERMES_SECRETS": "DB_PASSWORD", "HERMES_JOB_ENV": "JOB_TOKEN",
+    env = {**KEYS, **JOB_ENV, "HERMES_SECRETS": "DB_PASSWORD", "HERMES_PASS_ENV": "JOB_TOKEN",
            "HERMES_CHILD_TOKEN": "t" * 32, "PATH": "/bin"}
-    assert set(tool_environment(env)) == {"JOB_TOKEN", "HERMES_SECRETS", "HERMES_JOB_ENV", "PATH"}
+    assert set(tool_environment(env)) == {"JOB_TOKEN", "HERMES_SECRETS", "HERMES_PASS_ENV", "PATH"}
 
 
 def test_a_terminal_command_has_no_key_and_what_leaks_is_redacted_everywhere(make_daemon):

@@ -122,7 +122,7 @@ def kill_tree(proc: subprocess.Popen, run_id: str) -> int:
 
 def _environment(run_id: str) -> dict[str, str]:
     """The child's environment without its secrets (:func:`child.redact.tool_environment`: no
-    provider key, no config secret, no token for ``children.sock``), plus :data:`MARKER`.
+    secret it was not passed, no token for ``children.sock``), plus :data:`MARKER`.
     ``HERMES_JOB_ID`` stays, so a restarted daemon can find what a dead job left behind."""
     return {**tool_environment(), MARKER: run_id}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermesd.config import at_least, one_of, section
+from hermesd.config import ENV_NAMES, at_least, one_of, section
 
 TERMINAL_BACKENDS = ("local", "docker", "podman")
 
@@ -23,7 +23,8 @@ class Terminal:
     default network (default: none).  ``pull``: pull a missing image (default:
     never; the job fails).  ``max_processes``: the containers' ``nproc`` limit
     (at most the job's own).  ``start_timeout_seconds``: how long starting a
-    container may take.
+    container may take.  ``pass_env``: the secrets of the daemon's environment every job's
+    commands get all the same (names; their values are still redacted: :mod:`hermesd.redaction`).
     """
 
     backend: str = field(default="local", metadata=one_of(*TERMINAL_BACKENDS))
@@ -34,6 +35,7 @@ class Terminal:
     pull: bool = False
     max_processes: int = field(default=4096, metadata=at_least(1))
     start_timeout_seconds: float = field(default=60.0, metadata=at_least(1))
+    pass_env: list[str] = field(default_factory=list, metadata=ENV_NAMES)
 
 
 @dataclass(frozen=True)
