@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import (bench_batch, bench_batch_ray, bench_batch_scheduling, bench_cache, bench_compaction,  # noqa: E402
                    bench_containers, bench_control, bench_events, bench_fleet, bench_governor, bench_local_model, bench_longrun,
-                   bench_memory,
+                   bench_memory, bench_memory_limit,
                    bench_peers, bench_resume, bench_spawn, bench_warm_start)
 from child.providers import local  # noqa: E402
 from bench.common import machine  # noqa: E402
@@ -52,6 +52,7 @@ def main() -> None:
     print(bench_control.report(bench_control.run(2000, 5.0)) + "\n", flush=True)
     print(bench_events.report(bench_events.run(30, 50, 6, 120, 20.0), 50, 20.0) + "\n", flush=True)
     print(bench_memory.report(bench_memory.run(16), 16) + "\n", flush=True)
+    print(bench_memory_limit.report(bench_memory_limit.run(1536, 200.0, 2 if args.quick else 5)) + "\n", flush=True)
     print(bench_fleet.report(bench_fleet.run(64 if args.quick else 256)) + "\n", flush=True)
     print(bench_compaction.report(bench_compaction.run(60 if args.quick else 300)) + "\n", flush=True)
     rows = bench_batch.run(prompts, 1, 1.0, [4, 16], ["forkserver", "spawn"])

@@ -113,12 +113,13 @@ class DaemonProc:
         self.proc: subprocess.Popen | None = None
         self.supervisor_id = str((self.home / "state.db").resolve())
         self.log_path = base / "hermesd.log"
+        self.wrapper: list[str] = []  # a command line the daemon's is appended to (e.g. entering a cgroup first)
 
     def start(self, timeout: float = 15.0) -> "DaemonProc":
         """Start the daemon and wait until it answers ``hello``."""
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "hermesd.cli", "run"], env=self.env, cwd=str(self.work),
-                                     stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([*self.wrapper, sys.executable, "-m", "hermesd.cli", "run"], env=self.env,
+                                     cwd=str(self.work), stdout=log, stderr=subprocess.STDOUT)
         log.close()
 
         def up() -> bool:

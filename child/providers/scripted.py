@@ -5,7 +5,7 @@ it).  With a script (the job spec's ``script``), each :meth:`complete` plays the
 next step::
 
     {"thinking"?: str, "text"?: str, "tool_calls"?: [{"name", "input", "id"?}],
-     "sleep"?: seconds, "stream"?: seconds, "error"?: str, "retryable"?: bool}
+     "sleep"?: seconds, "stream"?: seconds, "error"?: str, "retryable"?: bool, "hold_mb"?: MiB}
 
 A step with ``tool_calls`` asks for those tools; a step without is the final
 answer (its ``text``).  ``sleep`` waits first (cut short by the stop flag;
@@ -13,7 +13,9 @@ default ``$HERMES_SCRIPTED_STEP_SECONDS``, else 0: a demo whose jobs must still
 be running a moment later sets it, e.g. ``HERMES_DEMO_PROVIDER=scripted bash demo.sh``);
 shows no activity, like a model server that does not answer; ``stream`` takes
 that long as a streamed reply does, with activity all along;
-``error`` raises :class:`ProviderError` instead of answering.  When the script
+``error`` raises :class:`ProviderError` instead of answering; ``hold_mb`` makes the agent's
+own process hold that many MiB more (written, so resident) for the rest of its run, before the
+step's ``sleep`` — as an agent whose history grows does (a test of its memory limit).  When the script
 runs out, the reply is a final answer that quotes the goal.
 
 Without a script the plan comes from the goal and the tools offered: think,
@@ -65,6 +67,7 @@ class ScriptedProvider:
         self.model = model or "scripted"
         self.stop = stop
         self._played = 0
+        self._held: list[bytearray] = []  # what ``hold_mb`` steps keep
         try:
             self.step_seconds = max(0.0, float(os.environ.get(STEP_SECONDS_ENV) or 0))
         except ValueError:
@@ -79,6 +82,8 @@ class ScriptedProvider:
         self._played += 1
         if step is None:
             step = {"text": final_answer(self.goal, messages)}
+        if step.get("hold_mb"):
+            self._held.append(bytearray(b"\1") * (int(step["hold_mb"]) << 20))
         self._sleep(float(step["sleep"]) if step.get("sleep") is not None else self.step_seconds)
         self._stream(float(step.get("stream") or 0))
         if step.get("error"):

@@ -20,6 +20,15 @@ after a short grace.  A command that finishes normally may leave background
 processes behind on purpose (a server for a later step); they live in the
 child's group and end with the job.
 
+Memory: over the job's memory limit, the daemon kills the largest process of the
+job with the rest of its command (they share their ``HERMES_TOOL_RUN``), or the
+kernel's OOM killer does in the job's cgroup, where every command runs with the
+highest ``oom_score_adj`` (:data:`hermesd.system.rlimits.TOOL_OOM_SCORE_ADJ`) so
+that it goes before the agent.  A command that ends by ``SIGKILL`` asks the daemon
+whether that was the limit (``child.tool_killed``); if so its call fails with
+``killed: memory limit 1536 MiB exceeded (the command used 1,690 MiB)`` and the
+output so far, and the agent goes on.
+
 Output goes to an unlinked temporary file, not a pipe: nothing has to drain it
 while the command runs, a background process holding it open cannot make the
 tool hang, and only the first and last ``max_output_bytes/2`` are ever read.
@@ -41,11 +50,17 @@ import psutil
 
 from child import approval
 from child.redact import tool_environment
-from child.tools import Tool, ToolContext, ToolError, join_capped, schema
+from child.tools import Tool, ToolContext, ToolError, daemon_call, join_capped, schema
 from child.tools.policy import dangerous
+from hermesd.system import rlimits
 
-MARKER = "HERMES_TOOL_RUN"
+MARKER = rlimits.TOOL_RUN_ENV
 """Environment variable set to a fresh id in every command's environment."""
+
+MIB = 1024 * 1024
+KILLED_STATUSES = (-signal.SIGKILL, 128 + signal.SIGKILL)
+"""How a command killed by ``SIGKILL`` ends: the shell itself killed, or its last command (``sh``
+exits 128 + the signal)."""
 
 POLL_SECONDS = 0.1
 """How often the wait loop looks at the command and the stop flag."""
@@ -127,6 +142,24 @@ def _environment(run_id: str) -> dict[str, str]:
     return {**tool_environment(), MARKER: run_id}
 
 
+def _memory_kill(ctx: ToolContext, run_id: str) -> str | None:
+    """``killed: memory limit … exceeded (…)`` when the daemon says the command ``run_id``,
+    which ended by ``SIGKILL``, was killed for the job's memory limit; None otherwise (or when
+    the daemon cannot be asked: the exit status says what is known)."""
+    if ctx.channel is None:
+        return None
+    try:
+        answer = daemon_call(ctx, "child.tool_killed", timeout=10.0, run=run_id)
+    except ToolError:
+        return None
+    if not answer.get("killed"):
+        return None
+    head = f"killed: memory limit {answer.get('limit_mb')} MiB exceeded"
+    if answer.get("used") is not None:
+        return f"{head} (the command used {answer['used'] / MIB:,.0f} MiB)"
+    return f"{head} (the kernel's OOM killer in the job's cgroup took the command's largest process)"
+
+
 def _status(returncode: int) -> str:
     if returncode < 0:
         return f"[killed by signal {signal.Signals(-returncode).name}]"
@@ -160,8 +193,9 @@ def run_shell(command: str, ctx: ToolContext, timeout: float, env: dict[str, str
     stderr together, capped at ``max_output_bytes``; a negative returncode is the signal.
 
     Raises :class:`ToolError` — with the output so far — when it times out, when the
-    job is asked to stop, or when its output passes :data:`MAX_SPOOL_BYTES` (the
-    command and every process it started are killed first).  The command's
+    job is asked to stop, when its output passes :data:`MAX_SPOOL_BYTES` (the
+    command and every process it started are killed first), or when it was killed for
+    the job's memory limit (``killed: memory limit …``, see the module doc).  The command's
     environment is the child's, less its secrets (:func:`child.redact.tool_environment`), plus :data:`MARKER` and
     ``env``; in a container, the image's environment plus ``env``, through the
     engine's ``exec``.
@@ -172,8 +206,9 @@ def run_shell(command: str, ctx: ToolContext, timeout: float, env: dict[str, str
     argv = box.exec_argv(command, env) if box is not None else ["/bin/sh", "-c", command]
     with tempfile.TemporaryFile(prefix="hermes-terminal-") as out:
         try:
-            proc = subprocess.Popen(argv, cwd=ctx.cwd, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, env={**_environment(run_id), **(env or {})})
+            proc = subprocess.Popen(argv, cwd=ctx.cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env={**_environment(run_id), **(env or {})},
+                                    preexec_fn=None if box is not None else rlimits.raise_oom_score)
         except OSError as exc:
             raise ToolError(f"cannot start {argv[0]} in {ctx.cwd}: {exc}") from None
         deadline = time.monotonic() + timeout
@@ -181,9 +216,15 @@ def run_shell(command: str, ctx: ToolContext, timeout: float, env: dict[str, str
         while True:
             try:
                 proc.wait(timeout=POLL_SECONDS)
-                return _read_capped(out, limit), proc.returncode
             except subprocess.TimeoutExpired:
                 pass
+            else:
+                killed_for = _memory_kill(ctx, run_id) if proc.returncode in KILLED_STATUSES else None
+                if killed_for is not None:
+                    kill_tree(proc, run_id)  # what the kernel's choice left of the command
+                    output = _read_capped(out, limit)
+                    raise ToolError(killed_for + (f"\n{output}" if output else ""))
+                return _read_capped(out, limit), proc.returncode
             if ctx.stop is not None and ctx.stop.is_set():
                 why = "interrupted: the job was asked to stop"
             elif time.monotonic() >= deadline:

@@ -8,12 +8,17 @@ child's first instruction and are inherited by every process it starts:
 
 * **memory, everywhere**: what the job's processes really use — the memory of
   every process of its session or process group (proportional set size:
-  :func:`hermesd.system.procfs.memory_of_sessions`), watched by the daemon
-  (:class:`MemoryWatch`, every :data:`MEMORY_CHECK_SECONDS`); over the limit the
-  whole group is killed (``SIGKILL``) and the job fails naming the limit and what
-  it used.  (Not ``RLIMIT_AS``: it counts address space, which a forked Python
-  maps far beyond what it uses, so every job failed at start under a small limit.)
-  With a delegated cgroup, the cgroup's ``memory.max`` instead (below).
+  :func:`hermesd.system.procfs.processes_of_sessions`), watched by the daemon
+  (:class:`MemoryWatch`, every :data:`MEMORY_CHECK_SECONDS` or sooner); over the limit
+  the largest process other than the agent is killed (``SIGKILL``) with the rest of
+  its tool command (:func:`choose`), whose tool call fails naming the limit and what
+  the command used (the ``child.tool_killed`` op tells the child) while the job goes
+  on; only an agent over the limit on its own ends the job, failed, naming the limit.
+  (Not ``RLIMIT_AS``: it counts address space, which a forked Python maps far beyond
+  what it uses, so every job failed at start under a small limit.)  With a delegated
+  cgroup, the cgroup's ``memory.max`` instead (below), and the same choice by the
+  kernel's OOM killer: a tool's command runs with a higher ``oom_score_adj``
+  (:data:`hermesd.system.rlimits.TOOL_OOM_SCORE_ADJ`) than the agent.
 * **rlimits, everywhere** (setrlimit(2)): ``RLIMIT_CPU``
   (soft at the limit, which sends ``SIGXCPU``; hard :data:`CPU_GRACE` seconds
   later, ``SIGKILL``; per process), ``RLIMIT_NPROC`` (processes: counted per
@@ -36,8 +41,9 @@ child's first instruction and are inherited by every process it starts:
 
 A child killed for exceeding a limit ends ``failed`` with the limit named
 (:func:`exceeded`): ``SIGXCPU`` is "CPU time limit 10 s exceeded", a
-``SIGKILL`` counted in the cgroup's ``memory.events`` ``oom_kill`` or sent by
-the :class:`MemoryWatch` is "memory limit 256 MiB exceeded".
+``SIGKILL`` counted in the cgroup's ``memory.events`` ``oom_kill`` (beyond the kills
+its tools were told of) or sent by the :class:`MemoryWatch` is "memory limit 256 MiB
+exceeded".
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ log = logging.getLogger("hermesd")
 
 MEMORY_CHECK_SECONDS = 0.2
 """How often the :class:`MemoryWatch` measures the jobs with a memory limit and no cgroup."""
+MEMORY_CHECK_MIN_SECONDS = 0.02
+"""The shortest pause between two measures of a job growing fast towards its limit."""
 CPU_GRACE = 5
 """Seconds of CPU between ``SIGXCPU`` (the soft limit) and ``SIGKILL`` (the hard one)."""
 MIB = 1024 * 1024
@@ -133,16 +141,18 @@ def for_child(spec: dict[str, Any], resources: Limits) -> Limits:
 
 def exceeded(limits: Limits, returncode: int | None, oom_killed: bool, memory_used: int | None = None) -> str | None:
     """Which limit killed a child that exited with ``returncode`` (negative: a signal),
-    as a sentence for the job's ``error``; None when none did.  ``memory_used``: the bytes
-    its processes used when the :class:`MemoryWatch` killed them."""
+    as a sentence for the job's ``error``; None when none did.  ``oom_killed``: its cgroup
+    counted an OOM kill its tools were not told of (it counts only for a child that died of
+    ``SIGKILL``); ``memory_used``: the bytes its agent used when the :class:`MemoryWatch`
+    killed the job."""
     if returncode == -signal.SIGXCPU and limits.cpu_seconds is not None:
         return f"CPU time limit {limits.cpu_seconds} s exceeded (SIGXCPU)"
     if returncode == -signal.SIGXCPU:
         return "CPU time limit exceeded (SIGXCPU)"
     if memory_used is not None:
-        return (f"memory limit {limits.memory_mb} MiB exceeded: its processes used {memory_used / MIB:.0f} MiB "
+        return (f"memory limit {limits.memory_mb} MiB exceeded: the agent's process used {memory_used / MIB:,.0f} MiB "
                 "(killed by hermesd)")
-    if oom_killed:
+    if oom_killed and returncode == -signal.SIGKILL:
         size = f" {limits.memory_mb} MiB" if limits.memory_mb is not None else ""
         return f"memory limit{size} exceeded (killed by the kernel's OOM killer in its cgroup)"
     return None
@@ -152,7 +162,7 @@ class Cgroups:
     """Per-job cgroups under the daemon's delegated cgroup v2 directory ``base``.
 
     Use :meth:`detect`; then :meth:`create` / :meth:`attach` per job,
-    :meth:`oom_killed` and :meth:`remove` once it is reaped.  Every write is a
+    :meth:`oom_kills` (also while it runs) and :meth:`remove` once it is reaped.  Every write is a
     plain file write; an ``OSError`` in one job's cgroup is logged and that
     job runs with its rlimits only.
     """
@@ -222,14 +232,15 @@ class Cgroups:
             log.warning("moving %s (pid %d) into %s: %s", job, pid, path, exc)
             return False
 
-    def oom_killed(self, job: str) -> bool:
-        """True when the kernel killed a process of the job for its ``memory.max``."""
+    def oom_kills(self, job: str) -> int:
+        """How many processes of the job the kernel killed for its ``memory.max`` (``oom_kill``
+        of its ``memory.events``, cgroup-v2.rst); 0 when unreadable."""
         try:
             text = (self.path(job) / "memory.events").read_text()
         except OSError:
-            return False
+            return 0
         counts = dict(line.split() for line in text.splitlines() if line.strip())
-        return int(counts.get("oom_kill", 0)) > 0
+        return int(counts.get("oom_kill", 0))
 
     def remove(self, job: str) -> None:
         """Remove the job's cgroup (empty once its processes are reaped; ``EBUSY`` is logged)."""
@@ -241,49 +252,128 @@ class Cgroups:
             log.warning("cgroup of %s not removed: %s", job, exc)
 
 
+@dataclass(frozen=True)
+class Overrun:
+    """What :func:`choose` kills of a job over its memory limit: ``pids``, the processes of one
+    tool command (``run``: their :data:`hermesd.system.rlimits.TOOL_RUN_ENV`, None for a process
+    that carries none) using ``used`` bytes; or, with ``pids`` empty, the whole job, its agent
+    using ``used`` bytes."""
+
+    run: str | None
+    pids: tuple[int, ...]
+    used: int
+
+    @property
+    def whole_job(self) -> bool:
+        """True when the job itself ends (its agent is over the limit)."""
+        return not self.pids
+
+
+def choose(agent: int, procs: list[procfs.Proc], limit: int, run_of: Callable[[int], str | None]) -> Overrun:
+    """What to kill of a job whose processes ``procs`` use more than ``limit`` bytes together,
+    ``agent`` the pid of its child, ``run_of(pid)`` the tool run a process belongs to
+    (:data:`hermesd.system.rlimits.TOOL_RUN_ENV` of its environment, None without).
+
+    As the kernel's OOM killer does in a cgroup (mm/oom_kill.c: the largest process, here
+    with the agent's ``oom_score_adj`` below its tools'): the largest process other than the
+    agent, with every process of the same tool run and their descendants — the command and
+    what it started, the job going on; the agent only when it alone uses more than ``limit``
+    (or nothing else is left to kill)."""
+    own = sum(p.memory for p in procs if p.pid == agent)
+    others = [p for p in procs if p.pid != agent]
+    if own > limit or not others:
+        return Overrun(None, (), own)
+    largest = max(others, key=lambda p: p.memory)
+    run = run_of(largest.pid)
+    members = {p.pid for p in others if run is not None and run_of(p.pid) == run} | {largest.pid}
+    grew = True
+    while grew:  # what they started, the variable dropped or not
+        more = {p.pid for p in others if p.ppid in members} - members
+        members |= more
+        grew = bool(more)
+    return Overrun(run, tuple(sorted(members)), sum(p.memory for p in others if p.pid in members))
+
+
 class MemoryWatch:
-    """A job's memory limit where no cgroup holds it: every ``interval`` seconds (on the
-    event loop, only while such a job runs), the memory of each such child's processes —
-    its session and process group, :func:`hermesd.system.procfs.memory_of_sessions` — and
-    ``kill(child, used_bytes)`` for each one over its ``limits.memory_mb``.
+    """A job's memory limit where no cgroup holds it: on the event loop, only while such a
+    job runs, the processes of each such child — its session and process group,
+    :func:`hermesd.system.procfs.processes_of_sessions` — and, for each one over its
+    ``limits.memory_mb``, what :func:`choose` picks: ``kill_command(child, overrun)`` (a tool's
+    command and its processes; the job goes on) or ``kill(child, used_bytes)`` (the agent
+    itself is over the limit; the job fails).
 
-    ``children()``: the live children (``job → Child``; a child has ``pid``, ``limits``,
-    ``cgroup``, ``returncode``).  A job over its limit between two measures is seen at the next
-    (a limit is not a reservation: plan ``interval`` seconds of allocation above it)."""
+    ``children()``: the live children (``job → Child``; a child has ``job``, ``pid``, ``limits``,
+    ``cgroup``, ``returncode``, ``memory_used``: set once it is killed whole).  Measured every ``interval`` seconds, sooner while a job's
+    memory grows towards its limit (half the time its last growth rate leaves, at least
+    :data:`MEMORY_CHECK_MIN_SECONDS`): a limit is a ceiling, not a reservation, and a job
+    allocating fast may pass it by what it allocates in that time.  A process it killed is
+    not counted again while it exits."""
 
-    def __init__(self, children: Callable[[], dict[str, Any]], kill: Callable[[Any, int], None], loop: Any,
-                 interval: float = MEMORY_CHECK_SECONDS):
-        self.children, self.kill, self.loop, self.interval = children, kill, loop, interval
+    def __init__(self, children: Callable[[], dict[str, Any]], kill: Callable[[Any, int], None],
+                 kill_command: Callable[[Any, Overrun], None], loop: Any, interval: float = MEMORY_CHECK_SECONDS):
+        self.children, self.kill, self.kill_command = children, kill, kill_command
+        self.loop, self.interval = loop, interval
         self._handle: Any = None
+        self._last: dict[str, tuple[float, int]] = {}  # job → (loop time, bytes) of its last measure
+        self._killed: dict[str, set[int]] = {}  # job → pids sent SIGKILL that have not exited yet
 
     def watched(self) -> list[Any]:
         """The live children whose memory limit only this watch enforces."""
         return [c for c in self.children().values()
-                if c.limits.memory_mb is not None and not c.cgroup and c.returncode is None]
+                if c.limits.memory_mb is not None and not c.cgroup and c.returncode is None and c.memory_used is None]
 
-    def start(self) -> None:
-        """Arm the timer: ``interval`` while a job is watched, else a second (an idle daemon
-        wakes once a second for it, and a new job is measured within a second of its start)."""
-        self._handle = self.loop.call_later(self.interval if self.watched() else 1.0, self._tick)
+    def start(self, wait: float | None = None) -> None:
+        """Arm the timer: in ``wait`` seconds, else ``interval`` while a job is watched and a
+        second otherwise (an idle daemon wakes once a second for it, and a new job is
+        measured within a second of its start)."""
+        if wait is None:
+            wait = self.interval if self.watched() else 1.0
+        self._handle = self.loop.call_later(wait, self._tick)
 
-    def check(self) -> None:
-        """Measure once and kill what is over its limit."""
+    def check(self) -> float:
+        """Measure once and kill what is over its limit; returns the seconds until the next
+        measure (``interval``, or less for a job growing towards its limit)."""
         watched = self.watched()
+        for job in set(self._last) - {c.job for c in watched}:
+            self._last.pop(job, None)
+            self._killed.pop(job, None)
         if not watched:
-            return
-        used = procfs.memory_of_sessions({c.pid for c in watched})
+            return self.interval
+        found = procfs.processes_of_sessions({c.pid for c in watched})
+        now, wait = self.loop.time(), self.interval
         for child in watched:
-            if used[child.pid] > child.limits.memory_mb * MIB:
-                log.warning("%s: memory limit %d MiB exceeded (%d MiB used): killing its processes", child.job,
-                            child.limits.memory_mb, used[child.pid] // MIB)
-                self.kill(child, used[child.pid])
+            killed = self._killed.setdefault(child.job, set())
+            killed &= {p.pid for p in found[child.pid]}  # those gone are forgotten
+            procs = [p for p in found[child.pid] if p.pid not in killed]
+            used, limit = sum(p.memory for p in procs), child.limits.memory_mb * MIB
+            last = self._last.get(child.job)
+            self._last[child.job] = (now, used)
+            if used <= limit:
+                if last is not None and used > last[1] and now > last[0]:
+                    left = (limit - used) / ((used - last[1]) / (now - last[0]))
+                    wait = min(wait, max(MEMORY_CHECK_MIN_SECONDS, left / 2))
+                continue
+            overrun = choose(child.pid, procs, limit, lambda pid: procfs.env_value(pid, rlimits.TOOL_RUN_ENV))
+            if overrun.whole_job:
+                log.warning("%s: memory limit %d MiB exceeded, its agent using %d MiB: killing the job", child.job,
+                            child.limits.memory_mb, overrun.used // MIB)
+                self.kill(child, overrun.used)
+                continue
+            log.warning("%s: memory limit %d MiB exceeded (%d MiB used): killing the command using %d MiB "
+                        "(%d process(es)); the job goes on", child.job, child.limits.memory_mb, used // MIB,
+                        overrun.used // MIB, len(overrun.pids))
+            killed.update(overrun.pids)
+            self.kill_command(child, overrun)
+            wait = MEMORY_CHECK_MIN_SECONDS  # soon again: still over once it is gone, the next goes too
+        return wait
 
     def _tick(self) -> None:
+        wait = None
         try:
-            self.check()
+            wait = self.check()
         except Exception:  # noqa: BLE001 - a watch that fails once must go on watching
             log.exception("measuring the memory of jobs failed")
-        self.start()
+        self.start(wait if self.watched() else None)
 
     def stop(self) -> None:
         """Disarm the timer."""

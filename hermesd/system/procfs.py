@@ -1,9 +1,9 @@
 """What the daemon reads about processes from ``/proc`` (Linux, proc(5)).
 
 The daemon needs five facts about processes that are not its jobs' own
-bookkeeping: a process's children, whether its environment holds a given
-``KEY=value``, its start time, the list of every process (the sweep of
-leftovers at start) and the memory a job's processes use (a memory limit
+bookkeeping: a process's children, a variable of its environment (``KEY=value``),
+its start time, the list of every process (the sweep of leftovers at start)
+and the processes of a job's session with the memory each uses (a memory limit
 without a cgroup).  psutil would answer all five, but importing it costs the
 idle daemon about a megabyte of resident memory (bench/README.md), for five reads of
 documented files.  Clients, children and tests keep using psutil.
@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
-__all__ = ["children_of", "has_env", "start_time", "all_pids", "memory_of_sessions"]
+__all__ = ["children_of", "has_env", "env_value", "start_time", "all_pids", "Proc", "processes_of_sessions"]
 
 
 def children_of(pid: int | str) -> list[int]:
@@ -51,12 +52,22 @@ def children_of(pid: int | str) -> list[int]:
 def has_env(pid: int, key: str, value: str) -> bool:
     """True when process ``pid``'s environment (``/proc/PID/environ``, as the process
     last left it) holds ``key=value`` exactly."""
+    return env_value(pid, key) == value
+
+
+def env_value(pid: int, key: str) -> str | None:
+    """The value of ``key`` in process ``pid``'s environment (``/proc/PID/environ``, as the
+    process last left it); None when it has none, or is gone or unreadable."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             data = fh.read()
     except OSError:
-        return False
-    return f"{key}={value}".encode("utf-8", "surrogateescape") in data.split(b"\0")
+        return None
+    prefix = f"{key}=".encode("utf-8", "surrogateescape")
+    for item in data.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode("utf-8", "surrogateescape")
+    return None
 
 
 def start_time(pid: int) -> float | None:
@@ -69,23 +80,34 @@ def start_time(pid: int) -> float | None:
     return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
-def memory_of_sessions(sessions: set[int]) -> dict[int, int]:
-    """Bytes of memory the processes of each session (or process group) id in ``sessions``
-    use, over one scan of ``/proc/*/stat`` (fields 5 and 6: pgrp, session): each process's
+@dataclass(frozen=True)
+class Proc:
+    """One process of a session as :func:`processes_of_sessions` reads it: ``pid``, its parent's
+    ``ppid`` and the bytes of memory it uses (``memory``: see there)."""
+
+    pid: int
+    ppid: int
+    memory: int
+
+
+def processes_of_sessions(sessions: set[int]) -> dict[int, list[Proc]]:
+    """The processes of each session (or process group) id in ``sessions``, over one scan of
+    ``/proc/*/stat`` (fields 4, 5 and 6: ppid, pgrp, session), with the memory each uses: its
     proportional set size (``Pss`` of ``/proc/PID/smaps_rollup``, Linux ≥ 4.14: a page shared
     by n processes counts 1/n, so what a fork shares with its parent is not counted twice),
-    else its resident set (field 24, ``rss``, in pages)."""
-    used = dict.fromkeys(sessions, 0)
-    if not used:
-        return used
+    else its resident set (field 24, ``rss``, in pages).  A zombie (state ``Z``) uses none and
+    is left out."""
+    found: dict[int, list[Proc]] = {s: [] for s in sessions}
+    if not found:
+        return found
     for pid in all_pids():
         fields = _stat(pid)
-        if fields is None:
+        if fields is None or fields[0] == "Z":
             continue
-        owner = next((int(f) for f in (fields[3], fields[2]) if int(f) in used), None)
+        owner = next((int(f) for f in (fields[3], fields[2]) if int(f) in found), None)
         if owner is not None:
-            used[owner] += _pss(pid) or int(fields[21]) * _PAGE
-    return used
+            found[owner].append(Proc(pid, int(fields[1]), _pss(pid) or int(fields[21]) * _PAGE))
+    return found
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -211,7 +211,9 @@ class Child:
     limits: limits.Limits = field(default_factory=limits.Limits)
     oom_killed: bool = False
     cgroup: bool = False  # its limits are held by a cgroup of its own
-    memory_used: int | None = None  # bytes its processes used when killed for its memory limit
+    memory_used: int | None = None  # bytes its agent used when the job was killed for its memory limit
+    tool_kills: dict[str, int] = field(default_factory=dict)  # tool run → bytes its command used, killed
+    oom_seen: int = 0  # the kernel's OOM kills in its cgroup its tools were told of (child.tool_killed)
 
 
 ExitCallback = Callable[[Child], None]
@@ -288,10 +290,19 @@ class ProcessManager:
             self._escalate(child, signal.SIGKILL)
 
     def kill_for_memory(self, child: Child, used: int) -> None:
-        """SIGKILL the child's process group: its processes use ``used`` bytes, over its memory limit."""
+        """SIGKILL the child's process group: its agent uses ``used`` bytes, over its memory limit."""
         if child.memory_used is None:
             child.memory_used = used
             self._escalate(child, signal.SIGKILL)
+
+    def kill_command_for_memory(self, child: Child, overrun: limits.Overrun) -> None:
+        """SIGKILL the processes of one tool command of the child (``overrun.pids``), over its
+        memory limit; what it used is kept under its run for the child's question
+        (``child.tool_killed``).  The job goes on."""
+        if overrun.run is not None:
+            child.tool_kills[overrun.run] = overrun.used
+        for pid in overrun.pids:
+            self.os.kill(pid, signal.SIGKILL)
 
     def _escalate(self, child: Child, sig: int) -> None:
         if child.returncode is None:
@@ -321,7 +332,7 @@ class ProcessManager:
             self.children.pop(child.job, None)
             self.cleanup_group(child)
             if self.cgroups is not None:
-                child.oom_killed = self.cgroups.oom_killed(child.job)
+                child.oom_killed = self.cgroups.oom_kills(child.job) > child.oom_seen
                 self.cgroups.remove(child.job)
             self.on_exit(child)
 

@@ -6,16 +6,51 @@ limits come from and what they mean.
 :data:`ENV` holds ``NAME=SOFT[:HARD]`` items joined by commas, ``NAME`` one of
 ``as`` (bytes of address space), ``cpu`` (seconds), ``nproc`` and ``nofile``
 (counts): for example ``as=268435456,cpu=10:15``.
+
+It also names what a child's tool commands carry for the limits (the terminal tool,
+:mod:`child.tools.terminal`, sets both): :data:`TOOL_RUN_ENV`, by which the daemon's memory
+watch (:class:`hermesd.system.limits.MemoryWatch`) tells one command's processes from the
+agent's, and :data:`TOOL_OOM_SCORE_ADJ` (:func:`raise_oom_score`), by which the kernel's OOM
+killer in a job's cgroup makes the same choice.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 from typing import Callable
 
 ENV = "HERMES_RLIMITS"
 NAMES = {"as": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU, "nproc": resource.RLIMIT_NPROC,
          "nofile": resource.RLIMIT_NOFILE}
+
+
+TOOL_RUN_ENV = "HERMES_TOOL_RUN"
+"""Variable set to a fresh id in the environment of every command a tool runs (inherited by
+all it starts): over a job's memory limit the daemon kills the processes that share the id
+of its largest process, never the agent's own."""
+
+TOOL_OOM_SCORE_ADJ = 1000
+"""``/proc/PID/oom_score_adj`` of a tool's command (proc(5)): the most a process may ask
+for, so that the kernel's OOM killer (in a job's cgroup, at its ``memory.max``) takes a
+tool's process before the agent's (0, as it started) whatever their sizes, the largest
+first.  Children of the command inherit it."""
+
+
+def raise_oom_score() -> None:
+    """Set this process's ``oom_score_adj`` to :data:`TOOL_OOM_SCORE_ADJ` (a ``preexec_fn``
+    of a tool's command: one ``open`` and ``write``; raising it needs no privilege).  A
+    kernel without the file (or a sandbox refusing it) is left as it is."""
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.write(fd, b"%d" % TOOL_OOM_SCORE_ADJ)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def encode(items: dict[str, tuple[int, int]]) -> dict[str, str]:

@@ -33,7 +33,8 @@ class UpkeepPlugin(Plugin):
         self.logcap = logcap.LogCap(lambda: ctx.procs.children, ctx.runner.log_path,
                                     lambda: (ctx.config.logs.max_bytes, ctx.config.logs.keep),
                                     lambda: ctx.config.logs.check_interval_seconds, ctx.loop)
-        self.memory = limits.MemoryWatch(lambda: ctx.procs.children, ctx.procs.kill_for_memory, ctx.loop)
+        self.memory = limits.MemoryWatch(lambda: ctx.procs.children, ctx.procs.kill_for_memory,
+                                         ctx.procs.kill_command_for_memory, ctx.loop)
 
     def child_env(self, row: dict[str, Any]) -> dict[str, str]:
         """Every child's log cap (``logs.max_bytes`` and ``keep``), which its own writer holds (:mod:`child.logwriter`)."""
@@ -56,6 +57,27 @@ class UpkeepPlugin(Plugin):
         self.sweeper.stop()
         self.logcap.stop()
         self.memory.stop()
+
+
+@op("child.tool_killed", child=True)
+async def child_tool_killed(ctx: "Context", job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Whether this job's tool command ``run`` (its ``HERMES_TOOL_RUN``), which ended by
+    ``SIGKILL``, was killed for the job's memory limit: ``{"killed": false}``, or ``{"killed":
+    true, "by": "hermesd", "limit_mb", "used"}`` (bytes its processes used: the memory watch
+    chose it) or ``{"killed": true, "by": "kernel", "limit_mb", "used": null}`` (an OOM kill in
+    the job's cgroup not told yet).  Asked once per command: the answer is not kept."""
+    run = arg(args, "run", str)
+    child = ctx.procs.children.get(job)
+    if child is None:
+        return {"killed": False}
+    used = child.tool_kills.pop(run, None)
+    if used is not None:
+        return {"killed": True, "by": "hermesd", "limit_mb": child.limits.memory_mb, "used": used}
+    kills = ctx.procs.cgroups.oom_kills(job) if child.cgroup and ctx.procs.cgroups is not None else 0
+    if kills > child.oom_seen:
+        child.oom_seen = kills
+        return {"killed": True, "by": "kernel", "limit_mb": child.limits.memory_mb, "used": None}
+    return {"killed": False}
 
 
 @op("clean")
