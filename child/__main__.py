@@ -2,7 +2,8 @@
 
 Order matters: put the output under the log's cap (:mod:`child.logwriter`), arm
 the lifeline (PDEATHSIG + parent check), then name
-the process, then install the interrupt handlers, then fetch the job spec and
+the process, then install the interrupt handlers, then fetch the job spec, make
+the job's git worktree when it has one (:mod:`child.worktree`), and
 run the agent (or, for a ``batch_driver`` job, the Ray driver of a batch:
 :mod:`child.ray_driver`).  Whatever happens, one ``child.result`` is sent
 before exit: to hermesd on ``children.sock``, or, for a batch item started by a
@@ -20,7 +21,7 @@ import time
 import traceback
 from typing import Any
 
-from child import lifeline, logwriter, redact
+from child import lifeline, logwriter, redact, worktree
 from hermesd.contract import JobResult, JobSpec
 from hermesd.private import restore_umask
 
@@ -111,9 +112,11 @@ def _run(crash_log: Any) -> int:
 
         channel = Channel(os.environ["HERMES_CHILD_SOCKET"], job, os.environ.get("HERMES_CHILD_TOKEN", ""))
     started = time.monotonic()
+    spec = None
     try:
         spec = JobSpec.from_wire(channel.call("child.hello", pid=os.getpid()))
         _title(job, spec)
+        worktree.enter(spec)
         if spec.kind == "batch_driver":
             from child.ray_driver import run
         else:
@@ -127,6 +130,7 @@ def _run(crash_log: Any) -> int:
                            error=f"{exc.__class__.__name__}: {exc}", traceback=traceback.format_exc(limit=20),
                            duration_seconds=time.monotonic() - started)
         print(result.traceback, file=sys.stderr, flush=True)
+    result.worktree = worktree.report(spec)
     try:
         channel.call("child.result", timeout=10.0, **result.to_wire())
     except Exception as exc:  # noqa: BLE001 - the daemon may be gone; the log keeps it

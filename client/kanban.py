@@ -231,7 +231,8 @@ def profile_group() -> None:
 def _profile_text(p: dict[str, Any]) -> str:
     if p.get("error"):
         return f"{p['name']:<14} (broken: {p['error']})"
-    extra = ", ".join(f"{k} {p[k]}" for k in ("model", "provider") if p.get(k))
+    extra = ", ".join([*(f"{k} {p[k]}" for k in ("model", "provider") if p.get(k)),
+                       *(["a git worktree per worker"] if p.get("worktree") else [])])
     tools = ",".join(p["toolsets"]) if p.get("toolsets") is not None else "(config default)"
     return f"{p['name']:<14} {p['description']}\n{'':<14} toolsets: {tools}" + (f"; {extra}" if extra else "")
 
@@ -243,11 +244,15 @@ def _profile_text(p: dict[str, Any]) -> str:
 @click.option("--model", default=None, help="Model name (default: the daemon's).")
 @click.option("--provider", default=None, type=click.Choice(PROVIDERS))
 @click.option("--toolsets", default=None, help="Comma-separated toolsets (default: the config's).")
+@click.option("--worktree", is_flag=True, help="Each worker runs in a git worktree of its own (branch hermes/JOB_ID); "
+              "its tasks' working directory must be in a git repository.")
 @click.option("--replace", is_flag=True, help="Overwrite an existing profile.")
 def profile_create(name: str, description: str, model: str | None, provider: str | None, toolsets: str | None,
-                   replace: bool) -> None:
+                   worktree: bool, replace: bool) -> None:
     """Create worker profile NAME (HERMES_HOME/profiles/NAME/config.yaml)."""
     args: dict[str, Any] = {"name": name, "description": description, "replace": replace}
+    if worktree:
+        args["worktree"] = True
     for key, value in (("model", model), ("provider", provider), ("toolsets", split(toolsets))):
         if value is not None:
             args[key] = value

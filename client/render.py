@@ -170,7 +170,7 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
         status = (rec.get("status") or "") + (f" (resumed {rec['resumes']})" if rec.get("resumes") else "")
         rows.append(((rec["id"], rec.get("kind") or "", status,
                       f"{dur:.1f}s" if dur is not None else "-", str(rec.get("api_calls") or 0), cost_text(rec)),
-                     waiting_text(rec) + (rec.get("goal") or "")))
+                     waiting_text(rec) + worktree_tag(rec) + (rec.get("goal") or "")))
     widths = [max([len(col), *(len(cells[i]) for cells, _ in rows)]) for i, col in enumerate(head)]
     columns = terminal_columns()
     goal_width = max(20, columns - sum(widths) - 2 * len(widths) - 1) if columns else None
@@ -294,6 +294,7 @@ def job_text(rec: dict[str, Any]) -> str:
     if rec.get("tree_usage"):
         tree = rec["tree_usage"]
         lines.append(f"  with its subagents: tokens: {tokens_text(tree)}  cost: {cost_text(tree)}")
+    lines += [f"  {line}" for line in worktree_lines(rec.get("worktree"))]
     if rec.get("error"):
         lines.append(f"  error: {rec['error']}")
     if rec.get("summary"):
@@ -302,6 +303,37 @@ def job_text(rec: dict[str, Any]) -> str:
     if "trajectory" in rec:
         lines += ["  trajectory:", trajectory_text(rec["trajectory"])]
     return "\n".join(lines)
+
+
+def worktree_lines(worktree: Any) -> list[str]:
+    """A job's git worktree (its record's ``worktree``) for people: ``worktree: PATH (branch B,
+    kept)``, then its changed files and commits; ``worktree: removed (no changes)`` once it was
+    removed; none for a job without one."""
+    if not isinstance(worktree, dict):
+        return []
+    state = worktree.get("state") or ("no changes" if worktree.get("changed") is False else
+                                      "kept" if worktree.get("changed") else "in use")
+    if state in ("removed", "no changes"):
+        return [f"worktree: removed with its branch {worktree.get('branch')} (no changes)"]
+    lines = [f"worktree: {worktree.get('path')} (branch {worktree.get('branch')}, {state})"]
+    if worktree.get("changed_files"):
+        lines.append(f"  {worktree['changed_files']} changed file(s): "
+                     + ", ".join(one_line(c) for c in (worktree.get("changes") or [])[:10])
+                     + (" …" if worktree["changed_files"] > 10 else ""))
+    if worktree.get("commit_count"):
+        lines.append(f"  {worktree['commit_count']} commit(s):")
+        lines += [f"    {c.get('id', '')[:12]} {one_line(c.get('subject') or '')}" for c in worktree.get("commits") or []]
+    if worktree.get("error"):
+        lines.append(f"  git: {one_line(worktree['error'])}")
+    return lines
+
+
+def worktree_tag(rec: dict[str, Any]) -> str:
+    """``[hermes/ID] `` before a job's goal in ``ps`` while its worktree is kept or in use ('' else)."""
+    worktree = rec.get("worktree")
+    if not isinstance(worktree, dict) or worktree.get("state") == "removed" or worktree.get("changed") is False:
+        return ""
+    return f"[{worktree.get('branch')} {worktree.get('path')}] "
 
 
 def cost_text(rec: dict[str, Any]) -> str:

@@ -282,7 +282,7 @@ def ps(s: Session, show_all: bool, kind: str | None, oldest_first: bool, limit: 
 def delegate(s: Session, goal: str | None, goal_file: Any, background: bool, queue: bool, context: str | None,
              toolsets: str | None, model: str | None, provider: str | None, role: str | None, max_turns: int | None,
              cwd: str | None, timeout_seconds: float | None, after: str | None, env: tuple[str, ...],
-             output_schema: Any, image: str | None, no_resume: bool, idempotency_key: str | None,
+             output_schema: Any, image: str | None, no_resume: bool, worktree: bool, idempotency_key: str | None,
              max_cost_usd: float | None, max_tokens: int | None, **resources: int | None) -> None:
     """Hand GOAL to a subagent ('-' or --goal-file: read it).  Foreground: wait, showing
     that it waits on a terminal, and print the result (Ctrl-C stops watching; the
@@ -297,7 +297,8 @@ def delegate(s: Session, goal: str | None, goal_file: Any, background: bool, que
                        ("provider", provider), ("role", role), ("max_turns", max_turns), ("image", image),
                        ("timeout_seconds", timeout_seconds), ("after", split(after)),
                        ("env", env_pairs(env) or None), ("output_schema", json_file(output_schema, "--output-schema")),
-                       ("resume", False if no_resume else None), ("idempotency_key", idempotency_key),
+                       ("resume", False if no_resume else None), ("worktree", True if worktree else None),
+                       ("idempotency_key", idempotency_key),
                        ("max_cost_usd", max_cost_usd), ("max_tokens", max_tokens), *resources.items()):
         if value is not None:
             args[key] = value
@@ -393,6 +394,9 @@ VERBS: dict[str, Verb] = {verb.name: verb for verb in (
             "working directory mounted at /workspace."),
         Opt("--no-resume", "flag", "Do not resume it at the next start if hermesd stops or dies while it runs: it "
             "ends interrupted at a graceful stop, lost after a crash."),
+        Opt("--worktree", "flag", "Run it in a new git worktree of the repository its working directory is in, on "
+            "a new branch hermes/JOB_ID; kept when it holds changes, removed with the branch when not "
+            "(hermesctl worktrees)."),
         Opt("--idempotency-key", help=IDEMPOTENCY_HELP, metavar="KEY"),
         Opt("--max-cost-usd", "float", "Budget of the job and all its subagents: no model call starts once this is "
             "spent.", metavar="USD"),

@@ -291,6 +291,9 @@ class JobSpec(Wire):
     share of which older tool results are shortened in what is sent (:mod:`child.window`);
     None: the child looks its model up itself, in ``context_windows`` (the config's
     ``context_windows:``, model name or prefix → tokens) and then :data:`CONTEXT_WINDOWS`.
+    ``worktree``: the job's own git worktree (``{repo, path, branch, cwd}``:
+    :func:`hermesd.worktrees.git.plan`), which the child makes before its agent starts and
+    works in (:mod:`child.worktree`); None: it works in ``cwd``.
     """
 
     job: str = ""
@@ -328,6 +331,7 @@ class JobSpec(Wire):
     journal: str | None = None
     context_window: int | None = None
     context_windows: dict[str, int] | None = None
+    worktree: dict[str, Any] | None = None
 
 
 @functools.cache
@@ -386,6 +390,10 @@ class JobResult(Wire):
                                            "``{command, passed, reward, exit_status, details, output, error, "
                                            "seconds}`` (``child.verify``).")
     traceback: str | None = _doc("When the child's runtime itself failed: the Python traceback.")
+    worktree: dict[str, Any] | None = _doc("When the job ran in a git worktree of its own: what it holds as the run "
+                                           "ended, ``{path, branch, changed, changed_files, changes, commit_count, "
+                                           "commits}`` (``hermesd.worktrees.git.inspect``), or ``{path, branch, "
+                                           "error}`` when git could not tell.")
 
 
 PROVIDER_KEYS = tuple(v for p in PROVIDER_TABLE for v in p.env if not v.endswith("_BASE_URL"))

@@ -143,6 +143,11 @@ class Plugin:
         and its kind's :meth:`spec` hook, e.g. the tools that wait for a person (``approval_tools``)."""
 
     @every
+    def any_result(self, row: Row, result: "JobResult") -> None:
+        """Any job's child reported its result, before the terminal transition (after its own
+        plugin's :meth:`on_result`), e.g. what its git worktree holds (:mod:`hermesd.worktrees.plugin`)."""
+
+    @every
     def after_exit(self, row: Row | None) -> None:
         """Any job is terminal and reaped (e.g. its foreground children end too)."""
 

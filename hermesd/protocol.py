@@ -62,6 +62,8 @@ ERROR_CODES: dict[str, str] = {
     "state_unavailable": "The state database cannot take the request's write now (another process holds "
     "its lock, the disk is full or read-only) after waiting a few seconds; the message says whether "
     "anything was changed (usually nothing: try again). Ends of jobs are kept and written later.",
+    "not_a_repository": "A job asked for a git worktree of its own (--worktree) but its working directory is "
+    "in no git repository (or git is not installed); nothing was started.",
     "internal": "An unexpected error inside the daemon; the daemon stays up.",
 }
 
@@ -77,6 +79,7 @@ EXIT_CODES: dict[str, int] = {
     "version_mismatch": 8,
     "shutting_down": 3,
     "state_unavailable": 12,
+    "not_a_repository": 14,
     "internal": 1,
     # client-side conditions, never sent by the daemon:
     "daemon_not_running": 3,
@@ -92,7 +95,7 @@ EXIT_MEANINGS: dict[int, str] = {
     0: "ok", 1: "internal error", 2: "usage or bad request", 3: "daemon not running (or not hermesd) or shutting down",
     4: "capacity reached", 5: "not found", 6: "invalid state", 7: "invalid config", 8: "version mismatch",
     9: "timeout", 10: "the job did not complete", 11: "prompts failed", 12: "state database unavailable",
-    13: "budget exceeded", 130: "interrupted",
+    13: "budget exceeded", 14: "not a git repository", 130: "interrupted",
 }
 """What each exit status of ``hermesctl`` means, in a few words (its ``--help``); every status
 of :data:`EXIT_CODES` is here."""

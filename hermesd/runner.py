@@ -413,6 +413,7 @@ class Runner:
         if row["status"] in TERMINAL:
             return
         self.hooks.on_result(row, result)
+        self.hooks.any_result(row, result)
         child = self.procs.children.get(job_id)
         self._terminal(job_id, result, child.stop_reason if child else None)
 

@@ -53,6 +53,7 @@ from hermesd.system.procs import ProcessManager, sweep_leftovers
 from hermesd.system.systemd import Notifier
 from hermesd.upkeep import ops as upkeep
 from hermesd.warm.spawner import make_spawner
+from hermesd.worktrees.plugin import WorktreesPlugin
 
 log = logging.getLogger("hermesd")
 PUB_HWM = 100_000
@@ -68,6 +69,7 @@ PLUGINS: tuple[type[Plugin], ...] = (
     control.ControlPlugin,        # no kind: pause/resume, the job-end hook
     ApprovalsPlugin,              # no kind: tool calls waiting for a person (after control: its hooks)
     ContainersPlugin,             # no kind: any job's container (made at admission, removed at exit and restart)
+    WorktreesPlugin,              # no kind: any job's git worktree (planned at admission, settled when it ends)
     GovernorPlugin,               # no kind: every model call's grant (rate limits per provider endpoint and key)
     BillingPlugin,                # no kind: the bill of every job, its budgets; the usage op
 )

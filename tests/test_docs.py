@@ -94,7 +94,8 @@ def _imports(path: Path) -> set[str]:
 def test_architecture_import_rules_hold():
     allowed_daemon = {"hermesd", "hermesd.protocol", "hermesd.contract", "hermesd.paths", "hermesd.config",
                       "hermesd.system", "hermesd.system.prctl", "hermesd.warm.wire", "hermesd.system.rlimits",
-                      "hermesd.private", "hermesd.journal", "hermesd.redaction"}
+                      "hermesd.private", "hermesd.journal", "hermesd.redaction", "hermesd.worktrees",
+                      "hermesd.worktrees.git"}
     broken = []
     for module in sorted(modules()):
         top = module.split("/")[0]
@@ -106,7 +107,8 @@ def test_architecture_import_rules_hold():
                    and not n.startswith("hermesd.contract.")
                    and not n.startswith("hermesd.paths.") and not n.startswith("hermesd.config.")
                    and not n.startswith("hermesd.system.prctl.") and not n.startswith("hermesd.warm.wire.")
-                   and not n.startswith("hermesd.private.") and not n.startswith("hermesd.redaction.")}
+                   and not n.startswith("hermesd.private.") and not n.startswith("hermesd.redaction.")
+                   and not n.startswith("hermesd.worktrees.git.")}
             broken += [f"{module} imports {n}" for n in sorted(bad)]
         if top == "batch":  # daemon-side: the daemon never imports Ray (its driver, a child, does)
             broken += [f"{module} imports {r}" for r in sorted(roots & {"client", "child", "ray"})]
@@ -114,7 +116,8 @@ def test_architecture_import_rules_hold():
             broken += [f"{module} imports {r}" for r in sorted(roots & {"client", "child", "anthropic", "openai", "ray"})]
     for leaf in ("hermesd/warm/__init__.py", "hermesd/warm/wire.py", "hermesd/system/__init__.py", "hermesd/system/prctl.py",
                  "hermesd/system/rlimits.py", "hermesd/private.py", "hermesd/redaction.py",
-                 "hermesd/journal.py"):  # what children may import pulls in no daemon
+                 "hermesd/journal.py", "hermesd/worktrees/__init__.py",
+                 "hermesd/worktrees/git.py"):  # what children may import pulls in no daemon
         broken += [f"{leaf} imports {n}" for n in sorted(_imports(ROOT / leaf)) if n.split(".")[0] == "hermesd"]
     assert not broken, "architecture rules broken:\n" + "\n".join(broken)
 
@@ -132,7 +135,7 @@ def _top_level_imports(path: Path) -> set[str]:
 
 def test_clients_import_in_one_direction_and_load_nothing_heavy_at_start():
     order = ["client/ctl.py", "client/sessions.py", "client/batch.py", "client/kanban.py", "client/approvals.py",
-             "client/usage.py", "client/top.py",
+             "client/usage.py", "client/worktrees.py", "client/top.py",
              "client/tui.py", "client/board.py", "client/common.py", "client/fast.py", "client/verbs.py",
              "client/render.py", "client/connection.py", "client/calls.py", "client/zmtp.py"]
     assert set(order) | {"client/__init__.py", "client/__main__.py"} == {m for m in modules() if m.startswith("client/")}

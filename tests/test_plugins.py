@@ -97,7 +97,7 @@ def test_the_hooks_are_declared_once_and_plugins_derives_its_calls():
     from hermesd.plugin import HOOKS
 
     assert HOOKS == {"spec_defaults": "own", "stale_after": "own", "resume_on_restart": "own", "spec": "own", "on_result": "own", "on_terminal": "own", "on_exit": "own", "stop": "own",
-                     "admit": "every", "child_env": "every", "any_spec": "every", "after_exit": "every", "on_event": "every", "configure": "every",
+                     "admit": "every", "child_env": "every", "any_spec": "every", "any_result": "every", "after_exit": "every", "on_event": "every", "configure": "every",
                      "status": "every", "restore": "every", "settling": "every", "shutdown": "every"}
     assert all(getattr(Plugins, name).__name__ == name for name in HOOKS)
 

@@ -27,7 +27,7 @@ def test_save_load_list_delete(home):
     assert saved.path == str(path)
     assert yaml.safe_load(path.read_text()) == {"name": "coder", "description": "Writes code", "model": "m1",
                                                 "provider": None,
-                                                "toolsets": ["terminal", "file", "web", "delegation", "kanban"]}
+                                                "toolsets": ["terminal", "file", "web", "delegation", "kanban"], "worktree": False}
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert profiles.load("coder") == saved
     profiles.save("alpha", {"description": "First", "toolsets": ["*"]})
@@ -51,6 +51,7 @@ def test_save_load_list_delete(home):
     ("ok", {"description": "d", "provider": "magic"}, "provider"),
     ("ok", {"description": "d", "toolsets": ["terminal", "browser"]}, "toolsets"),
     ("ok", {"description": "d", "toolsets": "terminal"}, "toolsets"),
+    ("ok", {"description": "d", "worktree": "yes"}, "worktree"),
     ("ok", {"description": "d", "model": 3}, "model"),
     ("ok", {"description": "d", "colour": "red"}, "colour"),
 ])
@@ -106,4 +107,4 @@ def test_a_broken_file_shows_every_error_with_its_line(make_daemon):
     assert out.returncode == 7 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         f"hermesctl: {broken}:2: provider: must be one of " + ", ".join(PROVIDERS),
-        f"{broken}:3: colour: unknown key (known keys: name, description, model, provider, toolsets)"]
+        f"{broken}:3: colour: unknown key (known keys: name, description, model, provider, toolsets, worktree)"]

@@ -8,7 +8,7 @@ own and answers with the results in task order (or, for ``background``, with
 ``{"status": "dispatched", "delegation_id": ...}`` at once).  A foreground call
 waits as long as the subagents run.
 
-Top-level ``context``, ``toolsets``, ``role``, ``model`` and ``image`` apply to every task
+Top-level ``context``, ``toolsets``, ``role``, ``model``, ``image`` and ``worktree`` apply to every task
 that does not set its own.  A task may say ``prompt`` instead of ``goal`` (the
 shape of Hermes' ``spawn_parallel``).  ``timeout_seconds`` sets an opt-in
 wall-clock limit (by default a subagent runs as long as it shows activity);
@@ -31,7 +31,7 @@ MAX_TASKS = 8
 """Most tasks one call may delegate."""
 
 SHARED = ("context", "toolsets", "role", "model", "timeout_seconds", "output_schema", "image", "max_cost_usd",
-          "max_tokens")
+          "max_tokens", "worktree")
 """Task fields that may be given once for every task of a call."""
 
 _FIELDS = {
@@ -49,6 +49,10 @@ _FIELDS = {
     "image": {"type": "string", "minLength": 1,
               "description": "Container image the subagent's terminal commands run in (its working directory "
                              "mounted at /workspace); default: the configured terminal."},
+    "worktree": {"type": "boolean",
+                 "description": "Run the subagent in a new git worktree of your repository, on its own branch "
+                                "hermes/ID, so that parallel subagents never edit the same checkout; its changes "
+                                "stay on that branch (the result names it). Default: the configuration's."},
     "max_cost_usd": {"type": "number", "exclusiveMinimum": 0,
                      "description": "Budget in USD of the subagent and all it delegates: it is stopped once spent."},
     "max_tokens": {"type": "integer", "minimum": 1,

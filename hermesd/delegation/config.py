@@ -17,7 +17,10 @@ class Delegation:
     default); ``stale_after_seconds``: a child that shows no activity (model call,
     streamed reply, tool, tool output) this long is interrupted as stale;
     ``resume_on_restart``: a job running when hermesd stopped or died resumes from
-    its journal in a new child at the next start (:mod:`hermesd.resume`), else it ends ``lost``.
+    its journal in a new child at the next start (:mod:`hermesd.resume`), else it ends ``lost``;
+    ``worktree_isolation`` (Hermes Agent's key): every delegation whose working directory is in a
+    git repository runs in a git worktree of its own unless its task says ``worktree: false``
+    (:mod:`hermesd.worktrees.plugin`; one outside a repository runs where it is).
     """
 
     max_async_children: int = field(default=3, metadata=at_least(1))
@@ -28,6 +31,7 @@ class Delegation:
     stale_after_seconds: float = field(default=600.0, metadata=at_least(0.1))
     subagent_auto_approve: bool = False
     resume_on_restart: bool = True
+    worktree_isolation: bool = False
     max_turns: int = field(default=10, metadata=at_least(1))
     model: str | None = None
     provider: str | None = field(default=None, metadata=one_of(*PROVIDERS))

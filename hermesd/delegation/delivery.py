@@ -53,6 +53,7 @@ def render_block(job: dict[str, Any]) -> str:
         f"  API calls: {job.get('api_calls') or 0}",
         f"  Duration: {_duration(job.get('duration_seconds'))}",
     ]
+    lines += worktree_lines((job.get("spec") or {}).get("worktree"))
     summary = (job.get("summary") or "").strip()
     if done:
         lines.append("  Result:")
@@ -64,6 +65,21 @@ def render_block(job: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def worktree_lines(worktree: Any) -> list[str]:
+    """The notification's lines on the job's git worktree (:mod:`hermesd.worktrees.plugin`): its
+    path, branch and commits when it holds changes (it is kept), or that it is removed when it
+    holds none; none for a job without one."""
+    if not isinstance(worktree, dict):
+        return []
+    if worktree.get("changed") is False:
+        return [f"  Worktree: no changes (removed with its branch {worktree['branch']})"]
+    lines = [f"  Worktree: {worktree['path']} (branch {worktree['branch']}, kept"
+             + (f": {worktree.get('changed_files') or 0} changed file(s), {worktree.get('commit_count') or 0} "
+                "commit(s))" if "changed" in worktree else " if it holds changes)")]
+    lines += [f"    {c['id'][:12]} {c.get('subject') or ''}" for c in worktree.get("commits") or []]
+    return lines
+
+
 def event_data(job: dict[str, Any], block: str) -> dict[str, Any]:
     """The data of an ``async_delegation`` event for a finished job row."""
     return {
@@ -72,7 +88,7 @@ def event_data(job: dict[str, Any], block: str) -> dict[str, Any]:
         "status": job["status"], "exit_reason": job.get("exit_reason"), "api_calls": job.get("api_calls") or 0,
         "duration_seconds": job.get("duration_seconds"), "dispatched_at": job.get("dispatched_at"),
         "completed_at": job.get("completed_at"), "result": job.get("summary"), "error": job.get("error"),
-        "session": job.get("session"), "block": block,
+        "session": job.get("session"), "worktree": (job.get("spec") or {}).get("worktree"), "block": block,
     }
 
 

@@ -42,7 +42,8 @@ class DelegationPlugin(SubagentRules):
     events = {
         "async_delegation": "A background delegation ended (any terminal state): the completion notification. "
         "`data`: `delegation_id`, `goal`, `context`, `toolsets`, `role`, `model`, `status`, `exit_reason`, "
-        "`api_calls`, `duration_seconds`, `dispatched_at`, `completed_at`, `result`, `error`, `session`, and "
+        "`api_calls`, `duration_seconds`, `dispatched_at`, `completed_at`, `result`, `error`, `session`, `worktree` "
+        "(its git worktree, as the job record has it, or null), and "
         "`block`, the rendered self-contained text.",
     }
 

@@ -28,6 +28,7 @@ from hermesd import jobs as jobs_mod
 from hermesd.contract import LIVE, TERMINAL
 from hermesd.delegation.tasks import new_group, task_fields
 from hermesd.protocol import ProtocolError
+from hermesd.worktrees.plugin import working_dir
 
 if TYPE_CHECKING:
     from hermesd.context import Context
@@ -82,7 +83,7 @@ async def delegate_from_child(ctx: Context, parent_id: str, args: dict[str, Any]
     for task in tasks:
         f = task_fields(ctx, {k: v for k, v in task.items() if k != "cwd"}, default_toolsets=parent_toolsets)
         f["toolsets"] = child_toolsets(f["toolsets"], parent_toolsets, f["role"], depth, deleg.max_spawn_depth)
-        f.update(cwd=parent.get("cwd"), depth=depth, parent=parent_id, session=parent.get("session"))
+        f.update(cwd=working_dir(parent), depth=depth, parent=parent_id, session=parent.get("session"))
         fields.append(f)
     if args.get("background"):
         if len(fields) == 1:

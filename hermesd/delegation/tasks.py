@@ -11,6 +11,7 @@ from hermesd.system import limits
 from hermesd.billing import ledger
 from hermesd.contract import PROVIDERS, ROLES
 from hermesd.protocol import ProtocolError, arg, expand_toolsets, in_range
+from hermesd.worktrees import plugin as worktrees
 
 if TYPE_CHECKING:
     from hermesd.context import Context
@@ -21,7 +22,7 @@ MAX_TURNS = 100_000
 MAX_TIMEOUT_SECONDS = 366 * 86400.0
 SPEC_ARGS = {"max_turns": int, "timeout_seconds": (int, float), "script": list, "reasoning_effort": str,
              "system_prompt": str, "output_schema": dict, "env": dict, "after": list,
-             "image": str, "resume": bool}
+             "image": str, "resume": bool, "worktree": bool}
 MAX_ENV_BYTES = 64 * 1024
 
 
@@ -37,7 +38,9 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     environment; ``HERMES_*`` names are the daemon's) and ``after`` (job ids,
     checked by :mod:`hermesd.control.dependencies`), ``image`` (run the terminal in a
     container of that image: :class:`hermesd.containers.plugin.ContainersPlugin`), ``resume`` (false: a restart
-    ends the job ``lost`` instead of resuming it: :mod:`hermesd.resume`), and the resource limits
+    ends the job ``lost`` instead of resuming it: :mod:`hermesd.resume`), ``worktree`` (run in a git
+    worktree of its own on branch ``hermes/JOB_ID``; default ``delegation.worktree_isolation``:
+    :mod:`hermesd.worktrees.plugin`; outside a repository ``not_a_repository``), and the resource limits
     ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes``,
     ``max_open_files`` (see :mod:`hermesd.system.limits`; at most the config's), and the budget of the
     job's whole subtree ``max_cost_usd``, ``max_tokens`` (:mod:`hermesd.billing.ledger`).  Raises ``ProtocolError``
@@ -82,6 +85,9 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
         check_schema(spec["output_schema"])
     if "env" in spec:
         check_env(spec["env"])
+    if spec.get("worktree") is None and ctx.config.delegation.worktree_isolation:
+        spec["worktree"] = worktrees.AUTO
+    worktrees.check(cwd, spec)
     return {
         "goal": goal, "context": context, "toolsets": expand_toolsets(toolsets),
         "role": arg(args, "role", str, "leaf", choices=ROLES),

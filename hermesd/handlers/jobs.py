@@ -34,13 +34,16 @@ MAX_PAGE = 1000
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
     """The job record of a row, plus ``delegation_id`` for background jobs, and when set
-    ``after`` (the jobs it starts after), ``retry_of`` (the job it retries) and ``env``
-    (the names of the variables it was given; the values may be secrets)."""
+    ``after`` (the jobs it starts after), ``retry_of`` (the job it retries), ``env``
+    (the names of the variables it was given; the values may be secrets) and ``worktree`` (its
+    git worktree: ``{path, branch, repo, cwd}``, once its child reported what it holds
+    ``changed``, ``changes``, ``commits``…, once the daemon settled it ``state``: ``kept`` or
+    ``removed``: :mod:`hermesd.worktrees.plugin`)."""
     rec = jobs_mod.record(row)
     if row.get("background"):
         rec["delegation_id"] = row["id"]
     spec = row.get("spec") or {}
-    for key in ("after", "retry_of", "timeout_seconds"):
+    for key in ("after", "retry_of", "timeout_seconds", "worktree"):
         if spec.get(key):
             rec[key] = spec[key]
     if spec.get("env"):

@@ -220,7 +220,8 @@ class Dispatcher:
         return {"goal": goal, "context": self.context(task) or None, "role": WORKER_ROLE,
                 "toolsets": [t for t in base if t not in NOT_FOR_WORKERS] + ["kanban"],
                 "model": profile.model, "provider": profile.provider, "depth": 1, "parent": task["id"],
-                "cwd": task["cwd"] or str(self.workspace(task["board"])), "spec": {"system_prompt": prompt}}
+                "cwd": task["cwd"] or str(self.workspace(task["board"])),
+                "spec": {"system_prompt": prompt, **({"worktree": True} if profile.worktree else {})}}
 
     def context(self, task: dict[str, Any]) -> str:
         """What a worker should know besides its task: the results of the tasks it

@@ -273,10 +273,11 @@ async def profile_create(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Create worker profile ``name`` (``HERMES_HOME/profiles/NAME/config.yaml``):
     ``description`` (what it is good at; orchestrators route by it), optional
     ``model``, ``provider``, ``toolsets`` (default: the config's; ``all`` never
-    includes ``kanban``), ``replace`` (overwrite an existing profile).  Returns
-    ``{name, description, model, provider, toolsets, path}``; ``invalid_state``
+    includes ``kanban``), ``worktree`` (its workers run in git worktrees of their own),
+    ``replace`` (overwrite an existing profile).  Returns
+    ``{name, description, model, provider, toolsets, worktree, path}``; ``invalid_state``
     when it exists and ``replace`` is off."""
-    fields = {k: args[k] for k in ("description", "model", "provider", "toolsets") if k in args}
+    fields = {k: args[k] for k in ("description", "model", "provider", "toolsets", "worktree") if k in args}
     profile = profiles.save(arg(args, "name", str), fields, replace=arg(args, "replace", bool, False))
     ctx.events.emit("profile.created", data=profile.to_dict())
     return profile.to_dict()

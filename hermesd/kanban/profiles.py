@@ -9,6 +9,7 @@ answers with every profile).  The file holds::
     model: null          # null: the daemon's delegation.model / model
     provider: null       # null: the daemon's delegation.provider / provider
     toolsets: null       # null: the config's toolsets; `kanban` is always added for workers
+    worktree: false      # true: each worker runs in a git worktree of its own (branch hermes/JOB_ID)
 
 The files are the truth: they are read on every use, so an edit by hand takes
 effect at the next dispatch, and a broken file is reported (``invalid_config``
@@ -35,18 +36,20 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_DESCRIPTION = 4000
 """Longest description, in characters (it goes into every orchestrator's ``kanban_list``)."""
 
-KEYS = ("name", "description", "model", "provider", "toolsets")
+KEYS = ("name", "description", "model", "provider", "toolsets", "worktree")
 
 
 @dataclass(frozen=True)
 class Profile:
-    """One worker profile.  ``toolsets`` None means the config's toolsets; ``path`` is its file."""
+    """One worker profile.  ``toolsets`` None means the config's toolsets; ``worktree``: its workers
+    run in git worktrees of their own (:mod:`hermesd.worktrees.plugin`); ``path`` is its file."""
 
     name: str
     description: str
     model: str | None = None
     provider: str | None = None
     toolsets: list[str] | None = None
+    worktree: bool = False
     path: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,7 +71,7 @@ def file_of(name: str) -> Path:
 
 def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None = None,
           line_of: Callable[[str], int | None] = lambda _key: None) -> dict[str, Any]:
-    """Validate profile ``fields`` (``description``, ``model``, ``provider``, ``toolsets``).
+    """Validate profile ``fields`` (``description``, ``model``, ``provider``, ``toolsets``, ``worktree``).
 
     Returns them normalised (toolsets expanded, ``all`` never giving ``kanban``).
     Raises ``ProtocolError`` with code ``bad`` naming every wrong field, one line each
@@ -93,6 +96,8 @@ def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None 
             wrong(key, f"must be a string, not {type(fields[key]).__name__}")
     if isinstance(fields.get("provider"), str) and fields["provider"] not in PROVIDERS:
         wrong("provider", f"must be one of {', '.join(PROVIDERS)}")
+    if fields.get("worktree") is not None and not isinstance(fields["worktree"], bool):
+        wrong("worktree", "must be true or false")
     toolsets = fields.get("toolsets")
     if toolsets is not None:
         if not isinstance(toolsets, list) or not all(isinstance(t, str) for t in toolsets):
@@ -109,7 +114,7 @@ def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None 
                                            for where, p in zip(text, problems)),
                             {**problems[0], "problems": problems})
     return {"description": description.strip(), "model": fields.get("model") or None,
-            "provider": fields.get("provider") or None, "toolsets": toolsets}
+            "provider": fields.get("provider") or None, "toolsets": toolsets, "worktree": fields.get("worktree") is True}
 
 
 def load(name: str) -> Profile:

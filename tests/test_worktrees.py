@@ -1,0 +1,126 @@
+"""A git worktree per child, with real git and real daemons (the scripted provider plays the model).
+
+Three parallel delegations on one repository write the same file name, one of them commits, a
+fourth writes nothing: each change is on its own branch ``hermes/JOB_ID`` in its own worktree,
+the main checkout is untouched, the clean worktree is gone with its branch, and once a branch is
+merged ``worktrees prune`` removes it.  A working directory in no repository is refused in one
+line before anything starts; a job resumed after a ``kill -9`` of the daemon keeps its worktree.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.harness import DaemonProc, wait_for
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(base: Path) -> Path:
+    repo = base / "repo"
+    (repo / "src").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.name", "Test")
+    git(repo, "config", "user.email", "test@example.com")
+    (repo / "src" / "app.py").write_text("print('hello')\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    return repo
+
+
+def write(content: str, *then: dict[str, Any]) -> list[dict[str, Any]]:
+    """A script: write notes.txt, then ``then`` (tool steps), then the final answer."""
+    return [{"tool_calls": [{"name": "write_file", "input": {"path": "notes.txt", "content": content}}]},
+            *then, {"text": "done"}]
+
+
+def terminal(command: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "terminal", "input": {"command": command}}]}
+
+
+def settled(d: DaemonProc, jobs: list[str]) -> list[dict[str, Any]]:
+    """The ``worktrees --all`` entries of ``jobs`` once each is kept or removed."""
+    def done() -> list[dict[str, Any]] | None:
+        entries = {w["job"]: w for w in d.call("worktrees", all=True)["worktrees"]}
+        if all(entries.get(j, {}).get("state") in ("kept", "removed") for j in jobs):
+            return [entries[j] for j in jobs]
+        return None
+
+    return wait_for(done, 60, 0.05, "the worktrees to be settled")
+
+
+def test_parallel_children_of_one_repository_each_work_on_their_own_branch(make_daemon, tmp_path):
+    repo = make_repo(tmp_path)
+    d = make_daemon({"delegation": {"max_concurrent_children": 4}})
+    tasks = [{"goal": f"writer {i}", "script": write(f"from task {i}\n")} for i in range(3)]
+    tasks[2]["script"] = write("from task 2\n", terminal("git add -A && git commit -q -m 'notes from task 2'"))
+    tasks.append({"goal": "reader", "script": [terminal("cat app.py"), {"text": "read it"}]})
+    group = d.call("spawn_parallel", tasks=tasks, cwd=str(repo / "src"), toolsets=["terminal", "file"],
+                   worktree=True)
+    jobs = [j["id"] for j in group["jobs"]]
+    finals = [d.wait_job(j) for j in jobs]
+    assert [f["status"] for f in finals] == ["completed"] * 4, finals
+
+    for i, final in enumerate(finals[:3]):  # each change on its own branch, in its own worktree
+        wt = final["worktree"]
+        assert wt["branch"] == f"hermes/{final['id']}" and wt["changed"] is True, wt
+        assert Path(wt["cwd"]) == Path(wt["path"]) / "src"
+        assert (Path(wt["cwd"]) / "notes.txt").read_text() == f"from task {i}\n"
+        assert Path(wt["path"]).parent.stat().st_mode & 0o777 == 0o700
+    assert finals[0]["worktree"]["changes"] == ["? src/notes.txt"] and finals[0]["worktree"]["commits"] == []
+    committed = finals[2]["worktree"]
+    assert committed["changes"] == [] and [c["subject"] for c in committed["commits"]] == ["notes from task 2"]
+    assert git(repo, "log", "-1", "--format=%s", committed["branch"]).strip() == "notes from task 2"
+    assert finals[3]["worktree"]["changed"] is False
+
+    assert git(repo, "status", "--porcelain") == "" and not (repo / "src" / "notes.txt").exists()
+    assert git(repo, "log", "-1", "--format=%s", "main").strip() == "initial"
+    entries = settled(d, jobs)
+    assert [w["state"] for w in entries] == ["kept", "kept", "kept", "removed"], entries
+    assert not Path(entries[3]["path"]).exists()
+    branches = set(git(repo, "branch", "--list", "hermes/*", "--format=%(refname:short)").split())
+    assert branches == {f"hermes/{j}" for j in jobs[:3]}
+
+    shown = d.ctl("result", jobs[2])
+    assert f"worktree: {committed['path']} (branch hermes/{jobs[2]}, kept)" in shown.stdout, shown
+    assert "notes from task 2" in shown.stdout
+    assert f"[hermes/{jobs[0]} " in d.ctl("ps", "--all").stdout
+
+    git(repo, "merge", "-q", "--ff-only", committed["branch"])  # merged: prune removes it, keeps the others
+    pruned = json.loads(d.ctl("--json", "worktrees", "prune").stdout)
+    assert [w["job"] for w in pruned["removed"]] == [jobs[2]], pruned
+    assert sorted(w["job"] for w in pruned["kept"]) == sorted(jobs[:2])
+    assert not Path(committed["path"]).exists()
+    assert set(git(repo, "branch", "--list", "hermes/*", "--format=%(refname:short)").split()) == \
+        {f"hermes/{j}" for j in jobs[:2]}
+    listed = d.ctl("worktrees")
+    assert listed.returncode == 0 and jobs[0] in listed.stdout and jobs[2] not in listed.stdout, listed
+
+
+def test_outside_a_repository_nothing_starts_and_a_resumed_job_keeps_its_worktree(make_daemon, tmp_path):
+    repo = make_repo(tmp_path)
+    d = make_daemon()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    refused = d.ctl("delegate", "--worktree", "--cwd", str(plain), "write notes")
+    assert refused.returncode == 14, refused
+    assert refused.stderr.count("\n") == 1 and "not in a git repository" in refused.stderr, refused.stderr
+    assert d.call("ps", all=True)["jobs"] == []
+
+    job = d.call("delegate", goal="write, then wait", cwd=str(repo), worktree=True, toolsets=["terminal", "file"],
+                 background=True, script=write("before the restart\n", terminal("sleep 30")))["id"]
+    log = d.home / "jobs" / job / "journal.jsonl"
+    wait_for(lambda: log.exists() and log.read_text().count('"tool_started"') == 2, 60, 0.05, "the second tool call")
+    path = Path(d.call("job", id=job)["worktree"]["path"])
+    d.kill9()
+    d.start()
+    final = d.wait_job(job)
+    assert final["status"] == "completed" and final["resumes"] == 1, final
+    assert final["worktree"]["path"] == str(path) and final["worktree"]["changes"] == ["? notes.txt"], final
+    assert (path / "notes.txt").read_text() == "before the restart\n"
+    assert settled(d, [job])[0]["state"] == "kept"
