@@ -46,10 +46,11 @@ from typing import Any
 
 from batch.runner_iface import ItemOutcome, ItemOwner, ItemRequest, SubmitError, guarded, item_spec
 from batch.settings import Settings
-from hermesd import clock
+from hermesd import clock, private
 from hermesd.billing import ops as billing
 from hermesd.contract import STOP_REASONS, TERMINAL, JobResult, JobStatus, exit_reason_of
 from hermesd.protocol import ProtocolError
+from hermesd.upkeep.retention import Retention
 
 log = logging.getLogger("hermesd.batch")
 
@@ -125,8 +126,10 @@ class _Driver:
     cancel: list[str] = field(default_factory=list)
     failures: int = 0
     starts: int = 0
+    ended: str | None = None  # the job of its last process that ended
     closing: bool = False
     timer: Any = None
+    refused: bool = False  # it looked for a run that was refused: its job is forgotten once it ends
 
 
 class RayExecutor:
@@ -222,8 +225,24 @@ class RayExecutor:
         drv = self.by_job.pop(row["id"], None) if row else None
         if drv is None:
             return
-        drv.job = None
+        drv.job, drv.ended = None, row["id"]
+        if drv.refused:
+            self._forget(row["id"])
         self._failed(drv, row.get("error") or f"the driver ended {row['status']}")
+
+    def _forget(self, job: str) -> None:
+        """Remove the ended driver ``job`` that looked for a refused run (its row and folder, as
+        retention does): the refusal was the answer, and repeated tries leave nothing behind."""
+        try:
+            retention = self.d.service(Retention)
+        except KeyError:  # no upkeep plugin: the row stays, as any ended job's
+            return
+
+        def remove() -> None:  # after the other exit hooks have seen it
+            guarded(lambda: retention.remove_jobs([job]))
+            self.d.loop.run_in_executor(None, retention.remove_folder, job)
+
+        self.d.loop.call_soon(remove)
 
     async def connect(self, batch: str, settings: Settings) -> dict[str, Any]:
         """Start the driver of ``batch`` and wait until it has joined the cluster; returns
@@ -251,9 +270,13 @@ class RayExecutor:
         raise ProtocolError("bad_request", f"--executor ray: {error}", {"field": field})
 
     def discard(self, batch: str) -> None:
-        """Stop the driver of ``batch`` if no run owns it (a ``batch.run`` that failed after connecting)."""
+        """Stop the driver of ``batch`` if no run owns it (a ``batch.run`` refused after it
+        connected, or while it did): its job is forgotten once it has ended (:meth:`_forget`)."""
         drv = self.drivers.get(batch)
         if drv is not None and drv.owner is None:
+            drv.refused = True
+            if drv.job is None and drv.ended:
+                self._forget(drv.ended)
             self._stop(drv)
 
     def _stop(self, drv: _Driver) -> None:
@@ -316,15 +339,26 @@ class RayExecutor:
             "id": handle, "kind": ITEM_KIND, "goal": request.prompt, "toolsets": list(request.toolsets),
             "model": request.model, "parent": owner.job_id, "spec": item_spec(request), "cwd": request.cwd})
 
-    def cancel_all(self, owner: ItemOwner) -> None:
-        """End every live item of ``owner`` now; the driver cancels their tasks at its next sync."""
+    def cancel_all(self, owner: ItemOwner, error: str | None = None) -> None:
+        """End every live item of ``owner`` now, for ``error`` (None: ``cancelled by request``):
+        ``cancelled``, and the driver cancels their tasks at its next sync; those handed to a
+        driver that has died meanwhile end ``lost`` (they died with it)."""
         drv = self.drivers.get(owner.job_id)
         if drv is None:
             return
-        for handle in list(drv.items):
-            if drv.items[handle].sent:
+        error = error or STOP_REASONS["cancel"].error
+        for handle, item in list(drv.items.items()):
+            gone = item.sent and drv.job is None  # it died with its driver
+            if item.sent and not gone:
                 drv.cancel.append(handle)
-            self._deliver(drv, handle, status="cancelled", error="cancelled by request", shutdown=not self.accepting())
+            self._deliver(drv, handle, status=JobStatus.LOST if gone else JobStatus.CANCELLED,
+                          error=f"lost: its Ray driver ended; {error}" if gone else error, shutdown=not self.accepting())
+
+    def waiting(self, owner: ItemOwner) -> int:
+        """The items of ``owner`` no host has started yet: waiting for a slot, or handed to a host
+        and not yet reported through the driver."""
+        drv = self.drivers.get(owner.job_id)
+        return sum(1 for item in drv.items.values() if not item.up) if drv is not None else 0
 
     def adopt(self, owner: ItemOwner, wanted: set[int]) -> set[int]:
         """Nothing to take back: the tasks of an earlier daemon's driver ended with it."""
@@ -346,8 +380,10 @@ class RayExecutor:
 
     def _deliver(self, drv: _Driver, handle: str, *, status: str, result: JobResult | None = None,
                  error: str | None = None, started_at: str = "", completed_at: str = "", shutdown: bool = False,
-                 stop_reason: str | None = None) -> None:
+                 stop_reason: str | None = None, log_text: str | None = None) -> None:
         item = drv.items.pop(handle)
+        if item.created and log_text:
+            guarded(lambda: self._keep_log(handle, log_text))
         if item.created:
             guarded(lambda: self._end_row(handle, status, result, error, stop_reason))
         owner = drv.owner
@@ -359,6 +395,13 @@ class RayExecutor:
             guarded(lambda: owner.on_freed(item.index))
         if item.created:
             self.d.runner.ended(handle)
+
+    def _keep_log(self, handle: str, text: str) -> None:
+        """The end of item ``handle``'s log, brought back by its driver, as its job's log
+        (``jobs/ID/log``, 0600, as a local child's): ``hermesctl logs`` prints it."""
+        path = self.d.runner.log_path(handle)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private.write_file(path, text)
 
     def _end_row(self, handle: str, status: str, result: JobResult | None, error: str | None,
                  stop_reason: str | None) -> None:
@@ -445,7 +488,7 @@ class RayExecutor:
                     "model": result.model}, final=True))
             self._deliver(drv, o["handle"], status=str(o.get("status") or "failed"), result=result,
                           error=o.get("error"), started_at=stamp[0], completed_at=stamp[1],
-                          shutdown=not self.accepting())
+                          shutdown=not self.accepting(), log_text=o.get("log") if isinstance(o.get("log"), str) else None)
             if self.drivers.get(drv.batch) is not drv:
                 break  # the run ended inside that outcome
         run = []

@@ -323,14 +323,16 @@ class BatchRun:
         ckpt = self.checkpoint
         done, discarded = len(ckpt.done & self.scope), len(set(ckpt.discarded) & self.scope)
         # a prompt whose outcome is recorded frees its worker a moment later, and the next pending
-        # prompt takes it: counted as running already, so the counts hold until the next event
-        handover = 0 if self.closed else min(len(self.ending & self.in_flight), len(self.pending))
-        running = len(self.in_flight - self.ending) + handover
-        left = len(self.pending) + running - handover
+        # prompt takes it: counted as running already, so the counts hold until the next event;
+        # an executor whose items wait to be started (Ray: for a slot on a host) counts those as pending
+        waiting = self.executor.waiting(self)
+        handover = 0 if self.closed or waiting is not None else min(len(self.ending & self.in_flight), len(self.pending))
+        running = max(0, len(self.in_flight - self.ending) - (waiting or 0)) + handover
+        left = len(self.pending) + len(self.in_flight - self.ending)
         elapsed = clock.monotonic() - self._started
         rate = self.settled_now / elapsed * 60.0 if elapsed > 0 and self.settled_now else 0.0
         return {"total": len(self.scope), "done": done, "discarded": discarded, "failed": len(self.failed_now),
-                "running": running, "pending": len(self.pending) - handover,
+                "running": running, "pending": left - running,
                 "processed": done + discarded + len(self.failed_now), "rate_per_minute": round(rate, 2),
                 "eta_seconds": round(left / rate * 60.0, 1) if rate else None,
                 "rewards": judged.rewards() if (judged := statistics.verdicts(self.tally, ckpt)).verified else None}
@@ -342,7 +344,7 @@ class BatchRun:
         if self.closed:
             return
         self.closed = True
-        self.executor.cancel_all(self)
+        self.executor.cancel_all(self, None if status == "cancelled" else f"its batch ended {status}: {error}")
         self.executor.close(self)
 
         def report(stats: dict[str, Any] | None, exc: BaseException | None) -> None:

@@ -150,8 +150,13 @@ class ItemExecutor(Protocol):
     def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
         """Run ``request`` for ``owner``.  Raises :class:`SubmitError`."""
 
-    def cancel_all(self, owner: ItemOwner) -> None:
-        """Stop every live item of ``owner`` (their ``on_done``/``on_freed`` still follow)."""
+    def cancel_all(self, owner: ItemOwner, error: str | None = None) -> None:
+        """Stop every live item of ``owner`` (their ``on_done``/``on_freed`` still follow);
+        ``error``: why (their jobs' error; None: ``cancelled by request``)."""
+
+    def waiting(self, owner: ItemOwner) -> int | None:
+        """How many of the items handed over for ``owner`` have not started yet (they count as
+        pending, not running); None: an executor that starts what it is handed at once."""
 
     def adopt(self, owner: ItemOwner, wanted: set[int]) -> set[int]:
         """Take back items of ``owner`` left waiting by an earlier daemon; returns
@@ -227,13 +232,18 @@ class SupervisorExecutor:
             self.items.pop(handle, None)
             raise SubmitError(err.message, retry_later=err.code == "shutting_down") from None
 
-    def cancel_all(self, owner: ItemOwner) -> None:
-        """Cancel every live item of ``owner`` (queued ones end at once)."""
+    def cancel_all(self, owner: ItemOwner, error: str | None = None) -> None:
+        """Cancel every live item of ``owner`` (queued ones end at once), for ``error``."""
         for handle in [h for h, live in self.items.items() if live.owner is owner]:
             try:
-                self.d.runner.stop(handle, "cancel")
+                self.d.runner.stop(handle, "cancel", error)
             except ProtocolError:
                 pass  # already terminal: its exit is on the way
+
+    def waiting(self, owner: ItemOwner) -> None:
+        """None: every item handed over counts as running (a child starts as soon as its pool and
+        ``supervisor.max_children`` let it)."""
+        return None
 
     def adopt(self, owner: ItemOwner, wanted: set[int]) -> set[int]:
         """Re-own the ``queued`` items of ``owner``'s job (kept queued over a restart):

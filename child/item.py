@@ -45,20 +45,25 @@ from typing import Any, Callable
 
 from child import redact
 from child.item_warm import start_warm
+from child.providers.scripted import STEP_SECONDS_ENV
 from child.relay import RELAYED
 from hermesd.contract import PROVIDER_TABLE, PYTHON, JobResult
 from hermesd.protocol import ProtocolError
 
-FORWARDED_ENV = (*(v for p in PROVIDER_TABLE for v in p.env), "HERMES_WEB_SEARCH_URL")
+FORWARDED_ENV = (*(v for p in PROVIDER_TABLE for v in p.env), "HERMES_WEB_SEARCH_URL", STEP_SECONDS_ENV)
 """The environment variables that carry provider settings (keys, base URLs: each provider's
-``env`` in :data:`hermesd.contract.PROVIDER_TABLE`) and the web tools' search URL to items on
-other machines."""
+``env`` in :data:`hermesd.contract.PROVIDER_TABLE`; the scripted provider's step time), and the
+web tools' search URL to items on other machines."""
 
 DROPPED_ENV = ("HERMES_DAEMON_PID", "HERMES_CHILD_SOCKET", "HERMES_CHILD_TOKEN", "HERMES_SUPERVISOR", "HERMES_JOB_ID",
                "HERMES_ZYGOTE_OF")
 """Variables of the host's environment an item must not inherit (they name another process's daemon)."""
 
 LOG_TAIL_BYTES = 800
+"""How much of its log's end an item that reported no result quotes in its error."""
+LOG_KEPT_BYTES = 128 * 1024
+"""How much of its log's end an item's outcome carries back (``log``): hermesd keeps it as the
+``ray_item`` job's log (``hermesctl logs rayitem_…``), as a local child's is ``jobs/ID/log``."""
 RELAY_FILE = "relay.json"
 SCRATCH_PREFIX = "hermes-item-"
 """An item's scratch directory is ``$TMPDIR/hermes-item-<host pid>-<random>``: its host removes
@@ -148,12 +153,13 @@ def sweep_scratch() -> int:
     return removed
 
 
-def _tail(path: str) -> str:
+def _tail(path: str, size: int = LOG_TAIL_BYTES) -> str:
+    """The last ``size`` bytes of the file at ``path`` as text ("" when there is none)."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - LOG_TAIL_BYTES))
-            return fh.read().decode("utf-8", "replace").strip()
+            fh.seek(max(0, fh.tell() - size))
+            return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
 
@@ -178,7 +184,8 @@ def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[s
              on_start: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """Run the item ``handle`` (prompt ``index``, job ``spec`` as a child receives it)
     as its own process; returns its outcome: ``handle, index, status, result`` (the
-    child's result map or None), ``error``, ``started_at`` and ``completed_at`` (seconds since the epoch), ``node`` (host name).
+    child's result map or None), ``error``, ``started_at`` and ``completed_at`` (seconds since the epoch), ``node`` (host name),
+    ``log`` (the end of the item's log, :data:`LOG_KEPT_BYTES` at most; absent when it did not start).
     ``provider_env``: :data:`FORWARDED_ENV` values of the driver; ``relay``: the driver's
     relay for this item (``address, item, token``: :meth:`child.relay.Relay.admit`), or None;
     ``on_start``: called with the item's process once it runs (its ``pid``, ``send_signal``:
@@ -228,13 +235,13 @@ def run_item(handle: str, index: int, spec: dict[str, Any], provider_env: dict[s
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        outcome["completed_at"] = time.time()
+        outcome.update(completed_at=time.time(), log=_tail(log_path, LOG_KEPT_BYTES))
         try:
             with open(os.path.join(tmp, "result.json"), encoding="utf-8") as fh:
                 result = json.load(fh)
         except (OSError, ValueError):
             if outcome["status"] != "timed_out":
-                tail = _tail(log_path)
+                tail = _tail(log_path).strip()
                 outcome["error"] = (f"the item exited with status {proc.returncode} on {outcome['node']} before "
                                     "reporting a result" + (f"; last log lines:\n{tail}" if tail else ""))
             else:

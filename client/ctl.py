@@ -114,9 +114,12 @@ def retry(job_id: str) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the log grows, until the job ends.")
 def logs(job_id: str, follow: bool) -> None:
     """Print JOB_ID's log (the child's stdout and stderr; control characters escaped).
-    A batch has no process of its own: its items' logs are printed, each under its id."""
-    if job_id.startswith("batch_") or conn().call("job", id=job_id).get("kind") == "batch":
-        items = [j for j in conn().call("ps", all=True, kind="batch_item")["jobs"] if j.get("parent") == job_id]
+    A batch has no process of its own: its items' logs are printed, each under its id.
+    An item on a Ray cluster has its log on its node until it ends, then here (its last 128 KiB)."""
+    kind = "batch" if job_id.startswith("batch_") else conn().call("job", id=job_id).get("kind")
+    if kind == "batch":
+        items = [j for k in ("batch_item", "ray_item") for j in conn().call("ps", all=True, kind=k)["jobs"]
+                 if j.get("parent") == job_id]
         if not items and not is_json():
             out(f"{job_id} has no items yet (hermesctl batch status {job_id})", err=True)
         for item in items:
@@ -125,9 +128,21 @@ def logs(job_id: str, follow: bool) -> None:
             _print_log(item["id"], follow=False)
         return
     try:
+        if kind == "ray_item" and not is_json():
+            chunk = conn().call("logs", id=job_id, offset=0, limit=1)
+            if not chunk["size"]:
+                out((RAY_ITEM_NO_LOG if chunk["done"] else RAY_ITEM_LOG_WAITS).format(job=job_id), err=True)
+                if chunk["done"] or not follow:
+                    return
         _print_log(job_id, follow)
     except KeyboardInterrupt:
         stopped_watching(job_id, follow=f"hermesctl logs -f {job_id}")
+
+
+RAY_ITEM_LOG_WAITS = ("{job} runs on a Ray node: its log is there, in the item's scratch directory "
+                      "($TMPDIR/hermes-item-*/log on that node), until it ends; then its last 128 KiB are "
+                      "here (hermesctl logs -f {job} waits for them)")
+RAY_ITEM_NO_LOG = "{job} left no log: it never started on a node, or it was lost with its host or driver"
 
 
 def _print_log(job_id: str, follow: bool) -> None:
