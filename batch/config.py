@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hermesd.config import at_least, one_of, section
-from hermesd.contract import EXECUTORS
+
+EXECUTORS = ("local", "ray")
+"""Where a batch's items run: children of this daemon, or tasks on a Ray cluster."""
 
 
 @dataclass(frozen=True)

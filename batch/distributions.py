@@ -3,7 +3,7 @@
 A distribution gives every toolset it names an independent inclusion
 probability.  For each prompt every toolset is drawn on its own; when none is
 drawn, the most probable one is used (ties: the first in
-``hermesd.contract.TOOLSETS`` order), so a prompt never runs without tools by
+``hermesd.contract.toolsets.TOOLSETS`` order), so a prompt never runs without tools by
 chance.  Draws are seeded by the distribution's name and the prompt index, so a
 resumed run — or a second run over the same dataset — gives every prompt the
 same toolsets.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 
-from hermesd.contract import TOOLSETS
+from hermesd.contract.toolsets import TOOLSETS
 
 DEFAULT = "default"
 

@@ -1,6 +1,6 @@
 """Batch items on a Ray cluster, the daemon's side (``--executor ray``).  Never imports Ray.
 
-:class:`RayExecutor` is the :class:`batch.runner_iface.ItemExecutor` of runs
+:class:`RayExecutor` is the :class:`batch.executor.ItemExecutor` of runs
 whose ``executor`` is ``ray``.  Per batch it keeps one driver
 (:mod:`child.ray_driver`) running as a ``batch_driver`` child of hermesd
 (parent: the batch job), and talks to it through ``child.batch_sync``: the
@@ -44,11 +44,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from batch.runner_iface import ItemOutcome, ItemOwner, ItemRequest, SubmitError, guarded, item_spec
+from batch.executor import ItemOutcome, ItemOwner, ItemRequest, SubmitError, guarded, item_spec
 from batch.settings import Settings
 from hermesd import clock, private
 from hermesd.billing import ops as billing
-from hermesd.contract import STOP_REASONS, TERMINAL, JobResult, JobStatus, exit_reason_of
+from hermesd.contract.states import STOP_REASONS, TERMINAL, JobStatus, exit_reason_of
+from hermesd.contract.wire import JobResult
 from hermesd.protocol import ProtocolError
 from hermesd.upkeep.retention import Retention
 

@@ -19,7 +19,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Iterable
 
-from batch import files, output
+from batch import files, trajectories
 from batch.dataset import Dataset
 
 GROUPS = "groups.jsonl"
@@ -95,10 +95,10 @@ def export(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write(run_dir: Path, filters: dict[str, Any]) -> int:
     """Write ``RUN_DIR/groups.jsonl``: :func:`export` of the batch files' lines that the
-    ``filters`` (``batch.output.Written.reason``) keep, but for the reward filter (an RL
+    ``filters`` (``batch.trajectories.Written.reason``) keep, but for the reward filter (an RL
     trainer wants the failed attempts too).  Returns the number of groups.  Atomic;
     raises ``OSError``."""
-    lines, _ = output.read_lines(run_dir)
+    lines, _ = trajectories.read_lines(run_dir)
     keep = {**filters, "min_reward": None}
     records = export(line for _, line, where in lines if where.reason(**keep) is None)
     files.write_atomic(run_dir / GROUPS, ((files.dumps(r) + "\n").encode("utf-8") for r in records))

@@ -21,7 +21,7 @@ nothing and runs nothing twice — see ``batch.checkpoint``):
 When nothing is pending or running, the run is finalized: ``trajectories.jsonl``
 (merged, filtered) and ``statistics.json`` are written from the files.  What
 that needs of each line — where it is, why the merge would leave it out, its
-counts (``batch.output.Written``, ``batch.statistics.Tally``) — is read from the
+counts (``batch.trajectories.Written``, ``batch.statistics.Tally``) — is read from the
 batch files when the run opens and added as each line is written, so the end of
 a run copies the lines kept instead of parsing them all again (1,000 lines of
 12 KB: 30 ms, not 340).
@@ -32,13 +32,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Protocol
 
-from batch import card, distributions, files, groups, output, statistics, verify, view
+from batch import card, distributions, files, groups, statistics, trajectories, verify, view
+from batch.line import build_line
 from batch.checkpoint import Checkpoint
 from batch.dataset import Dataset, Prompt
-from batch.runner_iface import ItemExecutor, ItemOutcome, ItemRequest, SubmitError
+from batch.executor import ItemExecutor, ItemOutcome, ItemRequest, SubmitError
 from batch.settings import Settings
 from hermesd import clock
-from hermesd.contract import JobResult
+from hermesd.contract.wire import JobResult
 
 STATISTICS = "statistics.json"
 SAVE_EVERY = 1.0
@@ -98,7 +99,7 @@ class BatchRun:
         self.prompts = {p.index: p for p in dataset.prompts}
         self.scope = set(self.prompts)
         self.checkpoint = Checkpoint(self.run_dir)
-        self.written: dict[int, output.Written] = {}  # the batch files' lines (where, not what)
+        self.written: dict[int, trajectories.Written] = {}  # the batch files' lines (where, not what)
         self.tally = statistics.Tally()  # and their counts
         self.pending: deque[Prompt] = deque()
         self.in_flight: set[int] = set()
@@ -119,7 +120,7 @@ class BatchRun:
         batch-file tails truncated).  Raises ``OSError`` and ``CheckpointError``."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         ckpt = Checkpoint.load(self.run_dir) or self.checkpoint
-        lines, self.problems = output.read_lines(self.run_dir, repair=True)
+        lines, self.problems = trajectories.read_lines(self.run_dir, repair=True)
         self.written = {index: where for index, _, where in lines}
         for _, line, _ in lines:
             self.tally.add(line)
@@ -272,7 +273,7 @@ class BatchRun:
         self.failed_now.discard(o.index)
         scores = verify.scores(result)
         prompt = self.prompts[o.index]
-        if not output.has_reasoning(conversations):
+        if not trajectories.has_reasoning(conversations):
             why = "invalid_tool_calls" if result.exit_reason == "invalid_tool_calls" else "no_reasoning"
             ckpt.discarded[o.index] = {"reason": why, "error": result.error, "completed": completed, "partial": partial,
                                        "job": o.handle, "reward": scores["reward"], "group_id": prompt.group,
@@ -283,15 +284,15 @@ class BatchRun:
                 "provider": result.provider, "distribution": s.distribution, "started_at": o.started_at,
                 "exit_reason": result.exit_reason or o.status, "synthetic": result.synthetic, **spent,
                 **(self.bill.of_item(o.handle) if self.bill is not None and o.handle else {})}
-        line = output.build_line(index=o.index, batch=o.index // s.batch_size, trajectory=trajectory,
-                                 completed=completed, partial=partial, api_calls=spent["api_calls"],
-                                 toolsets=self.request(prompt).toolsets, trace=list(result.trace or []),
-                                 metadata=meta, extra=prompt.extra, group_id=prompt.group,
-                                 attempt=prompt.attempt, **scores)
+        line = build_line(index=o.index, batch=o.index // s.batch_size, trajectory=trajectory,
+                          completed=completed, partial=partial, api_calls=spent["api_calls"],
+                          toolsets=self.request(prompt).toolsets, trace=list(result.trace or []),
+                          metadata=meta, extra=prompt.extra, group_id=prompt.group,
+                          attempt=prompt.attempt, **scores)
         number = o.index // s.batch_size
-        start, end = files.append_line(output.batch_file(self.run_dir, number), line)
+        start, end = files.append_line(trajectories.batch_file(self.run_dir, number), line)
         if o.index not in self.written:  # as when the files are read: an index's first line counts
-            self.written[o.index] = output.written_at(line, number, start, end)
+            self.written[o.index] = trajectories.written_at(line, number, start, end)
             self.tally.add(line)
         ckpt.done.add(o.index)
 
@@ -359,8 +360,8 @@ class BatchRun:
     def finalize(self, *, finished: bool, usage: dict[str, Any] | None = None) -> dict[str, Any]:
         """Merge the batch files into ``trajectories.jsonl`` (filtered), write
         ``statistics.json`` and the checkpoint; returns the statistics.  Raises ``OSError``."""
-        merged = output.merge(self.run_dir, self.written, **self.settings.filters)
-        view.write(self.run_dir, self.run_dir / output.TRAJECTORIES)
+        merged = trajectories.merge(self.run_dir, self.written, **self.settings.filters)
+        view.write(self.run_dir, self.run_dir / trajectories.TRAJECTORIES)
         card.write(self.run_dir, self.settings.run_name, finished=True)
         self.checkpoint.finished = finished
         self.save()

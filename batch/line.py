@@ -5,8 +5,8 @@ of Hermes Agent's batch_runner.py line is there with its meaning (its source is
 the reference), hermesd's richer keys beside them.  Each :class:`Key` of
 :data:`LINE` gives a key's name, its type, what it means and where the writer
 takes its value from (a :class:`Sample`: what one finished prompt left), and
-everything else is derived from it: the writer (:func:`build`, used by
-:func:`batch.output.build_line`), the dataset card's features
+everything else is derived from it: the writer (:func:`build`, and
+:func:`build_line`), the dataset card's features
 (:func:`features`, in :mod:`batch.card`) and the reference in
 ``docs/protocol.md`` (:func:`reference`, by ``docs/gen_protocol.py``).
 
@@ -29,7 +29,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
-from batch import output
+from batch import trajectories
 
 
 @dataclass(frozen=True)
@@ -79,15 +79,15 @@ class Sample:
 
     @functools.cached_property
     def stats(self) -> dict[str, dict[str, int]]:
-        """``tool_stats`` of the trace (:func:`batch.output.tool_stats`)."""
-        return output.tool_stats(self.trace)
+        """``tool_stats`` of the trace (:func:`batch.trajectories.tool_stats`)."""
+        return trajectories.tool_stats(self.trace)
 
     def meta(self, key: str) -> Any:
         """The metadata value ``key`` (None when missing)."""
         return self.metadata.get(key)
 
     def token(self, key: str) -> Any:
-        """The token count ``key`` (``contract.TOKEN_KEYS``) of the metadata's ``tokens``."""
+        """The token count ``key`` (``contract.tokens.TOKEN_KEYS``) of the metadata's ``tokens``."""
         return (self.metadata.get("tokens") or {}).get(key)
 
 
@@ -124,7 +124,7 @@ LINE: tuple[Key, ...] = (
         _meta("started_at", "string", "When the item started (ISO 8601 UTC)."),
         _meta("completed_at", "string", "When it ended (ISO 8601 UTC)."),
         _meta("duration_seconds", "float64", "Seconds the child's run took."),
-        _meta("exit_reason", "string", "Why the run ended (``contract.JobResult.exit_reason``)."),
+        _meta("exit_reason", "string", "Why the run ended (``contract.wire.JobResult.exit_reason``)."),
         _meta("synthetic", "bool", "True when no model made it (the scripted provider)."),
         Key("tokens", (Key("input", "int64", "Input tokens (every prompt token).", lambda s: s.token("input")),
                        Key("output", "int64", "Output tokens.", lambda s: s.token("output")),
@@ -146,7 +146,7 @@ LINE: tuple[Key, ...] = (
     Key("tool_stats", "json", "Hermes: `{tool: {count, success, failure}}` for every known tool, zeros included.",
         lambda s: s.stats),
     Key("tool_error_counts", "json", "Hermes: `{tool: failures}` for every known tool.",
-        lambda s: output.tool_error_counts(s.stats)),
+        lambda s: trajectories.tool_error_counts(s.stats)),
     Key("messages", ListOf(MESSAGE), "The model-neutral conversation: roles system, user, assistant, tool; "
         "structured `tool_calls`; `reasoning_content` (``child.trajectory.to_messages``).",
         lambda s: list(s.trajectory.get("messages") or [])),
@@ -157,7 +157,7 @@ LINE: tuple[Key, ...] = (
                               Key("failure", "int64"))),
         "`tool_stats` as records `{name, count, success, failure}` for the tools offered or used: the same "
         "counts in a schema that does not depend on which tools exist.",
-        lambda s: output.tool_usage(s.stats, output.offered_tools({"tools": s.trajectory.get("tools") or []}))),
+        lambda s: trajectories.tool_usage(s.stats, trajectories.offered_tools({"tools": s.trajectory.get("tools") or []}))),
     Key("group_id", "int64", "The dataset line the sample answers (its index; ``batch.groups``): the attempts "
         "of one prompt share it.", lambda s: s.group_id),
     Key("attempt", "int64", "The attempt's number in its group, from 0 (`--samples_per_prompt`).",
@@ -190,6 +190,21 @@ def _write(key: Key, sample: Sample) -> Any:
 def build(sample: Sample) -> dict[str, Any]:
     """The line of ``sample``: every key of :data:`LINE`, in order."""
     return {key.name: _write(key, sample) for key in LINE}
+
+
+def build_line(*, index: int, batch: int, trajectory: dict[str, Any], completed: bool, partial: bool,
+               api_calls: int, toolsets: list[str], trace: list[dict[str, Any]], metadata: dict[str, Any],
+               extra: dict[str, Any] | None = None, group_id: int | None = None, attempt: int = 0,
+               reward: float | None = None, verifier: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One trajectory line (:data:`LINE`).  ``trajectory``: the child's
+    (``conversations``, ``messages``, ``tools``); ``metadata`` holds hermesd's
+    metadata values (missing strings become ``""``, numbers ``0``); ``extra``: the
+    dataset line's other fields; ``group_id`` (None: ``index``) and ``attempt``;
+    ``reward`` and ``verifier`` (``batch.verify.scores``) (see :class:`Sample`)."""
+    return build(Sample(index=index, batch=batch, trajectory=trajectory, completed=completed, partial=partial,
+                        api_calls=api_calls, toolsets=toolsets, trace=trace, metadata=metadata,
+                        extra=dict(extra or {}), group_id=index if group_id is None else group_id,
+                        attempt=attempt, reward=reward, verifier=verifier))
 
 
 def _feature_type(type_: Union[str, tuple[Key, ...], ListOf]) -> Any:

@@ -17,7 +17,9 @@ from batch import distributions
 from batch.settings import Settings, flag_options, job_id_of, resume_args
 from hermesd import config as config_mod, idempotency
 from hermesd.context import Context
-from hermesd.contract import EXECUTORS, LIVE, JobResult
+from batch.config import EXECUTORS
+from hermesd.contract.states import LIVE
+from hermesd.contract.wire import JobResult
 from hermesd.delegation.rules import SubagentRules
 from hermesd.governor.ops import child_grant, child_grant_done
 from hermesd.handlers.children import child_progress

@@ -1,7 +1,7 @@
 """The batch job type inside hermesd: start, resume, cancel, report, survive restarts.
 
 A batch is the job ``batch_<run_name>`` (kind ``batch``); it has no process of
-its own.  Its prompts run through a :class:`batch.runner_iface.ItemExecutor`:
+its own.  Its prompts run through a :class:`batch.executor.ItemExecutor`:
 ``batch_item`` children (``parent`` = the batch), or with ``executor: ray``
 Ray tasks through a supervised driver (:mod:`batch.executor_ray`).  The job's ``spec`` holds
 its :class:`batch.settings.Settings`; its files (``OUTPUT_DIR/RUN_NAME/``) hold
@@ -31,13 +31,13 @@ from batch import dataset as dataset_mod, distributions, groups
 from batch.checkpoint import Checkpoint, CheckpointError
 from batch.executor_ray import RayExecutor
 from batch.job import STATISTICS, BatchRun
-from batch.output import TRAJECTORIES, batch_files
-from batch.runner_iface import SupervisorExecutor
+from batch.trajectories import TRAJECTORIES, batch_files
+from batch.executor_local import SupervisorExecutor
 from batch.settings import Settings, filter_change, job_id_of, no_run
 from hermesd import jobs as jobs_mod
 from hermesd.billing.ledger import Ledger
-from hermesd.containers import plugin as containers
-from hermesd.contract import LIVE, STOP_REASONS, JobStatus
+from hermesd.containers import ops as containers
+from hermesd.contract.states import LIVE, STOP_REASONS, JobStatus
 from hermesd.protocol import ProtocolError
 
 log = logging.getLogger("hermesd.batch")

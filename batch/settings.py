@@ -31,7 +31,7 @@ RESUMED = ("dataset_file", "batch_size", "num_workers", "max_turns", "distributi
 
 FILTERS = ("allow_synthetic", "exclude_partial", "min_reward")
 """The settings that choose which written samples ``trajectories.jsonl`` keeps
-(:meth:`batch.output.Written.reason`); a resume may change them: the merged files are
+(:meth:`batch.trajectories.Written.reason`); a resume may change them: the merged files are
 written again from the batch files, which keep every sample (:func:`filter_change`)."""
 
 MAX_SAMPLES_PER_PROMPT = 1000
@@ -96,7 +96,7 @@ def resume_args(args: dict[str, Any], run_name: str, run_dir: Path) -> dict[str,
     Raises ``ProtocolError(bad_request)`` (:func:`no_run`) when ``run_dir`` holds no run;
     an unreadable checkpoint leaves ``args`` as they are (the run's start says what is wrong)."""
     from batch.checkpoint import Checkpoint, CheckpointError
-    from batch.output import batch_files
+    from batch.trajectories import batch_files
 
     try:
         stored = Checkpoint.load(run_dir)
@@ -113,7 +113,7 @@ def resume_args(args: dict[str, Any], run_name: str, run_dir: Path) -> dict[str,
 def filter_change(before: dict[str, Any], after: dict[str, Any], written: list[Any]) -> str | None:
     """The warning of a resume that changes the run's filters (:data:`FILTERS`) from ``before``
     (the checkpoint's settings) to ``after`` (the resume's ``Settings.filters``): the flags, and
-    how many of the ``written`` samples (``batch.output.Written``) ``trajectories.jsonl`` kept
+    how many of the ``written`` samples (``batch.trajectories.Written``) ``trajectories.jsonl`` kept
     and will keep, with why the others stay out; None when the filters are the same or nothing
     was written yet (then there is nothing to rewrite)."""
     old = {key: before.get(key, Settings.__dataclass_fields__[key].default) for key in FILTERS}
@@ -268,7 +268,7 @@ class Settings:
 
     @property
     def filters(self) -> dict[str, Any]:
-        """The keywords of ``batch.output.Written.reason``: what keeps a written sample out
+        """The keywords of ``batch.trajectories.Written.reason``: what keeps a written sample out
         of ``trajectories.jsonl``."""
         return {key: getattr(self, key) for key in FILTERS}
 

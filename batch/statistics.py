@@ -60,7 +60,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from batch import groups, output
+from batch import groups, trajectories
 from batch.checkpoint import Checkpoint
 from hermesd import clock
 
@@ -77,7 +77,7 @@ class Tally:
     def __init__(self) -> None:
         self.written = self.completed = self.partial = self.turns = self.turns_with_reasoning = 0
         self.samples_with_reasoning = self.api_calls = 0
-        self.tools = {name: Counter() for name in output.KNOWN_TOOLS}
+        self.tools = {name: Counter() for name in trajectories.KNOWN_TOOLS}
         self.tokens: Counter = Counter()
         self.seconds = 0.0
         self.models: Counter = Counter()
@@ -87,8 +87,8 @@ class Tally:
     def add(self, line: dict[str, Any]) -> None:
         """Count one batch-file line."""
         meta = line.get("metadata") or {}
-        turns = output.gpt_turns(line.get("conversations") or [])
-        reasoning = sum(1 for v in turns if output.shows_reasoning(v))
+        turns = trajectories.gpt_turns(line.get("conversations") or [])
+        reasoning = sum(1 for v in turns if trajectories.shows_reasoning(v))
         self.written += 1
         self.completed += bool(line.get("completed"))
         self.partial += bool(line.get("partial"))
@@ -196,14 +196,14 @@ def _models_used(tally: Tally) -> str:
 
 
 def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: int,
-            tally: Tally, merged: output.Merged, checkpoint: Checkpoint,
+            tally: Tally, merged: trajectories.Merged, checkpoint: Checkpoint,
             usage: dict[str, Any] | None = None) -> dict[str, Any]:
     """The statistics document (see the module doc).
 
     ``scope``: the sample indices of the run (its usable dataset lines, times
     ``samples_per_prompt``);
     ``tally``: the counts of its batch-file lines; ``merged``: the result of
-    :func:`batch.output.merge`; ``checkpoint``: the run's checkpoint; ``usage``: what the
+    :func:`batch.trajectories.merge`; ``checkpoint``: the run's checkpoint; ``usage``: what the
     run's model calls spent by the bill (``hermesd.billing``: every attempt, ``calls``,
     ``input``, ``output``, ``cache_write``, ``cache_read``, ``cost_usd``, ``cost_unknown``), shown as
     ``usage`` and ``cost_usd`` / ``cost_unknown`` beside Hermes' keys.
@@ -220,7 +220,7 @@ def compute(*, settings: dict[str, Any], job: str, scope: set[int], bad_lines: i
     samples_with = tally.samples_with_reasoning
     size = int(settings.get("batch_size") or 1)
     now = clock.now_iso()
-    filtered = {f"filtered_{reason}": merged.count(reason) for reason in output.FILTER_REASONS}
+    filtered = {f"filtered_{reason}": merged.count(reason) for reason in trajectories.FILTER_REASONS}
     judged = verdicts(tally, checkpoint)
     return {
         "run_name": settings.get("run_name"), "distribution": settings.get("distribution"),

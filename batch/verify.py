@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hermesd.contract import JobResult
+from hermesd.contract.wire import JobResult
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 """The verifier's time limit when ``--verifier_timeout`` is not given."""

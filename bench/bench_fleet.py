@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import command_line as bench_command_line  # noqa: E402
 from bench.common import daemon, machine, mean, pct, wait_for  # noqa: E402
 from client.connection import ClientError  # noqa: E402
-from hermesd.contract import TERMINAL  # noqa: E402
+from hermesd.contract.states import TERMINAL  # noqa: E402
 from hermesd.protocol import ProtocolError  # noqa: E402
 from hermesd.warm.wire import MARK_ENV  # noqa: E402
 from tests.chaos.helpers import proc_env, zygote_pids  # noqa: E402

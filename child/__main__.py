@@ -22,7 +22,7 @@ import traceback
 from typing import Any
 
 from child import lifeline, logwriter, redact, worktree
-from hermesd.contract import JobResult, JobSpec
+from hermesd.contract.wire import JobResult, JobSpec
 from hermesd.private import restore_umask
 
 

@@ -4,7 +4,7 @@ One short loop whatever the provider (in the spirit of mini-swe-agent): the run
 is a plain list of messages (:mod:`child.messages`); each turn is one model call
 followed by the tool calls it asked for; the run ends with a final answer (a
 reply that calls no tool; with an ``output_schema`` it must validate, after one
-repair turn at most: :mod:`child.output`), at ``max_turns``, at the opt-in
+repair turn at most: :mod:`child.structured`), at ``max_turns``, at the opt-in
 wall-clock timeout, on the
 stop flag (SIGINT/SIGTERM), or on a provider error.  The model call runs in a
 worker thread so that a stop or the timeout ends the run at once even while a
@@ -33,14 +33,16 @@ from typing import Any, Callable
 
 from child import approval, journal
 from child import messages as m
-from child import output
+from child import structured
 from child.activity import Activity
 from child.container import ContainerError, opened
 from child.governor import PACED, BudgetExceeded, Grants, estimate_tokens
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
 from child.window import Window
-from hermesd.contract import TOKEN_KEYS, JobResult, JobSpec, context_window
+from hermesd.contract.providers import context_window
+from hermesd.contract.tokens import TOKEN_KEYS
+from hermesd.contract.wire import JobResult, JobSpec
 from hermesd.protocol import one_line, timed_out_text
 
 def log(text: str) -> None:
@@ -76,10 +78,10 @@ def run(spec: JobSpec, channel: Any, stop: Any) -> JobResult:
 
     ``channel``: :class:`child.channel.Channel` for ``child.progress`` reports (or
     ``None``); ``stop``: :class:`child.__main__.StopFlag`.  The result has every
-    field of :class:`hermesd.contract.JobResult` but ``traceback``; ``trajectory``
+    field of :class:`hermesd.contract.wire.JobResult` but ``traceback``; ``trajectory``
     only with ``record_trajectory``.  Failures are reported in the result, not raised.
 
-    Of the spec, batch items (``batch.runner_iface``) also set: ``ephemeral_system_prompt``
+    Of the spec, batch items (``batch.executor``) also set: ``ephemeral_system_prompt``
     (added to the system prompt the model sees, never to the trajectory),
     ``prefill_messages`` (``[{"role": "system"|"user"|"assistant", "content": str}]``:
     user and assistant ones put before the conversation at every model call, system
@@ -197,7 +199,7 @@ class Agent:
             schema = self.spec.output_schema
             if schema is None:
                 return self.finish("completed", "completed")
-            self.structured, problem = output.check(m.final_text(self.new[-1]), schema)
+            self.structured, problem = structured.check(m.final_text(self.new[-1]), schema)
             if problem is None:
                 return self.finish("completed", "completed")
             if repaired:
@@ -205,7 +207,7 @@ class Agent:
                                    f"output_schema after one repair turn: {problem}")
             log(f"turn {turn}: final answer does not match output_schema ({problem}); one repair turn")
             repaired, turns = True, max(turns, turn + 1)
-            self.add(m.user(output.repair_prompt(problem, schema)))
+            self.add(m.user(structured.repair_prompt(problem, schema)))
         return self.finish("failed", "max_turns",
                            error=f"no final answer within max_turns={self.spec.max_turns}")
 
@@ -368,10 +370,10 @@ class Agent:
                               for c in done.open_calls]))
         elif self.new[-1]["role"] == "assistant":
             schema = self.spec.output_schema
-            self.structured, problem = output.check(m.final_text(self.new[-1]), schema) if schema else (None, None)
+            self.structured, problem = structured.check(m.final_text(self.new[-1]), schema) if schema else (None, None)
             if problem is None:
                 return self.finish("completed", "completed")
-            self.add(m.user(output.repair_prompt(problem, schema)))
+            self.add(m.user(structured.repair_prompt(problem, schema)))
         return None
 
     def progress(self, turn: int, tool: str | None, **extra: Any) -> None:

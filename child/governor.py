@@ -21,8 +21,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from hermesd import contract
-from hermesd.contract import PROVIDER_WAIT as WAITING
+from hermesd.contract import tokens
+from hermesd.contract.providers import PROVIDER_WAIT as WAITING
 from hermesd.protocol import ProtocolError
 
 LIMIT_HEADERS = ("retry-after", "retry-after-ms", "anthropic-ratelimit-", "x-ratelimit-")
@@ -67,8 +67,8 @@ def retry_after_of(headers: dict[str, str]) -> float | None:
 
 
 def estimate_tokens(system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-    """A call's input tokens, estimated before it is made (:func:`hermesd.contract.estimate_tokens`)."""
-    return max(1, contract.estimate_tokens([system, messages, tools]))
+    """A call's input tokens, estimated before it is made (:func:`hermesd.contract.tokens.estimate_tokens`)."""
+    return max(1, tokens.estimate_tokens([system, messages, tools]))
 
 
 class Grants:

@@ -47,12 +47,14 @@ from child import redact
 from child.item_warm import start_warm
 from child.providers.scripted import STEP_SECONDS_ENV
 from child.relay import RELAYED
-from hermesd.contract import PROVIDER_TABLE, PYTHON, JobResult
+from hermesd.contract.launch import PYTHON
+from hermesd.contract.providers import PROVIDER_TABLE
+from hermesd.contract.wire import JobResult
 from hermesd.protocol import ProtocolError
 
 FORWARDED_ENV = (*(v for p in PROVIDER_TABLE for v in p.env), "HERMES_WEB_SEARCH_URL", STEP_SECONDS_ENV)
 """The environment variables that carry provider settings (keys, base URLs: each provider's
-``env`` in :data:`hermesd.contract.PROVIDER_TABLE`; the scripted provider's step time), and the
+``env`` in :data:`hermesd.contract.providers.PROVIDER_TABLE`; the scripted provider's step time), and the
 web tools' search URL to items on other machines."""
 
 DROPPED_ENV = ("HERMES_DAEMON_PID", "HERMES_CHILD_SOCKET", "HERMES_CHILD_TOKEN", "HERMES_SUPERVISOR", "HERMES_JOB_ID",

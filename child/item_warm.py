@@ -36,7 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from hermesd.contract import PYTHON
+from hermesd.contract.launch import PYTHON
 from hermesd.warm.wire import (ENV_ROOM_BYTES, PROVIDERS_ENV, ROOM_ENV, SPARES, TITLE_ROOM, recv_msg, send_msg,
                                write_request)
 

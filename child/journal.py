@@ -78,7 +78,7 @@ class Journal:
 
 
 def open_for(spec: Any) -> Journal | None:
-    """The journal of the job ``spec`` (a :class:`hermesd.contract.JobSpec`: its ``journal`` path),
+    """The journal of the job ``spec`` (a :class:`hermesd.contract.wire.JobSpec`: its ``journal`` path),
     or None for a job that keeps none."""
     return Journal(spec.journal) if spec.journal else None
 

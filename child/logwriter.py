@@ -6,7 +6,7 @@ cap (:mod:`hermesd.upkeep.logcap`) looks on a timer, so a flood outran it.  So t
 child, first thing, puts a pipe in place of its descriptors 1 and 2 — inherited by
 everything it starts, a tool's commands and what they leave behind included — and a
 thread of its own copies the pipe into the log, rotating before a write would take
-the log past ``max_bytes`` (its cap arrives in :data:`hermesd.contract.LOG_CAP_ENV`):
+the log past ``max_bytes`` (its cap arrives in :data:`hermesd.contract.launch.LOG_CAP_ENV`):
 
 1. ``log.KEEP`` goes, ``log.N`` becomes ``log.N+1``, ``log`` becomes ``log.1``
    (a rename: the writer alone has the log open); ``keep: 0`` empties ``log`` instead;
@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from hermesd.contract import LOG_CAP_ENV, rotated_log
+from hermesd.contract.launch import LOG_CAP_ENV, rotated_log
 
 CHUNK = 1 << 16
 DRAIN_SECONDS = 0.5
@@ -123,7 +123,7 @@ class CappedLog:
 
 
 def capture() -> CappedLog | None:
-    """Put this process's output under the cap in :data:`hermesd.contract.LOG_CAP_ENV`
+    """Put this process's output under the cap in :data:`hermesd.contract.launch.LOG_CAP_ENV`
     (see the module doc); None (nothing changed) without one, or when descriptor 1 is
     not a regular file (a test's pipe, a terminal)."""
     cap = parse(os.environ.get(LOG_CAP_ENV))

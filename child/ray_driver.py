@@ -45,7 +45,7 @@ from child.item import FORWARDED_ENV
 from child.item_host import CONTROL
 from child.ray_hosts import Host, HostPool
 from child.relay import Relay
-from hermesd.contract import JobResult, JobSpec
+from hermesd.contract.wire import JobResult, JobSpec
 
 CONNECT_SECONDS = 5.0
 POLL_SECONDS = 0.2

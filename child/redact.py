@@ -1,7 +1,7 @@
 """Secrets stay with the child's provider: what a tool's environment lacks, and what is redacted.
 
 A child is started with the daemon's environment, so it holds the provider keys
-(:data:`hermesd.contract.PROVIDER_KEYS`) and every other secret of the daemon's environment.
+(:data:`hermesd.contract.providers.PROVIDER_KEYS`) and every other secret of the daemon's environment.
 The child needs the keys to call the model; nothing its tools run needs a secret it was not
 given.  The rule is :class:`hermesd.redaction.Secrets` (secret: a provider key, a name in
 :data:`hermesd.redaction.SECRETS_ENV` — the config's ``secrets:``, the job's ``secrets`` —, a
@@ -32,7 +32,7 @@ import os
 import sys
 from typing import Any, Mapping
 
-from hermesd.contract import PROVIDER_KEYS
+from hermesd.contract.providers import PROVIDER_KEYS
 from hermesd.redaction import MIN_SECRET_CHARS, Redactor, Secrets  # noqa: F401 (MIN_SECRET_CHARS: re-exported)
 
 TOKEN_ENV = "HERMES_CHILD_TOKEN"

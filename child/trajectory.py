@@ -256,7 +256,7 @@ def _assistant_blocks(messages: list[dict], kind: str):
 def has_reasoning(messages: list[dict]) -> bool:
     """True when any assistant turn shows reasoning: a non-empty ``thinking``
     block, or text containing one of :data:`REASONING_MARKERS` (batch output
-    discards samples without reasoning: :mod:`batch.output`)."""
+    discards samples without reasoning: :mod:`batch.trajectories`)."""
     if any(str(b.get("thinking", "")).strip() for b in _assistant_blocks(messages, "thinking")):
         return True
     texts = (str(b.get("text", "")) for b in _assistant_blocks(messages, "text"))

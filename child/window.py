@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hermesd.contract import estimate_tokens
+from hermesd.contract.tokens import estimate_tokens
 
 KEEP_ROUNDS = 3
 """Tool-result messages at the end of the conversation that are always sent whole."""

@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from child.redact import tool_environment
-from hermesd.contract import JobSpec
+from hermesd.contract.wire import JobSpec
 from hermesd.worktrees import git
 
 

@@ -44,7 +44,7 @@ import sys
 import time
 
 from child.spare import Spare, arm_lifeline, title
-from hermesd.contract import provider_entry
+from hermesd.contract.providers import provider_entry
 from hermesd.warm.wire import BASE_URL_ENV, PROVIDERS_ENV, SPARES, recv_msg, send_msg
 
 PRELOAD = ("zmq", "msgpack", "psutil", "setproctitle", "child.__main__", "child.channel", "child.agent",

@@ -25,7 +25,8 @@ import click
 from client import render
 from client.common import (COMPLETION_HELP, IDEMPOTENCY_HELP, TERMINAL, Ctl, conn, exit_for, global_options, is_json,
                            json_option, out, said_repeat, show, stopped_watching)
-from hermesd.contract import EXECUTORS, PROVIDERS, REASONING_EFFORTS
+from batch.config import EXECUTORS
+from hermesd.contract.providers import PROVIDERS, REASONING_EFFORTS
 from hermesd.protocol import EXIT_CODES
 
 batch_group = click.Group("batch", help="Batch runs: trajectories over a JSONL dataset of prompts.")

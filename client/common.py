@@ -27,7 +27,7 @@ from client import render, verbs
 from client.connection import ClientError, Connection
 from client.fast import DEFAULT_TIMEOUT
 from client.verbs import IDEMPOTENCY_HELP, INTERRUPTED, Usage, exit_for, split  # noqa: F401  (for the families)
-from hermesd.contract import TERMINAL  # noqa: F401  (re-exported for the clients)
+from hermesd.contract.states import TERMINAL  # noqa: F401  (re-exported for the clients)
 from hermesd.protocol import ProtocolError
 COMPLETION_HELP = ("Shell completion (commands, options, job ids): "
                    'eval "$(_HERMESCTL_COMPLETE=bash_source hermesctl)" in ~/.bashrc, '

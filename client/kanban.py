@@ -16,7 +16,7 @@ import click
 
 from client import render
 from client.common import conn, is_json, json_option, out, print_all, read_text, show, split, text_input
-from hermesd.contract import PROVIDERS
+from hermesd.contract.providers import PROVIDERS
 from hermesd.protocol import EXIT_CODES
 
 

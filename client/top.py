@@ -1,7 +1,7 @@
 """``hermesctl top``: the command.  On a terminal it runs the textual app
 (:mod:`client.tui`, imported only then, so other commands never load textual);
 without one (cron, pipes), or with ``--once``/``--json``, it prints one snapshot
-of the :class:`client.board.Board`."""
+of the :class:`client.top_board.Board`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import click
 
 from client import render
-from client.board import Board, load, snapshot_text
+from client.top_board import Board, load, snapshot_text
 from client.common import DEFAULT_TIMEOUT, conn, is_json, out, root_obj
 
 

@@ -34,7 +34,7 @@ from textual.widgets import Footer, Header, Input, RichLog, Static, Tree
 
 from client import render
 from client.connection import ClientError, Connection
-from client.board import Board, Node, fetch_jobs, load
+from client.top_board import Board, Node, fetch_jobs, load
 from client.common import DEFAULT_TIMEOUT, TERMINAL, who
 from hermesd.protocol import ProtocolError
 

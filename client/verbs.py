@@ -13,6 +13,7 @@ to click).  Nothing here imports click, pyzmq or json at module level.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -44,7 +45,7 @@ class Opt:
     ``flag``: ``--name`` (``short``: ``-n`` too); ``kind``: ``flag``, ``str``, ``int1`` (an
     integer ≥ 1), ``int0`` (an integer ≥ 0), ``int``, ``float``, ``float0`` (a number ≥ 0), ``choice`` (one of ``choices``),
     ``dir`` (an existing directory), ``file`` (a file to read, ``-`` standard input);
-    ``choices``: the name in :mod:`hermesd.contract` of the values a ``choice`` may take
+    ``choices``: the values a ``choice`` may take, as ``module.NAME`` of :mod:`hermesd.contract`
     (imported when needed: the contract's import costs more than a fast command may);
     ``dest``: the body's parameter (default from the flag); ``multiple``: repeatable,
     the values as a tuple; ``slow``: the fast path leaves a command line that gives it to
@@ -60,9 +61,8 @@ class Opt:
 
     def choices(self) -> tuple[str, ...]:
         """The values a ``choice`` may take."""
-        from hermesd import contract
-
-        return tuple(getattr(contract, self.choices_name or ""))
+        module, _, name = (self.choices_name or "").rpartition(".")
+        return tuple(getattr(importlib.import_module(f"hermesd.contract.{module}"), name))
 
     def default(self) -> Any:
         """The value the body gets when the option is not given (click's defaults)."""
@@ -198,7 +198,7 @@ def toolset_names(value: str | None) -> list[str] | None:
     for a value that names none (``--toolsets ""``), which would silently mean the default."""
     names = split(value)
     if value is not None and not names:
-        from hermesd.contract import TOOLSETS
+        from hermesd.contract.toolsets import TOOLSETS
 
         raise Usage(f"--toolsets names no toolset; give some of {', '.join(TOOLSETS)} "
                     "(comma-separated), or leave it out for the config's")
@@ -374,8 +374,8 @@ VERBS: dict[str, Verb] = {verb.name: verb for verb in (
         Opt("--context", help="Context for the subagent (what it needs to know)."),
         Opt("--toolsets", help="Comma-separated toolsets (default: the config's toolsets)."),
         Opt("--model", help="Model name."),
-        Opt("--provider", "choice", choices="PROVIDERS"),
-        Opt("--role", "choice", choices="ROLES"),
+        Opt("--provider", "choice", choices="providers.PROVIDERS"),
+        Opt("--role", "choice", choices="toolsets.ROLES"),
         Opt("--max-turns", "int1"),
         Opt("--cwd", "dir", "Working directory of the subagent (default: the current directory)."),
         Opt("--memory-limit", "int1", "Memory limit of the child and all it starts, in MiB (at most "

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from batch import line  # noqa: E402
-from hermesd import contract, protocol  # noqa: E402
+from hermesd import protocol  # noqa: E402
+from hermesd.contract import wire  # noqa: E402
 from hermesd.router import ENVELOPE_OP  # noqa: E402
 from hermesd.plugin import Plugins  # noqa: E402
 from hermesd.server import PLUGINS, ROUTER  # noqa: E402
@@ -93,7 +94,7 @@ def ops_section(handlers: dict, heading: str) -> list[str]:
 def wire_section(cls, title: str) -> list[str]:
     """A ``###`` for a wire dataclass of :mod:`hermesd.contract`: its docstring, then one row per
     field (type, default, and the meaning written beside it, when there is one)."""
-    out = [f"### {title}: `hermesd.contract.{cls.__name__}`", "", doc(cls), "",
+    out = [f"### {title}: `hermesd.contract.wire.{cls.__name__}`", "", doc(cls), "",
            "| field | type | default | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -153,7 +154,7 @@ def render() -> str:
     out += ["## Child ops (`children.sock`)", "", attribute_docs(protocol).get("CHILD_OPS", ""), "",
             "Every child op carries `job` and `token`; a wrong token is refused.", ""]
     out += ops_section(CHILD_HANDLERS, "Handlers in")
-    out += wire_section(contract.JobSpec, "Job spec") + wire_section(contract.JobResult, "Job result")
+    out += wire_section(wire.JobSpec, "Job spec") + wire_section(wire.JobResult, "Job result")
     pending = [name for name in protocol.CHILD_OPS if name not in CHILD_HANDLERS and name != ENVELOPE_OP]
     if pending:
         out += ["Declared in `CHILD_OPS` but not handled yet (the daemon answers `unknown_op`): "

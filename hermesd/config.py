@@ -32,7 +32,8 @@ from urllib.parse import urlsplit
 
 from hermesd import paths
 from hermesd.paths import plugin_modules
-from hermesd.contract import PROVIDERS, REASONING_EFFORTS, TOOLSETS
+from hermesd.contract.providers import PROVIDERS, REASONING_EFFORTS
+from hermesd.contract.toolsets import TOOLSETS
 from hermesd.protocol import INT64_MAX
 
 if TYPE_CHECKING:
@@ -136,8 +137,8 @@ def yaml_text_number(value: Any) -> str:
 
 def parse_context_windows(data: Any) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """The config's ``context_windows:`` mapping — model name or name prefix → the model's
-    context window in tokens, read before :data:`hermesd.contract.CONTEXT_WINDOWS` (the
-    longest matching prefix wins: :func:`hermesd.contract.context_window`) — as
+    context window in tokens, read before :data:`hermesd.contract.providers.CONTEXT_WINDOWS` (the
+    longest matching prefix wins: :func:`hermesd.contract.providers.context_window`) — as
     ``(table, problems)``; each problem is ``(model key, reason)``.  A window must be a whole
     number of tokens >= 1024."""
     if data is None:

@@ -18,7 +18,7 @@ PyYAML (about 1.3 MiB; a ``reload`` imports PyYAML when it re-reads the file),
 nor docstrings and asserts (``-OO``: about 1.5 MiB of code objects across the
 standard library, pyzmq and hermesd, none of which the daemon reads; its
 children are new interpreters started without ``-OO``).  ``-P``
-(:data:`hermesd.contract.PYTHON`, as for every Python hermesd starts) keeps the
+(:data:`hermesd.contract.launch.PYTHON`, as for every Python hermesd starts) keeps the
 working directory out of ``sys.path``, so a ``logging.py`` where it is started
 cannot shadow a module.  The interpreter options that change behaviour
 (``-I``, ``-E``, ``-s``, ``-B``, ``-W``, ``-X``) carry over.  The config goes
@@ -37,13 +37,13 @@ import sys
 from typing import NoReturn
 
 from hermesd import config as config_mod, private
-from hermesd.contract import PYTHON
+from hermesd.contract.launch import PYTHON
 
 LOG_FORMAT = "%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"
 
 
 def interpreter_options() -> list[str]:
-    """The options of the Python that runs the daemon (after :data:`hermesd.contract.PYTHON`):
+    """The options of the Python that runs the daemon (after :data:`hermesd.contract.launch.PYTHON`):
     ``-OO`` and those of this interpreter that change behaviour (isolation, environment,
     warnings, ``-X``)."""
     flags = sys.flags

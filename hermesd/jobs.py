@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
 from hermesd import clock
-from hermesd.contract import ACTIVE, TERMINAL, JobStatus
+from hermesd.contract.states import ACTIVE, TERMINAL, JobStatus
 from hermesd.events import EventLog
 from hermesd.protocol import ProtocolError
 from hermesd.store import Store, StoreError

@@ -13,7 +13,7 @@ of its own kinds only — the core names no kind, and no plugin filters on
 Adding a job type is one module (kinds, ops, hooks) and one line in
 ``hermesd.server.PLUGINS``.
 A plugin may also declare no kind and use only the hooks that see every job
-(``admit``, ``after_exit``, ``restore``…): :class:`hermesd.containers.plugin.ContainersPlugin`
+(``admit``, ``after_exit``, ``restore``…): :class:`hermesd.containers.ops.ContainersPlugin`
 gives any job's container its life that way, without a line per job kind.
 """
 
@@ -30,7 +30,7 @@ from hermesd.store import CORE_MIGRATIONS, schema
 if TYPE_CHECKING:
     from hermesd.config import Config
     from hermesd.context import Context
-    from hermesd.contract import JobResult, JobSpec
+    from hermesd.contract.wire import JobResult, JobSpec
 
 Row = dict[str, Any]
 
@@ -85,7 +85,7 @@ class Plugin:
     @own
     def spec_defaults(self, row: Row) -> dict[str, Any]:
         """What a child of this kind gets unless its job says otherwise (``child.hello``, before
-        the job's row and ``spec``): :class:`hermesd.contract.JobSpec` field → value; ``provider``
+        the job's row and ``spec``): :class:`hermesd.contract.wire.JobSpec` field → value; ``provider``
         and ``model`` None fall back to the config's.  None declared: the spec's own defaults."""
         return {}
 
@@ -134,7 +134,7 @@ class Plugin:
     @every
     def child_env(self, row: Row) -> dict[str, str]:
         """Environment variables any job's child starts with (``Runner`` at its start, beside the
-        job's own ``env``), e.g. its log's cap (:data:`hermesd.contract.LOG_CAP_ENV`)."""
+        job's own ``env``), e.g. its log's cap (:data:`hermesd.contract.launch.LOG_CAP_ENV`)."""
         return {}
 
     @every

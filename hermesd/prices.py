@@ -39,7 +39,7 @@ class Price:
     cache_read: float
 
     def cost(self, tokens: Mapping[str, int]) -> float:
-        """USD of ``tokens`` (``contract.TOKEN_KEYS``: ``input`` counts every prompt
+        """USD of ``tokens`` (``contract.tokens.TOKEN_KEYS``: ``input`` counts every prompt
         token, the cache's writes and reads among them, so the uncached rest is
         ``input - cache_write - cache_read``)."""
         write, read = int(tokens.get("cache_write") or 0), int(tokens.get("cache_read") or 0)

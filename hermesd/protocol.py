@@ -109,9 +109,9 @@ def exit_codes_text() -> str:
 CHILD_OPS = ("child.hello", "child.progress", "child.result", "child.delegate", "child.call")
 """Ops a child process sends on ``children.sock``.
 
-* ``child.hello {job, pid, token}`` → the job spec (``hermesd.contract.JobSpec``).
+* ``child.hello {job, pid, token}`` → the job spec (``hermesd.contract.wire.JobSpec``).
 * ``child.progress {job, token, turn, tool?, tokens?, text?, activity?, provider?, model?}`` → ``{}``.
-* ``child.result {job, token, ...}`` with the fields of ``hermesd.contract.JobResult``
+* ``child.result {job, token, ...}`` with the fields of ``hermesd.contract.wire.JobResult``
   (below) → ``{}``.
 * ``child.delegate {job, token, tasks: [...], background, ...}`` → delegation results.
 * ``child.call {job, token, op, args}`` → the child op ``op`` with ``args`` (how the
@@ -361,12 +361,12 @@ def timed_out_text(seconds: float, activity: str | None, api_calls: int) -> str:
 
 
 def expand_toolsets(names: list[str]) -> list[str]:
-    """Expand ``all``/``*`` (every toolset of :data:`hermesd.contract.TOOLSETS` but
-    :data:`~hermesd.contract.EXPLICIT_ONLY`, ``kanban``) and de-duplicate, keeping order.
+    """Expand ``all``/``*`` (every toolset of :data:`hermesd.contract.toolsets.TOOLSETS` but
+    :data:`~hermesd.contract.toolsets.EXPLICIT_ONLY`, ``kanban``) and de-duplicate, keeping order.
 
     Raises :class:`ProtocolError` (``bad_request``) naming unknown toolsets.
     """
-    from hermesd.contract import EXPLICIT_ONLY, TOOLSETS  # not at import: a client's start does without it
+    from hermesd.contract.toolsets import EXPLICIT_ONLY, TOOLSETS  # not at import: a client's start does without it
 
     out: list[str] = []
     unknown = [n for n in names if n not in TOOLSETS and n not in ("all", "*")]

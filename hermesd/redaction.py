@@ -4,7 +4,7 @@ for the daemon and its children.
 A leaf (standard library only) children may import.  The rule, in both directions:
 
 * **Secret** (:meth:`Secrets.secret`): a variable is secret when its name is a provider key
-  (:data:`hermesd.contract.PROVIDER_KEYS`: the callers name them), is listed under the
+  (:data:`hermesd.contract.providers.PROVIDER_KEYS`: the callers name them), is listed under the
   config's ``secrets:``, was given to the job as a secret (``--secret NAME=VALUE``, the
   request's ``secrets``), or matches one of :data:`SECRET_PATTERNS` (whatever its case); a
   ``HERMES_*`` name is the daemon's own and never matches a pattern.

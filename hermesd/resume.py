@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermesd import clock
-from hermesd.contract import JobResult, JobStatus
+from hermesd.contract.states import JobStatus
+from hermesd.contract.wire import JobResult
 from hermesd.journal import NAME, JournalError, read
 
 if TYPE_CHECKING:

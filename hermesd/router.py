@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Awaitable, Callable, Iterable
 
-from hermesd.contract import PROVIDER_KEYS
+from hermesd.contract.providers import PROVIDER_KEYS
 from hermesd.protocol import ProtocolError, Request
 from hermesd.redaction import Redactor, Secrets
 

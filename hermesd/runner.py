@@ -32,7 +32,8 @@ from hermesd.config import Config
 from hermesd.control import dependencies
 from hermesd.control.pause import QueuePause
 from hermesd.control.staleness import ActivityLog, stale_error
-from hermesd.contract import LIVE, STOP_REASONS, TERMINAL, JobResult, JobSpec, JobStatus, exit_reason_of
+from hermesd.contract.states import LIVE, STOP_REASONS, TERMINAL, JobStatus, exit_reason_of
+from hermesd.contract.wire import JobResult, JobSpec
 from hermesd.jobs import AdmissionPool, JobTable
 from hermesd.plugin import Plugins
 from hermesd.protocol import ProtocolError, one_line
@@ -118,7 +119,7 @@ class Runner:
         background delegations' ``async``) takes its slot now (``capacity_reached`` when full
         unless ``queue``; paused, or waiting for ``after``, it waits for it in the queue).  The plugins' ``admit`` hook may change its fields
         first (a spec ``image`` becomes the spec's ``container``:
-        :class:`hermesd.containers.plugin.ContainersPlugin`).  Raises ``ProtocolError``
+        :class:`hermesd.containers.ops.ContainersPlugin`).  Raises ``ProtocolError``
         (``shutting_down``, ``bad_request`` for a missing cwd or a container
         that cannot be had, ``capacity_reached``).
         """
@@ -369,7 +370,7 @@ class Runner:
         return job_id
 
     def child_spec(self, row: dict[str, Any]) -> dict[str, Any]:
-        """The job spec (:class:`hermesd.contract.JobSpec`, as its wire map) a child
+        """The job spec (:class:`hermesd.contract.wire.JobSpec`, as its wire map) a child
         receives in reply to ``child.hello``: the config's values and the defaults of the job's
         kind (its plugin's ``spec_defaults``), then every plugin's ``any_spec`` hook, then the row's
         ``spec`` column, then the spec hook of the job's kind."""

@@ -29,10 +29,10 @@ import zmq
 from batch import ops as batch
 from hermesd import __version__, clock, config as config_mod, eager, looplag, paths, private, protocol, resume, unwritable
 from hermesd.billing.ops import BillingPlugin
-from hermesd.containers.plugin import ContainersPlugin
+from hermesd.containers.ops import ContainersPlugin
 from hermesd.governor.ops import GovernorPlugin
 from hermesd.context import Context
-from hermesd.contract import ACTIVE, JobStatus
+from hermesd.contract.states import ACTIVE, JobStatus
 from hermesd.control import ops as control
 from hermesd.control.approvals import ApprovalsPlugin
 from hermesd.delegation import ops as delegation

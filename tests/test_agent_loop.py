@@ -12,7 +12,7 @@ import child.agent as agent
 from child import messages as m
 from child.__main__ import StopFlag
 from child.providers.base import Completion
-from hermesd.contract import JobSpec
+from hermesd.contract.wire import JobSpec
 from tests.fakes import scrub_env
 from tests.fakes.anthropic_server import FakeAnthropic, text_block
 

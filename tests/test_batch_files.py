@@ -7,15 +7,16 @@ import json
 
 import pytest
 
-from batch import dataset, distributions, files, output, statistics
+from batch import dataset, distributions, files, statistics, trajectories
+from batch.line import build_line
 from batch.checkpoint import Checkpoint, CheckpointError
 from batch.settings import Settings
 from child.tools.registry import known_tool_names
-from hermesd.contract import TOOLSETS
+from hermesd.contract.toolsets import TOOLSETS
 
 
 def test_known_tools_match_the_child_registry():
-    assert list(output.KNOWN_TOOLS) == known_tool_names()
+    assert list(trajectories.KNOWN_TOOLS) == known_tool_names()
 
 
 # dataset ------------------------------------------------------------------
@@ -120,12 +121,12 @@ def _line(index, *, think=True, tools=(), trace=(), completed=True, partial=Fals
         gpt += "\n<tool_call>\n" + json.dumps({"name": name, "arguments": {}}) + "\n</tool_call>"
     conversations = [{"from": "system", "value": "s"}, {"from": "human", "value": f"p{index}"},
                      {"from": "gpt", "value": gpt}]
-    return output.build_line(index=index, batch=index // 2, trajectory={"conversations": conversations,
-                                                                        "tools": offered},
-                             completed=completed, partial=partial, api_calls=2, toolsets=["terminal"],
-                             trace=list(trace), extra={"task_id": f"T/{index}"},
-                             metadata={"model": None, "tokens": {"input": tokens[0], "output": tokens[1]},
-                                       "duration_seconds": 1.5, "synthetic": synthetic})
+    return build_line(index=index, batch=index // 2, trajectory={"conversations": conversations,
+                                                                 "tools": offered},
+                      completed=completed, partial=partial, api_calls=2, toolsets=["terminal"],
+                      trace=list(trace), extra={"task_id": f"T/{index}"},
+                      metadata={"model": None, "tokens": {"input": tokens[0], "output": tokens[1]},
+                                "duration_seconds": 1.5, "synthetic": synthetic})
 
 
 def test_a_line_has_one_schema_whatever_is_missing():
@@ -137,9 +138,9 @@ def test_a_line_has_one_schema_whatever_is_missing():
     assert (line["group_id"], line["attempt"], line["reward"], line["verifier"]) == (3, 0, None, None)
     assert line["metadata"]["model"] == "" and line["metadata"]["batch"] == line["metadata"]["batch_num"] == 1
     assert line["metadata"]["extra"] == {"task_id": "T/3"}
-    assert line["tool_error_counts"]["terminal"] == 1 and list(line["tool_error_counts"]) == list(output.KNOWN_TOOLS)
+    assert line["tool_error_counts"]["terminal"] == 1 and list(line["tool_error_counts"]) == list(trajectories.KNOWN_TOOLS)
     assert line["tool_usage"] == [{"name": "terminal", "count": 2, "success": 1, "failure": 1}]
-    assert list(line["tool_stats"]) == list(output.KNOWN_TOOLS)
+    assert list(line["tool_stats"]) == list(trajectories.KNOWN_TOOLS)
     assert line["tool_stats"]["terminal"] == {"count": 2, "success": 1, "failure": 1}
     assert line["tool_stats"]["read_file"] == {"count": 0, "success": 0, "failure": 0}
 
@@ -158,36 +159,36 @@ def test_the_writer_and_the_card_follow_the_one_declaration():
 
 
 def test_filters_check_the_tools_each_sample_was_offered():
-    assert output.filter_reason(_line(0, tools=["terminal"])) is None
-    assert output.filter_reason(_line(0, tools=["web_search"])) == ("tool_not_offered", ["web_search"])  # known, not offered
+    assert trajectories.filter_reason(_line(0, tools=["terminal"])) is None
+    assert trajectories.filter_reason(_line(0, tools=["web_search"])) == ("tool_not_offered", ["web_search"])  # known, not offered
     bad = '\n<tool_call>\n{"name": "terminal", "arguments": {oops}\n</tool_call>'
-    assert output.filter_reason(_line(0, raw=bad)) == ("unparseable_tool_call", [])
-    assert output.filter_reason(_line(0, synthetic=True)) == ("synthetic", [])
-    assert output.filter_reason(_line(0, synthetic=True), allow_synthetic=True) is None
-    assert output.filter_reason(_line(0, partial=True, completed=False)) is None
-    assert output.filter_reason(_line(0, partial=True, completed=False), exclude_partial=True) == ("partial", [])
+    assert trajectories.filter_reason(_line(0, raw=bad)) == ("unparseable_tool_call", [])
+    assert trajectories.filter_reason(_line(0, synthetic=True)) == ("synthetic", [])
+    assert trajectories.filter_reason(_line(0, synthetic=True), allow_synthetic=True) is None
+    assert trajectories.filter_reason(_line(0, partial=True, completed=False)) is None
+    assert trajectories.filter_reason(_line(0, partial=True, completed=False), exclude_partial=True) == ("partial", [])
     old = _line(0, tools=["web_search"])
     del old["tools"]  # a line of an older version: every known tool counts as offered
-    assert output.filter_reason(old) is None
+    assert trajectories.filter_reason(old) is None
 
 
 def test_reasoning_means_a_scratchpad_or_a_think_block_of_real_text():
-    assert output.shows_reasoning("<think>\nI plan it.\n</think>\nx")
-    assert output.shows_reasoning("<REASONING_SCRATCHPAD>first the tests</REASONING_SCRATCHPAD> then")
-    assert not output.shows_reasoning("<think>\n</think>\nanswer")
+    assert trajectories.shows_reasoning("<think>\nI plan it.\n</think>\nx")
+    assert trajectories.shows_reasoning("<REASONING_SCRATCHPAD>first the tests</REASONING_SCRATCHPAD> then")
+    assert not trajectories.shows_reasoning("<think>\n</think>\nanswer")
     for forced in ("...", "False", "has_close_elements", "?? !!", "42 17"):  # what a grammar forces
-        assert not output.shows_reasoning(f"<think>\n{forced}\n</think>\nanswer"), forced
+        assert not trajectories.shows_reasoning(f"<think>\n{forced}\n</think>\nanswer"), forced
     call = '<tool_call>\n{"name": "terminal", "arguments": {"command": "python3 -c print(1)"}}\n</tool_call>'
-    assert not output.shows_reasoning(f"<think>\npython3 -c print(1)\n</think>\n{call}")  # a copied argument
-    assert output.shows_reasoning(f"<think>\nI run it: python3 -c print(1)\n</think>\n{call}")
-    assert not output.shows_reasoning("<REASONING_SCRATCHPAD>ok</REASONING_SCRATCHPAD> a long answer here")
+    assert not trajectories.shows_reasoning(f"<think>\npython3 -c print(1)\n</think>\n{call}")  # a copied argument
+    assert trajectories.shows_reasoning(f"<think>\nI run it: python3 -c print(1)\n</think>\n{call}")
+    assert not trajectories.shows_reasoning("<REASONING_SCRATCHPAD>ok</REASONING_SCRATCHPAD> a long answer here")
 
 
 def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
     lines = {0: _line(0, tools=["terminal"], trace=[{"name": "terminal", "ok": True}]),
              1: _line(1, tools=["fly_to_moon"]), 3: _line(3, completed=False)}
-    spans = {index: files.append_line(output.batch_file(tmp_path, index // 2), line) for index, line in lines.items()}
-    read, problems = output.read_lines(tmp_path)
+    spans = {index: files.append_line(trajectories.batch_file(tmp_path, index // 2), line) for index, line in lines.items()}
+    read, problems = trajectories.read_lines(tmp_path)
     assert {i: line for i, line, _ in read} == lines and problems == []
     written = {i: where for i, _, where in read}
     assert {i: (w.number, w.start, w.end) for i, w in written.items()} == {
@@ -195,7 +196,7 @@ def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
     tally = statistics.Tally()
     for index, line in lines.items():  # as a run counts them, in the order they were written
         tally.add(line)
-    merged = output.merge(tmp_path, written)
+    merged = trajectories.merge(tmp_path, written)
     assert merged.filtered == {1: {"reason": "tool_not_offered", "tools": ["fly_to_moon"]}}
     text = (tmp_path / "trajectories.jsonl").read_text()  # the lines as written, byte for byte
     assert text == "".join(files.dumps(lines[i]) + "\n" for i in (0, 3))
@@ -230,9 +231,9 @@ def test_merge_keeps_known_tools_only_and_statistics_count_the_files(tmp_path):
 
 
 def test_repeated_indices_keep_the_first_line(tmp_path):
-    files.append_line(output.batch_file(tmp_path, 0), _line(0, tokens=(1, 1)))
-    files.append_line(output.batch_file(tmp_path, 0), _line(0, tokens=(2, 2)))
-    read, problems = output.read_lines(tmp_path)
+    files.append_line(trajectories.batch_file(tmp_path, 0), _line(0, tokens=(1, 1)))
+    files.append_line(trajectories.batch_file(tmp_path, 0), _line(0, tokens=(2, 2)))
+    read, problems = trajectories.read_lines(tmp_path)
     assert [line["metadata"]["tokens"]["input"] for _, line, _ in read] == [1] and "appears again" in problems[0]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from batch import groups, output
+from batch import groups, trajectories
 from batch.dataset import Dataset, Prompt
 from child.verify import verdict
 from tests.harness import DATA, ROOT
@@ -85,11 +85,11 @@ def test_export_groups_prompt_completions_rewards():
 
 
 def test_min_reward_filter_counts_missing_rewards_as_below():
-    base = output.Written(0, 0, 1, (), 0, False, False, 0.5)
+    base = trajectories.Written(0, 0, 1, (), 0, False, False, 0.5)
     assert base.reason() is None and base.reason(min_reward=0.5) is None
     assert base.reason(min_reward=0.6) == ("below_min_reward", [])
-    assert output.Written(0, 0, 1, (), 0, False, False, None).reason(min_reward=0.0) == ("below_min_reward", [])
-    assert output.Written(0, 0, 1, (), 0, True, False, None).reason(min_reward=0.0) == ("synthetic", [])
+    assert trajectories.Written(0, 0, 1, (), 0, False, False, None).reason(min_reward=0.0) == ("below_min_reward", [])
+    assert trajectories.Written(0, 0, 1, (), 0, True, False, None).reason(min_reward=0.0) == ("synthetic", [])
 
 
 def _humaneval(cwd: Path, *args: str, sample: dict | None = None) -> tuple[int, dict | None]:

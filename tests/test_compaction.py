@@ -9,7 +9,8 @@ import pytest
 
 from child import messages as m
 from child.window import MARKER, Window, shortened
-from hermesd.contract import context_window, estimate_tokens
+from hermesd.contract.providers import context_window
+from hermesd.contract.tokens import estimate_tokens
 from tests.fakes.anthropic_server import FakeAnthropic, Message, last_user_text, text_block, tool_use_block
 from tests.fakes.limits import Limits, count_input_tokens
 from tests.harness import wait_for

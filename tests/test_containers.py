@@ -22,8 +22,8 @@ import pytest
 
 from child.container import Container, ulimit_args
 from hermesd import config as config_mod
-from hermesd.containers import plugin as containers
-from hermesd.contract import JobSpec
+from hermesd.containers import ops as containers
+from hermesd.contract.wire import JobSpec
 from hermesd.protocol import ProtocolError
 from tests.chaos.helpers import delegate_warm, forkserver, wait_warm
 from tests.containers import (APT_HINT, ensure_image, kill_orphans, labelled_under, podman, remove_under,

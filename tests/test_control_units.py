@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from child import output
+from child import structured
 from child.activity import Activity
 from child.tools import ToolContext, ToolError
 from child.tools import delegation as tools
@@ -54,7 +54,7 @@ def test_delegate_task_passes_timeout_and_output_schema_to_every_task():
 @pytest.mark.parametrize("text, ok", [('{"n": 1}', True), ('```json\n{"n": 1}\n```', True),
                                       ('{"n": "1"}', False), ("one", False)])
 def test_output_check(text, ok):
-    value, problem = output.check(text, {"type": "object", "properties": {"n": {"type": "integer"}}})
+    value, problem = structured.check(text, {"type": "object", "properties": {"n": {"type": "integer"}}})
     assert (problem is None) == ok
     if ok:
         assert value == {"n": 1}

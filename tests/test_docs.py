@@ -119,6 +119,9 @@ def test_architecture_import_rules_hold():
                  "hermesd/journal.py", "hermesd/worktrees/__init__.py",
                  "hermesd/worktrees/git.py"):  # what children may import pulls in no daemon
         broken += [f"{leaf} imports {n}" for n in sorted(_imports(ROOT / leaf)) if n.split(".")[0] == "hermesd"]
+    for leaf in sorted(m for m in modules() if m.startswith("hermesd/contract/")):  # leaves of one another only
+        broken += [f"{leaf} imports {n}" for n in sorted(_imports(ROOT / leaf))
+                   if n.split(".")[0] == "hermesd" and not n.startswith("hermesd.contract.")]
     assert not broken, "architecture rules broken:\n" + "\n".join(broken)
 
 
@@ -136,7 +139,7 @@ def _top_level_imports(path: Path) -> set[str]:
 def test_clients_import_in_one_direction_and_load_nothing_heavy_at_start():
     order = ["client/ctl.py", "client/sessions.py", "client/batch.py", "client/kanban.py", "client/approvals.py",
              "client/usage.py", "client/worktrees.py", "client/top.py",
-             "client/tui.py", "client/board.py", "client/common.py", "client/fast.py", "client/verbs.py",
+             "client/tui.py", "client/top_board.py", "client/common.py", "client/fast.py", "client/verbs.py",
              "client/render.py", "client/connection.py", "client/calls.py", "client/zmtp.py"]
     assert set(order) | {"client/__init__.py", "client/__main__.py"} == {m for m in modules() if m.startswith("client/")}
     broken = []

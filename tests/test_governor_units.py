@@ -184,7 +184,7 @@ def test_a_child_without_a_governor_paces_itself():
 
 def test_status_ps_and_top_say_who_waits_and_why():
     from client import render
-    from client.board import Board
+    from client.top_board import Board
 
     limiter = {"endpoint": "anthropic https://api.anthropic.com key 3f2a9c01", "in_flight": 2, "concurrency": 4.0,
                "paused_seconds": 3.5, "reason": "the provider answered rate limit (429), retry-after 4s",

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hermesd import contract, jobs
+from hermesd import jobs
+from hermesd.contract import states, tokens, wire
 from hermesd.delegation.notifications import Notifications
 from hermesd.events import EventLog
 from hermesd.handlers import jobs as job_ops
@@ -21,17 +22,17 @@ from hermesd.store import Store
 
 
 def test_every_stop_reason_says_how_a_job_ends():
-    for name, reason in contract.STOP_REASONS.items():
+    for name, reason in states.STOP_REASONS.items():
         assert reason.name == name and reason.error
         assert (reason.status is None) == (reason.exit_reason is None)
-        assert reason.status is None or reason.status in contract.TERMINAL
-    assert contract.exit_reason_of("cancelled") == "interrupted"
-    assert contract.exit_reason_of("timed_out") == "timeout"
-    assert contract.exit_reason_of("failed") == "error"
+        assert reason.status is None or reason.status in states.TERMINAL
+    assert states.exit_reason_of("cancelled") == "interrupted"
+    assert states.exit_reason_of("timed_out") == "timeout"
+    assert states.exit_reason_of("failed") == "error"
 
 
 def test_the_child_takes_the_contract_spec_defaults():
-    spec = contract.JobSpec.from_wire({"goal": "g", "depth": None, "unknown": 1})
+    spec = wire.JobSpec.from_wire({"goal": "g", "depth": None, "unknown": 1})
     assert spec.goal == "g" and spec.depth == 0 and "unknown" not in spec.to_wire()
 
 
@@ -40,16 +41,16 @@ def test_a_job_result_round_trips_over_the_wire():
     None values take the defaults, unknown keys (a newer child's) are ignored; every field says what it means."""
     from hermesd.protocol import packb, unpackb
 
-    full = contract.JobResult(status="completed", exit_reason="completed", summary="s", error=None, api_calls=2,
+    full = wire.JobResult(status="completed", exit_reason="completed", summary="s", error=None, api_calls=2,
                               tokens={"input": 3, "output": 4}, trace=[{"name": "terminal", "ok": True, "bytes": 1}],
                               duration_seconds=1.5, synthetic=True, provider="scripted", model="m",
                               messages=[{"role": "user", "content": []}], trajectory={"conversations": []},
                               traceback="tb")
-    assert contract.JobResult.from_wire(unpackb(packb(full.to_wire()))) == full
-    assert set(full.to_wire()) == contract.JobResult.names()
-    partial = contract.JobResult.from_wire({"status": "failed", "tokens": None, "job": "deleg_1", "new_key": 1})
-    assert partial == contract.JobResult(status="failed") and partial.tokens == dict.fromkeys(contract.TOKEN_KEYS, 0)
-    assert all(f.metadata.get("doc") for f in dataclasses.fields(contract.JobResult))
+    assert wire.JobResult.from_wire(unpackb(packb(full.to_wire()))) == full
+    assert set(full.to_wire()) == wire.JobResult.names()
+    partial = wire.JobResult.from_wire({"status": "failed", "tokens": None, "job": "deleg_1", "new_key": 1})
+    assert partial == wire.JobResult(status="failed") and partial.tokens == dict.fromkeys(tokens.TOKEN_KEYS, 0)
+    assert all(f.metadata.get("doc") for f in dataclasses.fields(wire.JobResult))
 
 
 def test_the_plugins_declare_every_kind_once():
@@ -103,7 +104,7 @@ def test_the_hooks_are_declared_once_and_plugins_derives_its_calls():
 
 
 def test_admit_reaches_every_plugin_and_may_refuse_the_job():
-    class Stamp(Plugin):  # no kind of its own, as hermesd.containers.plugin.ContainersPlugin
+    class Stamp(Plugin):  # no kind of its own, as hermesd.containers.ops.ContainersPlugin
         def admit(self, job_id, kind, fields):
             if fields.get("goal") == "refuse":
                 raise ProtocolError("bad_request", f"job {job_id}: refused")
@@ -172,8 +173,8 @@ def test_every_kanban_status_is_reachable():
     from hermesd.kanban.board import TRANSITIONS
 
     reached = {"triage", "todo"} | {new for news in TRANSITIONS.values() for new in news}
-    assert reached == set(contract.KanbanStatus) == set(TRANSITIONS)
-    assert set(jobs.TRANSITIONS) | {s for news in jobs.TRANSITIONS.values() for s in news} == set(contract.JobStatus)
+    assert reached == set(states.KanbanStatus) == set(TRANSITIONS)
+    assert set(jobs.TRANSITIONS) | {s for news in jobs.TRANSITIONS.values() for s in news} == set(states.JobStatus)
 
 
 def test_the_schema_is_what_the_core_and_the_plugins_declare(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from dataclasses import replace
 from types import SimpleNamespace
 
-from hermesd.contract import JobSpec
+from hermesd.contract.wire import JobSpec
 
 from hermesd.config import Config, Supervisor
 from hermesd.events import EventLog
@@ -313,7 +313,7 @@ def test_every_plugin_adds_to_any_childs_environment_and_spec(tmp_path):
     job's own spec still comes after them."""
     from hermesd import config
     from hermesd.control.approvals import ApprovalsPlugin
-    from hermesd.contract import LOG_CAP_ENV
+    from hermesd.contract.launch import LOG_CAP_ENV
     from hermesd.jobs import JobKind
     from hermesd.plugin import Plugin, Plugins
     from hermesd.upkeep.ops import UpkeepPlugin

@@ -10,7 +10,7 @@ import stat
 import pytest
 import yaml
 
-from hermesd.contract import PROVIDERS
+from hermesd.contract.providers import PROVIDERS
 from hermesd.kanban import profiles
 from hermesd.protocol import ProtocolError
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from batch import output
+from batch import trajectories
 from child.providers import llama_build, local
 from child.providers.base import ProviderError
 from hermesd.exits import signal_name
@@ -129,7 +129,7 @@ def test_tool_call_then_final_answer(steps):
     jsonschema.validate(uses[0]["input"], {"terminal": TERMINAL, "file": FILE}[uses[0]["name"]]["input_schema"])
     thoughts = [b for b in step["content"] if b["type"] == "thinking"]
     assert all(b["signature"] == "" for b in thoughts)
-    assert thoughts and output.real_reasoning(thoughts[0]["thinking"], {uses[0]["input"].get("command", "")}), thoughts
+    assert thoughts and trajectories.real_reasoning(thoughts[0]["thinking"], {uses[0]["input"].get("command", "")}), thoughts
     assert step["usage"]["input"] > 0 and step["usage"]["output"] > 0
     final = steps["more"][-1]
     print(f"final after {len(steps['more'])} more steps: {final['content']}")

@@ -90,7 +90,7 @@ def test_every_provider_of_the_table_is_reachable_and_its_env_goes_to_ray_items(
 
     from child.item import FORWARDED_ENV
     from child.zygote import preload_for
-    from hermesd.contract import PROVIDER_TABLE, PROVIDERS, provider_entry
+    from hermesd.contract.providers import PROVIDER_TABLE, PROVIDERS, provider_entry
 
     assert PROVIDERS == tuple(p.name for p in PROVIDER_TABLE)
     for entry in PROVIDER_TABLE:

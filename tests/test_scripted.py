@@ -13,7 +13,7 @@ from child.__main__ import StopFlag
 from child.providers.base import ProviderError
 from child.providers.scripted import ScriptedProvider, default_plan
 from child.tools.registry import tools_for
-from hermesd.contract import JobSpec
+from hermesd.contract.wire import JobSpec
 
 TOOLS = [t.spec() for t in tools_for(["terminal", "file"])]
 

@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 
-from hermesd.contract import PROVIDER_KEYS
+from hermesd.contract.providers import PROVIDER_KEYS
 from hermesd.redaction import Secrets
 from tests.fakes.anthropic_server import FakeAnthropic
 

@@ -45,17 +45,17 @@ def test_the_registry_checks_itself_against_the_contract():
     """The tool modules define exactly the contract's tools, each in its toolset; any
     disagreement is an ImportError naming it (raised when the registry is imported)."""
     from child.tools import registry
-    from hermesd import contract
+    from hermesd.contract import toolsets
 
-    registry.check_against_contract(registry._DEFINED, contract.TOOLSETS)
-    assert TOOLSETS == {ts: list(names) for ts, names in contract.TOOLSETS.items()}
+    registry.check_against_contract(registry._DEFINED, toolsets.TOOLSETS)
+    assert TOOLSETS == {ts: list(names) for ts, names in toolsets.TOOLSETS.items()}
     stray = Tool("new_tool", "file", "d", {"type": "object"}, lambda args, ctx: "")
     with pytest.raises(ImportError, match="'new_tool' .* is in no toolset"):
-        registry.check_against_contract([*registry._DEFINED, stray], contract.TOOLSETS)
+        registry.check_against_contract([*registry._DEFINED, stray], toolsets.TOOLSETS)
     with pytest.raises(ImportError, match="names 'ghost', which no tool module defines"):
-        registry.check_against_contract(registry._DEFINED, {**contract.TOOLSETS, "web": ("web_extract", "web_search",
+        registry.check_against_contract(registry._DEFINED, {**toolsets.TOOLSETS, "web": ("web_extract", "web_search",
                                                                                             "ghost")})
-    moved = {**contract.TOOLSETS, "terminal": (), "file": ("terminal", *contract.TOOLSETS["file"])}
+    moved = {**toolsets.TOOLSETS, "terminal": (), "file": ("terminal", *toolsets.TOOLSETS["file"])}
     with pytest.raises(ImportError, match="'terminal' says toolset 'terminal'; .* in 'file'"):
         registry.check_against_contract(registry._DEFINED, moved)
 

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import time
 
-from client.board import Board, snapshot_text
+from client.top_board import Board, snapshot_text
 from tests.harness import wait_for
 
 SLEEPY = [{"text": "started", "sleep": 30}]
@@ -63,7 +63,7 @@ def test_running_jobs_show_calls_elapsed_and_last_activity():
                  "data": {"turn": 3, "tool": "terminal", "api_calls": 3}})
     now = 1767225700.0  # 2026-01-01T00:01:40Z
     node = board.tree()[0]
-    from client.board import job_label
+    from client.top_board import job_label
 
     assert job_label(board.jobs["bg_1"], now) == "bg_1  running  1m40s  goal of bg_1  · 3 calls  [turn 3 terminal 10s ago]  delegation"
     assert node.label.startswith("bg_1  running  ") and "3 calls  [turn 3 terminal" in node.label
@@ -74,7 +74,7 @@ def test_running_jobs_show_calls_elapsed_and_last_activity():
 def test_a_running_jobs_cost_follows_its_progress_as_ps_shows_it():
     board = Board()
     board.add_jobs([rec("bg_1", tokens={"input": 0, "output": 0}, cost_usd=0.0, cost_unknown=False)])
-    from client.board import job_label
+    from client.top_board import job_label
 
     assert "· 0 calls  -" in job_label(board.jobs["bg_1"])
     board.apply({"seq": 1, "type": "job.progress", "job": "bg_1", "data": {
@@ -193,7 +193,7 @@ def test_top_catches_up_after_a_daemon_restart(daemon):
 
 
 def test_board_of_a_real_batch_run(daemon):
-    from client.board import load
+    from client.top_board import load
 
     dataset = daemon.work / "prompts.jsonl"
     dataset.write_text("".join(f'{{"prompt": "say {i}"}}\n' for i in range(3)))

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from hermesd.contract import TOKEN_KEYS
+from hermesd.contract.tokens import TOKEN_KEYS
 
 
 @dataclass

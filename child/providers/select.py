@@ -8,7 +8,7 @@ config or ``ANTHROPIC_BASE_URL``) → ``anthropic`` at that URL; else the embedd
 :class:`ProviderError` that says how to configure a model.  Never a silent fake:
 ``scripted`` is used only when named.
 
-The providers are the rows of :data:`hermesd.contract.PROVIDER_TABLE` (name,
+The providers are the rows of :data:`hermesd.contract.providers.PROVIDER_TABLE` (name,
 aliases, module and class); their SDKs are imported lazily (by the providers, on
 their first call).
 """
@@ -21,7 +21,8 @@ import sys
 from typing import Any
 
 from child.providers.base import Provider, ProviderError
-from hermesd.contract import PROVIDERS, JobSpec, provider_entry
+from hermesd.contract.providers import PROVIDERS, provider_entry
+from hermesd.contract.wire import JobSpec
 
 NOT_CONFIGURED = (
     "no model is configured: set ANTHROPIC_API_KEY for Claude; or put `provider` and `base_url` in "
@@ -34,7 +35,7 @@ NOT_CONFIGURED = (
 
 def make_provider(spec: JobSpec | dict[str, Any], config: dict[str, Any] | None = None, *,
                   stop: Any = None) -> Provider:
-    """Build the provider for the job ``spec`` (a :class:`hermesd.contract.JobSpec` or its wire map).
+    """Build the provider for the job ``spec`` (a :class:`hermesd.contract.wire.JobSpec` or its wire map).
 
     ``spec`` and ``config`` (the daemon's settings, top-level keys) may carry
     ``provider``, ``model``, ``base_url`` and ``temperature``; the spec wins.  The

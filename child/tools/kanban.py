@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 
 from child.tools import Tool, ToolContext, daemon_call, schema
-from hermesd.contract import WORKER_ROLE, KanbanStatus
+from hermesd.contract.states import KanbanStatus
+from hermesd.contract.toolsets import WORKER_ROLE
 
 WORKER_TOOLS = ("kanban_my_task", "kanban_complete", "kanban_block", "kanban_comment", "kanban_heartbeat")
 ORCHESTRATOR_TOOLS = ("kanban_create", "kanban_link", "kanban_list", "kanban_show", "kanban_comment",

@@ -2,7 +2,7 @@
 
 * :data:`TOOLSETS` maps each toolset (``terminal``, ``file``, ``web``,
   ``delegation``, ``kanban``) to its tool names: those of
-  :data:`hermesd.contract.TOOLSETS`, the one list of them; at import the registry
+  :data:`hermesd.contract.toolsets.TOOLSETS`, the one list of them; at import the registry
   checks that the tool modules define exactly those tools
   (:func:`check_against_contract`), so a tool left out of the contract, or a
   contract name without its tool, fails at once.
@@ -23,7 +23,7 @@ import jsonschema
 from child import approval, redact
 from child.tools import DEFAULT_LIMITS, Tool, ToolContext, ToolError
 from child.tools import delegation, files, kanban, terminal, web
-from hermesd import contract
+from hermesd.contract import toolsets as declared
 
 __all__ = ["DEFAULT_LIMITS", "TOOLSETS", "Tool", "ToolContext", "ToolError", "ToolResult", "execute",
            "get_tool", "known_tool_names", "resolve_toolsets", "toolset_of", "tools_for"]
@@ -33,7 +33,7 @@ _DEFINED: list[Tool] = [t for module in (terminal, files, web, delegation, kanba
 
 def check_against_contract(tools: list[Tool], toolsets: dict[str, tuple[str, ...]]) -> None:
     """Raise ``ImportError`` naming every disagreement between the ``tools`` defined and the
-    contract's ``toolsets`` (:data:`hermesd.contract.TOOLSETS`): a tool defined twice, a tool in
+    contract's ``toolsets`` (:data:`hermesd.contract.toolsets.TOOLSETS`): a tool defined twice, a tool in
     no toolset or in another one than it says, a toolset naming a tool nobody defines."""
     problems, seen = [], set()
     member = {name: ts for ts, names in toolsets.items() for name in names}
@@ -43,23 +43,23 @@ def check_against_contract(tools: list[Tool], toolsets: dict[str, tuple[str, ...
         seen.add(tool.name)
         if tool.name not in member:
             problems.append(f"tool {tool.name!r} (toolset {tool.toolset!r}) is in no toolset of "
-                            "hermesd.contract.TOOLSETS")
+                            "hermesd.contract.toolsets.TOOLSETS")
         elif member[tool.name] != tool.toolset:
-            problems.append(f"tool {tool.name!r} says toolset {tool.toolset!r}; hermesd.contract.TOOLSETS has it "
+            problems.append(f"tool {tool.name!r} says toolset {tool.toolset!r}; hermesd.contract.toolsets.TOOLSETS has it "
                             f"in {member[tool.name]!r}")
-    problems += [f"toolset {ts!r} of hermesd.contract.TOOLSETS names {name!r}, which no tool module defines"
+    problems += [f"toolset {ts!r} of hermesd.contract.toolsets.TOOLSETS names {name!r}, which no tool module defines"
                  for name, ts in member.items() if name not in seen]
     if problems:
         raise ImportError("child.tools.registry: " + "; ".join(problems))
 
 
-check_against_contract(_DEFINED, contract.TOOLSETS)
+check_against_contract(_DEFINED, declared.TOOLSETS)
 _TOOLS: dict[str, Tool] = {t.name: t for t in _DEFINED}
 
-TOOLSETS: dict[str, list[str]] = {ts: list(names) for ts, names in contract.TOOLSETS.items()}
-"""Toolset name → its tool names (:data:`hermesd.contract.TOOLSETS`, as lists)."""
+TOOLSETS: dict[str, list[str]] = {ts: list(names) for ts, names in declared.TOOLSETS.items()}
+"""Toolset name → its tool names (:data:`hermesd.contract.toolsets.TOOLSETS`, as lists)."""
 
-EXPLICIT_ONLY = contract.EXPLICIT_ONLY
+EXPLICIT_ONLY = declared.EXPLICIT_ONLY
 
 MAX_REPORTED_ERRORS = 3
 """At most this many schema violations are listed in one error result."""
@@ -94,7 +94,7 @@ def tools_for(toolsets: list[str], role: str | None = None) -> list[Tool]:
 
 def known_tool_names() -> list[str]:
     """Every tool of every toolset, sorted (the stable key set of ``tool_stats``)."""
-    return list(contract.TOOL_NAMES)
+    return list(declared.TOOL_NAMES)
 
 
 def get_tool(name: str) -> Tool | None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from hermesd import clock
-from hermesd.contract import TOKEN_KEYS
+from hermesd.contract.tokens import TOKEN_KEYS
 from hermesd.prices import Price, price_of
 from hermesd.protocol import ProtocolError, arg
 
@@ -162,7 +162,7 @@ class Ledger:
 
     def observe(self, job_id: str, tokens: Any, *, provider: str | None = None, model: str | None = None,
                 api_calls: Any = None) -> bool:
-        """A child's running totals (``tokens`` as ``contract.TOKEN_KEYS``, ``api_calls``):
+        """A child's running totals (``tokens`` as ``contract.tokens.TOKEN_KEYS``, ``api_calls``):
         record what they add to what is recorded of its run.  A total lower than the
         recorded one means a new run of the job (a new process): counted from zero.
         Returns True when something was recorded."""
@@ -335,7 +335,7 @@ class Ledger:
     def settle(self, job_id: str, grant_id: str | None, model: str | None, usage: Any, *,
                provider: str | None = None) -> None:
         """After a model call of ``job_id``: its reservation ends and ``usage`` (tokens as
-        ``contract.TOKEN_KEYS``) is recorded — and counted as part of the child's next
+        ``contract.tokens.TOKEN_KEYS``) is recorded — and counted as part of the child's next
         running totals, so :meth:`observe` does not count it again."""
         key = (job_id, grant_id) if (job_id, grant_id) in self._inflight else next(
             (k for k in self._inflight if k[0] == job_id), None)

@@ -12,7 +12,7 @@ TERMINAL_BACKENDS = ("local", "docker", "podman")
 
 @dataclass(frozen=True)
 class Terminal:
-    """``terminal:`` — where a job's terminal commands run (see ``hermesd.containers.plugin``).
+    """``terminal:`` — where a job's terminal commands run (see ``hermesd.containers.ops``).
 
     ``backend``: ``local`` (on the host) or a container engine for every job
     (``docker``/``podman``, with ``image``); a job may still ask for an image

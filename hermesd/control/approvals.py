@@ -32,7 +32,8 @@ from typing import Any
 
 from hermesd import clock
 from hermesd.context import Context
-from hermesd.contract import TERMINAL, JobSpec
+from hermesd.contract.states import TERMINAL
+from hermesd.contract.wire import JobSpec
 from hermesd.control.hooks import JobEndHooks
 from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg

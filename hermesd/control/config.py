@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hermesd.config import at_least, section
-from hermesd.contract import TOOL_NAMES
+from hermesd.contract.toolsets import TOOL_NAMES
 
 
 @dataclass(frozen=True)

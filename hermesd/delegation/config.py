@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermesd.config import at_least, one_of, section
-from hermesd.contract import PROVIDERS
+from hermesd.contract.providers import PROVIDERS
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Sections:
 
 def child_defaults(section: Delegation) -> dict[str, Any]:
     """What a child of a job type that takes its defaults from ``delegation:`` gets unless its job
-    says otherwise: :class:`hermesd.contract.JobSpec` field → value (``provider``, ``model``: None
+    says otherwise: :class:`hermesd.contract.wire.JobSpec` field → value (``provider``, ``model``: None
     falls back to the config's top-level ones).  A plugin's :meth:`hermesd.plugin.Plugin.spec_defaults`."""
     return {"provider": section.provider, "model": section.model, "max_turns": section.max_turns,
             "timeout_seconds": section.child_timeout_seconds,

@@ -11,7 +11,7 @@ from typing import Any
 from hermesd import idempotency
 from hermesd.config import Config
 from hermesd.context import Context
-from hermesd.contract import TERMINAL
+from hermesd.contract.states import TERMINAL
 from hermesd.delegation import notifications
 from hermesd.delegation.rules import SubagentRules
 from hermesd.delegation.delivery import Delivery

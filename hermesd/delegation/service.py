@@ -25,7 +25,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from hermesd import jobs as jobs_mod
-from hermesd.contract import LIVE, TERMINAL
+from hermesd.contract.states import LIVE, TERMINAL
 from hermesd.delegation.tasks import new_group, task_fields
 from hermesd.protocol import ProtocolError
 from hermesd.worktrees.plugin import working_dir

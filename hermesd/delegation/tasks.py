@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from hermesd import config as config_mod
 from hermesd.system import limits
 from hermesd.billing import ledger
-from hermesd.contract import PROVIDERS, ROLES
+from hermesd.contract.providers import PROVIDERS
+from hermesd.contract.toolsets import ROLES
 from hermesd.protocol import ProtocolError, arg, expand_toolsets, in_range
 from hermesd.worktrees import plugin as worktrees
 
@@ -37,7 +38,7 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     validate against), ``env`` (``{NAME: value}`` added to the child's
     environment; ``HERMES_*`` names are the daemon's) and ``after`` (job ids,
     checked by :mod:`hermesd.control.dependencies`), ``image`` (run the terminal in a
-    container of that image: :class:`hermesd.containers.plugin.ContainersPlugin`), ``resume`` (false: a restart
+    container of that image: :class:`hermesd.containers.ops.ContainersPlugin`), ``resume`` (false: a restart
     ends the job ``lost`` instead of resuming it: :mod:`hermesd.resume`), ``worktree`` (run in a git
     worktree of its own on branch ``hermes/JOB_ID``; default ``delegation.worktree_isolation``:
     :mod:`hermesd.worktrees.plugin`; outside a repository ``not_a_repository``), and the resource limits

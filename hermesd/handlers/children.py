@@ -8,7 +8,7 @@ from typing import Any
 
 from hermesd.billing import ops as billing
 from hermesd.context import Context
-from hermesd.contract import JobResult
+from hermesd.contract.wire import JobResult
 from hermesd.router import op
 from hermesd.protocol import arg
 
@@ -43,7 +43,7 @@ def _save_trajectory(ctx: Context, job: str, trajectory: Any) -> None:
 
 @op("child.result", child=True)
 async def child_result(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
-    """The final result: the fields of `hermesd.contract.JobResult` (see "Job result" below)."""
+    """The final result: the fields of `hermesd.contract.wire.JobResult` (see "Job result" below)."""
     result = JobResult.from_wire(args)
     if result.trajectory is not None:
         try:

@@ -10,7 +10,7 @@ from hermesd import jobs as jobs_mod
 from hermesd import journal as journal_file
 from hermesd.billing.ledger import Ledger
 from hermesd.context import Context
-from hermesd.contract import LIVE
+from hermesd.contract.states import LIVE
 from hermesd.governor.service import Governor
 from hermesd.router import op
 from hermesd.protocol import arg, fit

@@ -39,7 +39,8 @@ import re
 from typing import Any, Callable
 
 from hermesd import clock
-from hermesd.contract import WORKER_ROLE, KanbanStatus  # noqa: F401  (WORKER_ROLE: re-exported)
+from hermesd.contract.states import KanbanStatus  # noqa: F401  (WORKER_ROLE: re-exported)
+from hermesd.contract.toolsets import WORKER_ROLE
 from hermesd.events import EventLog
 from hermesd.kanban import profiles
 from hermesd.kanban.actors import PERSON, Actor  # noqa: F401  (PERSON: re-exported)

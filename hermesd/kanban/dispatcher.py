@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from hermesd import clock, paths
-from hermesd.contract import TERMINAL, WORKER_ROLE, JobStatus
+from hermesd.contract.states import TERMINAL, JobStatus
+from hermesd.contract.toolsets import WORKER_ROLE
 from hermesd.kanban import profiles
 from hermesd.kanban.board import Board
 from hermesd.protocol import ProtocolError, expand_toolsets

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from hermesd import config as config_mod
 from hermesd import paths
-from hermesd.contract import PROVIDERS
+from hermesd.contract.providers import PROVIDERS
 from hermesd.protocol import ProtocolError, expand_toolsets, one_line
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -3,7 +3,7 @@
 A session keeps every message (``messages``); what a turn is *sent* is the latest summary, if
 any, and the messages after the ones it covers.  When that would pass ``compact_at_tokens``
 (:meth:`Compactor.limit`: ``sessions.compact_at_tokens``, else ``sessions.compact_share`` of the
-model's context window, :func:`hermesd.contract.context_window`), the older part is compacted
+model's context window, :func:`hermesd.contract.providers.context_window`), the older part is compacted
 before the turn runs: a ``session_compact`` child — the session's own model, no tools — gets the
 previous summary and the older turns as a transcript and answers with one summary (goals,
 decisions, what was delegated and what came back, open tasks, the user's facts).  The most
@@ -28,7 +28,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hermesd import clock
-from hermesd.contract import LIVE, context_window, estimate_tokens
+from hermesd.contract.providers import context_window
+from hermesd.contract.states import LIVE
+from hermesd.contract.tokens import estimate_tokens
 from hermesd.protocol import ProtocolError
 
 if TYPE_CHECKING:

@@ -7,7 +7,8 @@ from typing import Any
 
 from hermesd import idempotency, jobs as jobs_mod
 from hermesd.context import Context
-from hermesd.contract import TERMINAL, JobSpec, JobStatus
+from hermesd.contract.states import TERMINAL, JobStatus
+from hermesd.contract.wire import JobSpec
 from hermesd.delegation.rules import SubagentRules
 from hermesd.delegation.service import child_toolsets
 from hermesd.jobs import JobKind

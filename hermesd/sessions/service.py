@@ -25,7 +25,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from hermesd import clock
-from hermesd.contract import ACTIVE, LIVE, TERMINAL, JobSpec
+from hermesd.contract.states import ACTIVE, LIVE, TERMINAL
+from hermesd.contract.wire import JobSpec
 from hermesd.delegation.delivery import Delivery
 from hermesd.protocol import ProtocolError
 from hermesd.sessions.compaction import Compactor

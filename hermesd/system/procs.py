@@ -37,7 +37,7 @@ from typing import Any, Callable, Protocol
 
 
 from hermesd.system import limits, procfs, rlimits
-from hermesd.contract import PYTHON
+from hermesd.contract.launch import PYTHON
 
 SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 SUPERVISOR_ENV = "HERMES_SUPERVISOR"

@@ -34,14 +34,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hermesd import clock
-from hermesd.contract import rotated_log
+from hermesd.contract.launch import rotated_log
 
 log = logging.getLogger("hermesd")
 CHUNK = 1 << 20
 
 
 def rotated(path: Path, n: int) -> Path:
-    """``log.N``: the ``n``-th rotated copy of ``path`` (1 is the newest; :func:`hermesd.contract.rotated_log`)."""
+    """``log.N``: the ``n``-th rotated copy of ``path`` (1 is the newest; :func:`hermesd.contract.launch.rotated_log`)."""
     return path.with_name(rotated_log(path.name, n))
 
 

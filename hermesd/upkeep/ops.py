@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hermesd.contract import LOG_CAP_ENV
+from hermesd.contract.launch import LOG_CAP_ENV
 from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from hermesd.contract import TERMINAL
+from hermesd.contract.states import TERMINAL
 from hermesd.delegation.notifications import DELIVERED
 from hermesd.events import EventLog
 from hermesd.store import Store

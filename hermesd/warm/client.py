@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 import msgpack
 
-from hermesd.contract import PYTHON
+from hermesd.contract.launch import PYTHON
 from hermesd.system.prctl import is_subreaper
 from hermesd.warm.wire import ENV_ROOM_BYTES, ROOM_ENV, SPARES, TITLE_ROOM, recv_msg, send_msg, write_request
 

@@ -41,7 +41,9 @@ from typing import Any
 from hermesd import paths
 from hermesd.config import Config
 from hermesd.context import Context
-from hermesd.contract import LIVE, PROVIDER_KEYS, TERMINAL, JobResult
+from hermesd.contract.providers import PROVIDER_KEYS
+from hermesd.contract.states import LIVE, TERMINAL
+from hermesd.contract.wire import JobResult
 from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.redaction import Secrets

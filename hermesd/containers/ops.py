@@ -43,7 +43,7 @@ from typing import Any
 from hermesd.system import limits
 from hermesd.config import Config
 from hermesd.containers.config import Terminal
-from hermesd.contract import ACTIVE
+from hermesd.contract.states import ACTIVE
 from hermesd.jobs import JobTable
 from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError

@@ -7,9 +7,8 @@ then exactly once :meth:`ItemOwner.on_freed` (the item's worker slot is free
 again).  Both may be called from inside :meth:`ItemExecutor.submit` (an item
 that could not even start).
 
-:class:`SupervisorExecutor` runs each item as a ``batch_item`` child of this
-hermesd, in the pool ``batch:<job id>`` (``num_workers``) and under the global
-``supervisor.max_children`` cap.  :class:`batch.executor_ray.RayExecutor`
+The executors: :class:`batch.executor_local.SupervisorExecutor` runs each item as a
+``batch_item`` child of this hermesd; :class:`batch.executor_ray.RayExecutor`
 (``--executor ray``) runs the same requests as Ray tasks and reports through
 the same two callbacks.
 """
@@ -20,9 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from hermesd import clock
-from hermesd.contract import JobResult
-from hermesd.protocol import ProtocolError
+from hermesd.contract.wire import JobResult
 
 log = logging.getLogger("hermesd.batch")
 
@@ -167,12 +164,6 @@ class ItemExecutor(Protocol):
         ``{name}``; None when the executor does not serve it now."""
 
 
-@dataclass
-class _Live:
-    owner: ItemOwner
-    index: int
-    delivered: bool = False
-
 
 def guarded(callback: Callable[[], None]) -> None:
     """Run an owner's callback from a runner hook: a bug in a batch must not break the
@@ -181,114 +172,3 @@ def guarded(callback: Callable[[], None]) -> None:
         callback()
     except Exception:  # noqa: BLE001
         log.exception("batch item callback failed")
-
-
-class SupervisorExecutor:
-    """Items as ``batch_item`` children of this hermesd (``ctx``: its
-    :class:`hermesd.context.Context`).  The batch plugin calls :meth:`on_result`
-    and :meth:`on_exit` for ``batch_item`` jobs."""
-
-    name = "local"
-
-    def __init__(self, ctx: Any):
-        self.d = ctx
-        self.items: dict[str, _Live] = {}
-
-    @staticmethod
-    def pool(owner: ItemOwner) -> str:
-        """The scheduler pool of ``owner``'s items: ``batch:<job id>``."""
-        return f"batch:{owner.job_id}"
-
-    def open(self, owner: ItemOwner, workers: int) -> None:
-        """Create (or resize) the owner's pool."""
-        self.d.runner.open_pool(self.pool(owner), workers)
-
-    def close(self, owner: ItemOwner) -> None:
-        """Forget the owner's pool (queued items of it no longer wait for it)."""
-        self.d.runner.close_pool(self.pool(owner))
-
-    def accepting(self) -> bool:
-        """False while the daemon shuts down."""
-        return bool(self.d.runner.accepting)
-
-    def ready(self) -> bool:
-        """False while no warm start is at hand but one is on its way (``forkserver``: the
-        zygote forks a spare in milliseconds; a cold start costs a whole interpreter's
-        imports, on a machine the other items share): batch items start warm, in the
-        order their slots came free, as spares arrive; the batch service refills every
-        run when the runner says so (:meth:`hermesd.runner.Runner.warm_start_at_hand`)."""
-        return self.d.runner.warm_start_at_hand()
-
-    def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
-        """Admit a ``batch_item`` job (parent: the batch) that starts when its pools have room."""
-        handle = self.d.jobs.new_id("batch_item")
-        spec = item_spec(request)
-        self.items[handle] = _Live(owner, request.index)
-        try:
-            self.d.runner.submit("batch_item", id=handle, pools=(self.pool(owner),), parent=owner.job_id,
-                                 goal=request.prompt, cwd=request.cwd, toolsets=list(request.toolsets),
-                                 model=request.model, spec=spec)
-        except ProtocolError as err:
-            self.items.pop(handle, None)
-            raise SubmitError(err.message, retry_later=err.code == "shutting_down") from None
-
-    def cancel_all(self, owner: ItemOwner, error: str | None = None) -> None:
-        """Cancel every live item of ``owner`` (queued ones end at once), for ``error``."""
-        for handle in [h for h, live in self.items.items() if live.owner is owner]:
-            try:
-                self.d.runner.stop(handle, "cancel", error)
-            except ProtocolError:
-                pass  # already terminal: its exit is on the way
-
-    def waiting(self, owner: ItemOwner) -> None:
-        """None: every item handed over counts as running (a child starts as soon as its pool and
-        ``supervisor.max_children`` let it)."""
-        return None
-
-    def adopt(self, owner: ItemOwner, wanted: set[int]) -> set[int]:
-        """Re-own the ``queued`` items of ``owner``'s job (kept queued over a restart):
-        one per wanted index, back in the owner's pool; the others are cancelled."""
-        adopted: set[int] = set()
-        for row in self.d.jobs.list(statuses=("queued",), parent=owner.job_id, kinds=("batch_item",)):
-            index = (row.get("spec") or {}).get("prompt_index")
-            if index in wanted and index not in adopted:
-                adopted.add(index)
-                self.items[row["id"]] = _Live(owner, index)
-                self.d.runner.requeue(row)  # its row's pool: the owner's (same job id)
-            else:
-                self.d.runner.cancel_queued(row["id"], "not needed when its batch resumed (prompt already settled)")
-        return adopted
-
-    def describe(self, batch: str) -> dict[str, Any]:
-        """``{"name": "local"}``: items are children of this hermesd."""
-        return {"name": self.name}
-
-    def cancel_orphans(self, owners: set[str]) -> None:
-        """Cancel ``queued`` batch items whose batch is not one of ``owners`` (job ids)."""
-        for row in self.d.jobs.list(statuses=("queued",), kinds=("batch_item",)):
-            if row.get("parent") not in owners and row["id"] not in self.items:
-                self.d.runner.cancel_queued(row["id"], "its batch is no longer running")
-
-    def on_result(self, row: dict[str, Any], result: JobResult) -> None:
-        """A ``batch_item`` child reported: its owner hears how the prompt went."""
-        live = self.items.get(row["id"])
-        if live is None or live.delivered:
-            return
-        live.delivered = True
-        guarded(lambda: live.owner.on_done(ItemOutcome(
-            index=live.index, status=str(result.status or "failed"), result=result,
-            error=result.error, started_at=row.get("started_at") or "", completed_at=clock.now_iso(),
-            shutdown=not self.accepting(), handle=row["id"])))
-
-    def on_exit(self, row: dict[str, Any] | None) -> None:
-        """A ``batch_item`` job ended and was reaped: its owner hears it (if it did not
-        report) and gets its worker back."""
-        live = self.items.pop(row["id"], None) if row else None
-        if live is None:
-            return
-        if not live.delivered:
-            guarded(lambda: live.owner.on_done(ItemOutcome(
-                index=live.index, status=row["status"], result=None, error=row.get("error"),
-                started_at=row.get("started_at") or "", completed_at=row.get("completed_at") or clock.now_iso(),
-                shutdown=not self.accepting(), handle=row["id"])))
-        guarded(lambda: live.owner.on_freed(live.index))

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 from client import render
 from client.common import TERMINAL
 from client.connection import Connection
-from hermesd.contract import PROVIDER_WAIT
+from hermesd.contract.providers import PROVIDER_WAIT
 from hermesd.protocol import ProtocolError
 
 BACKLOG_EVENTS = 500

@@ -2,7 +2,7 @@
 
 A trajectory line — the same in ``batch_N.jsonl`` and in ``trajectories.jsonl`` —
 is declared once, key by key with its type and meaning, in :data:`batch.line.LINE`
-(the keys are listed in ``docs/protocol.md``); :func:`build_line` writes it.
+(the keys are listed in ``docs/protocol.md``); :func:`batch.line.build_line` writes it.
 
 Prompt ``i`` goes to ``batch_{i // batch_size}.jsonl``.  The merge keeps the
 first line of each prompt index and leaves out (counted by reason, see
@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from batch import files
-from hermesd.contract import TOOL_NAMES
+from hermesd.contract.toolsets import TOOL_NAMES
 
 KNOWN_TOOLS: tuple[str, ...] = TOOL_NAMES
-"""Every tool a child can have, sorted (:data:`hermesd.contract.TOOL_NAMES`, which the child's
+"""Every tool a child can have, sorted (:data:`hermesd.contract.toolsets.TOOL_NAMES`, which the child's
 registry checks itself against): the valid tool list of the filter and the keys of ``tool_stats``."""
 
 REASONING_MARKERS = ("<REASONING_SCRATCHPAD>",)
@@ -215,24 +215,6 @@ def written_at(line: dict[str, Any], number: int, start: int, end: int) -> Writt
     return Written(number, start, end, tuple(sorted(set(names) - set(offered_tools(line)))), unparseable,
                    bool((line.get("metadata") or {}).get("synthetic")), bool(line.get("partial")),
                    float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None)
-
-
-def build_line(*, index: int, batch: int, trajectory: dict[str, Any], completed: bool, partial: bool,
-               api_calls: int, toolsets: list[str], trace: list[dict[str, Any]], metadata: dict[str, Any],
-               extra: dict[str, Any] | None = None, group_id: int | None = None, attempt: int = 0,
-               reward: float | None = None, verifier: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One trajectory line (:data:`batch.line.LINE`).  ``trajectory``: the child's
-    (``conversations``, ``messages``, ``tools``); ``metadata`` holds hermesd's
-    metadata values (missing strings become ``""``, numbers ``0``); ``extra``: the
-    dataset line's other fields; ``group_id`` (None: ``index``) and ``attempt``;
-    ``reward`` and ``verifier`` (``batch.verify.scores``) (see :class:`batch.line.Sample`)."""
-    from batch import line
-
-    return line.build(line.Sample(index=index, batch=batch, trajectory=trajectory, completed=completed,
-                                  partial=partial, api_calls=api_calls, toolsets=toolsets, trace=trace,
-                                  metadata=metadata, extra=dict(extra or {}),
-                                  group_id=index if group_id is None else group_id, attempt=attempt,
-                                  reward=reward, verifier=verifier))
 
 
 def read_lines(run_dir: Path, *, repair: bool = False) -> tuple[list[tuple[int, dict[str, Any], Written]], list[str]]:
