@@ -21,7 +21,8 @@ from client.common import DEFAULT_TIMEOUT, conn, is_json, out, root_obj
               help="Seconds between status refreshes in the TUI.")
 def top_command(json_: bool, once: bool, refresh: float) -> None:
     """Live view of hermesd: the job tree (sessions → delegations → children; running jobs
-    first, with model calls, elapsed time and last activity), caps, batch progress and
+    first, with model calls, cost, elapsed time and last activity, then finished ones, the
+    newest first), caps, batch progress and
     recent events.  Keys: c cancel the selected job (asks first), a approve its
     approval request (asks first), d deny it (asks why), l show its log, q quit.
     Without a terminal (cron, pipes) it prints one snapshot instead."""

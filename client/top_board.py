@@ -52,10 +52,19 @@ def duration(rec: dict[str, Any], now: float | None = None) -> str:
     return f"{dur:.1f}s" if dur is not None and rec.get("status") in TERMINAL else render.elapsed(dur)
 
 
-def job_label(rec: dict[str, Any], now: float | None = None) -> str:
+GOAL_CHARS = 50
+"""The most of a job's goal a row shows."""
+GUIDE_CELLS = 4
+"""Cells of the tree's guide per level (textual's ``Tree.guide_depth``); a row with children
+also starts with its toggle (``▼ ``, 2 cells)."""
+
+
+def job_label(rec: dict[str, Any], now: float | None = None, width: int | None = None) -> str:
     """One job as one line, what matters first (a narrow panel cuts the end): id, status,
-    the approval request it waits for (``waits_for``), duration (elapsed while running), goal, then model calls, cost (``hermesd.billing``: as of its
-    last record), the last thing it did while live (``[turn 3 terminal 4s ago]``), kind."""
+    the approval request it waits for (``waits_for``), duration (elapsed while running), goal,
+    then model calls, cost (``hermesd.billing``: as of its last record), the last thing it did
+    while live (``[turn 3 terminal 4s ago]``), kind.  ``width``: the cells the row has; the
+    goal gives up its tail first (all of itself if it must) so that calls and cost fit."""
     activity = rec.get("last_activity")
     doing = ""
     if activity and rec.get("status") not in TERMINAL:
@@ -63,8 +72,11 @@ def job_label(rec: dict[str, Any], now: float | None = None) -> str:
         doing = f"  [{activity[1]} {render.elapsed(ago)} ago]"
     cost = f"  {render.cost_text(rec)}" if "cost_usd" in rec else ""
     waits = f"  APPROVAL? {rec['waits_for']}" if rec.get("waits_for") else ""  # first: a narrow panel cuts the end
-    return (f"{rec['id']}  {rec.get('status') or '?'}{waits}  {duration(rec, now)}  {render.short(rec.get('goal'), 50)}"
-            f"  · {rec.get('api_calls') or 0} calls{cost}{doing}  {rec.get('kind') or '?'}")
+    head = f"{rec['id']}  {rec.get('status') or '?'}{waits}  {duration(rec, now)}"
+    counts = f"  · {rec.get('api_calls') or 0} calls{cost}"
+    room = GOAL_CHARS if width is None else min(GOAL_CHARS, width - len(head) - len(counts) - 2)
+    goal = render.short(rec.get("goal"), room) if room >= 4 else ""
+    return f"{head}{'  ' + goal if goal else ''}{counts}{doing}  {rec.get('kind') or '?'}"
 
 
 def is_live(node: "Node") -> bool:
@@ -142,12 +154,15 @@ class Board:
 
     # the tree ------------------------------------------------------------
 
-    def tree(self) -> list[Node]:
-        """Sessions → jobs → their children; jobs without session or parent at the top."""
+    def tree(self, width: int | None = None) -> list[Node]:
+        """Sessions → jobs → their children; jobs without session or parent at the top.  At
+        every level live jobs come first, in dispatch order, then finished ones, the newest
+        first (the last to finish on top; a holder as new as its newest job).  ``width``: the
+        cells of the panel, whose tree indents each level by :data:`GUIDE_CELLS` (each row's
+        label then fits its room: :func:`job_label`)."""
         now = time.time()
         waiting = {r.get("job"): r["id"] for r in self.approvals.values()}
-        nodes = {i: Node(i, job_label({**r, "waits_for": waiting.get(i)}, now), i, r.get("status"))
-                 for i, r in self.jobs.items()}
+        nodes = {i: Node(i, "", i, r.get("status")) for i, r in self.jobs.items()}
         roots: list[Node] = []
         extra: dict[str, Node] = {}
 
@@ -169,22 +184,41 @@ class Board:
             else:
                 top.append(nodes[rec["id"]])
         for node in [*nodes.values(), *extra.values()]:
-            node.children = self._fold(node)
-        for node in [*nodes.values(), *extra.values()]:
-            node.children.sort(key=lambda c: not is_live(c))  # stable: live first, each in dispatch order
-        roots.sort(key=lambda c: not is_live(c))
+            node.children = self._fold(node.key, self._ordered(node.children))
+        roots[:] = self._ordered(roots)
+
+        def label(level: list[Node], depth: int) -> None:
+            for node in level:
+                if node.job is not None:
+                    room = None if width is None else width - GUIDE_CELLS * depth - (2 if node.children else 0)
+                    node.label = job_label({**self.jobs[node.job], "waits_for": waiting.get(node.job)}, now, room)
+                label(node.children, depth + 1)
+
+        label(roots, 0)
         return roots
 
-    def _fold(self, node: Node) -> list[Node]:
-        """Keep live children and the latest finished ones; fold older finished ones into one line."""
-        finished = [c for c in node.children if c.status in TERMINAL and not c.children]
+    def _newest(self, node: Node) -> str:
+        """When a finished row ended: its job's ``completed_at`` (else its dispatch), or a holder's newest."""
+        if node.job is not None:
+            rec = self.jobs[node.job]
+            return rec.get("completed_at") or rec.get("dispatched_at") or ""
+        return max((self._newest(c) for c in node.children), default="")
+
+    def _ordered(self, level: list[Node]) -> list[Node]:
+        """Live rows first as they are (dispatch order), then finished ones, the newest first."""
+        return ([c for c in level if is_live(c)]
+                + sorted((c for c in level if not is_live(c)), key=self._newest, reverse=True))
+
+    def _fold(self, key: str, children: list[Node]) -> list[Node]:
+        """Keep live children and the newest finished ones; fold older finished ones into one last line."""
+        finished = [c for c in children if c.status in TERMINAL and not c.children]
         if len(finished) <= MAX_FINISHED_CHILDREN:
-            return node.children
-        folded = {c.key for c in finished[:-MAX_FINISHED_CHILDREN]}
+            return children
+        folded = {c.key for c in finished[MAX_FINISHED_CHILDREN:]}
         counts = Counter(c.status for c in finished if c.key in folded)
-        summary = Node(f"folded:{node.key}", f"… {len(folded)} more finished ("
+        summary = Node(f"folded:{key}", f"… {len(folded)} more finished ("
                        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ")")
-        return [summary] + [c for c in node.children if c.key not in folded]
+        return [c for c in children if c.key not in folded] + [summary]
 
     # caps and batches -----------------------------------------------------
 

@@ -11,8 +11,9 @@ the screen.
 
 The layout fits 80×24: below 110 columns the caps and batches go under the job
 tree (which then has the whole width, so goals are seen), the tree takes what
-they and a short event log leave, running jobs come first in it, and nothing
-scrolls sideways (no stray scrollbar glyphs).  ``c`` asks
+they and a short event log leave, running jobs come first in it (then finished ones, the
+newest first), each row fits the tree's width (a long goal gives up its tail, so that model
+calls and cost stay in view), and nothing scrolls sideways (no stray scrollbar glyphs).  ``c`` asks
 before it cancels (:class:`ConfirmCancel`).  A job waiting for a person shows ``APPROVAL? ID``
 after its status (the pending requests are listed above the batches): ``a`` approves its
 request after asking (:class:`ConfirmApprove`), ``d`` denies it with a reason
@@ -320,7 +321,8 @@ class TopApp(App):
         waiting = self.board.approval_lines()
         self.batch_panel.border_title = "approvals · batches" if waiting else "batches"
         self.batch_panel.update(Text("\n".join([*waiting, *self.board.batches()]) or "(no batch jobs)"))
-        self._sync(self.jobs_tree.root, self.board.tree())
+        room = self.jobs_tree.scrollable_content_region.width - 1  # less its scrollbar, should one show
+        self._sync(self.jobs_tree.root, self.board.tree(room if room > 0 else None))
         if self.jobs_tree.cursor_line < 0 and self.jobs_tree.root.children:
             self.jobs_tree.cursor_line = 0  # the first job (running ones come first) is selected from the start
 

@@ -148,6 +148,35 @@ def test_top_fits_80x24_shows_progress_and_asks_before_cancelling(daemon, termin
     term.wait("[exit 0]")
 
 
+LONG_GOAL = "refactor the billing module so that every provider's price table is read once and cached"
+
+
+def test_top_at_80x24_keeps_calls_and_cost_on_every_running_jobs_row(make_daemon, terminals):
+    daemon = make_daemon(env={"HERMES_SCRIPTED_STEP_SECONDS": "30"})  # batch items: a step every 30 s
+    dataset = daemon.work / "prompts.jsonl"
+    dataset.write_text("".join(f'{{"prompt": "{i}: {LONG_GOAL}"}}\n' for i in range(2)))
+    batch = daemon.call("batch.run", run_name="wide", dataset_file=str(dataset), batch_size=2, num_workers=2)["id"]
+    done = daemon.delegate("quick", script=[{"text": "ok", "sleep": 0}])["id"]
+    assert daemon.wait_job(done)["status"] == "completed"
+    script = [{"text": "look", "sleep": 0, "tool_calls": [{"name": "terminal", "input": {"command": "true"}}]},
+              {"text": "and rest", "sleep": 60}]
+    long = daemon.delegate(LONG_GOAL, background=True, script=script, toolsets=["terminal"])["id"]
+    wait_for(lambda: len([j for j in daemon.call("ps")["jobs"] if j["status"] == "running"]) == 4, 60, 0.1,
+             "the job, the batch and its two items running")
+    running = [j["id"] for j in daemon.call("ps")["jobs"] if j["status"] == "running"]
+
+    term = terminals(daemon, "top")
+    row = r"  running  \d+s  (.*  )?· \d+ calls  (\$[\d.]+|unknown|-)"
+    screen = term.wait(lambda s: re.search(rf"{long}  running  \d+s  refactor.*  · 1 calls  (\$[\d.]+|unknown)", s)
+                       and all(re.search(job + row, s) for job in running), 30,
+                       what="every running job's row with its calls and cost")
+    assert all(len(line) <= 80 for line in screen.splitlines()) and len(screen.splitlines()) <= 24
+    assert screen.index(long) < screen.index(done), "running jobs before finished ones"
+    assert batch in screen
+    term.keys("q")
+    term.wait("[exit 0]")
+
+
 def test_chat_says_at_once_when_the_daemon_dies_mid_turn(make_daemon, api, terminals):
     daemon, term, turn = _chat_with_a_slow_turn(make_daemon, api, terminals)
     daemon.kill9()

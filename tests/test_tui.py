@@ -82,6 +82,34 @@ def test_a_running_jobs_cost_follows_its_progress_as_ps_shows_it():
     assert "· 1 calls  $0.0005" in job_label(board.jobs["bg_1"])
 
 
+def test_finished_jobs_come_newest_first_below_the_live_ones():
+    board = Board()
+    board.add_jobs([rec("old", "completed", completed_at="2026-01-01T00:00:01.000Z"), rec("live"),
+                    rec("new", "failed", completed_at="2026-01-01T00:00:09.000Z"),
+                    rec("mid", "cancelled", completed_at="2026-01-01T00:00:05.000Z"), rec("queued", "queued"),
+                    rec("turn_1", "completed", kind="session_turn", session="s1", completed_at="2026-01-01T00:00:07.000Z")])
+    assert keys(board.tree()) == ["live", "queued", "new", ["session:s1", ["turn_1"]], "mid", "old"]
+
+
+def test_a_narrow_row_gives_up_the_goal_before_its_calls_and_cost():
+    from client.board import job_label
+
+    job = rec("bg_1", goal="refactor the billing module " * 8, started_at="2026-01-01T00:00:00.000Z", api_calls=7,
+              tokens={"input": 900, "output": 80}, cost_usd=0.0123, cost_unknown=False)
+    now = 1767225614.0  # 14 s in
+    assert "refactor the billing module refactor the billing" in job_label(job, now)  # 50 characters of it
+    for width in (78, 60, 52, 44):
+        row = job_label(job, now, width)
+        assert row.startswith("bg_1  running  14s  ") and row.index("· 7 calls  $0.0123") + 18 <= width, (width, row)
+    assert job_label(job, now, 52).startswith("bg_1  running  14s  refactor th…")
+    assert job_label(job, now, 36).startswith("bg_1  running  14s  · 7 calls  $0.0123"), "no room: no goal at all"
+    board = Board()
+    board.add_jobs([rec("batch_n", kind="batch", goal=job["goal"]),
+                    {**job, "id": "item_1", "kind": "batch_item", "parent": "batch_n"}])
+    (batch,) = board.tree(width=60)
+    assert len(batch.label.split("· 0 calls")[0]) <= 60 - 2 and "· 7 calls  $0.0123" in batch.children[0].label[:60 - 4]
+
+
 def test_batch_progress_caps_and_folding():
     board = Board()
     board.add_jobs([rec("batch_n", kind="batch")])
@@ -96,7 +124,7 @@ def test_batch_progress_caps_and_folding():
                                "12.5/min, ETA 274s"]
     children = board.tree()[0].children
     assert [c.status for c in children[:5]] == ["running"] * 5  # running items before finished ones
-    assert children[5].label == "… 20 more finished (20 completed)" and len(children) == 5 + 1 + 20
+    assert children[-1].label == "… 20 more finished (20 completed)" and len(children) == 5 + 20 + 1
     board.status = {"caps": {"async": {"used": 1, "limit": 4}, "global": {"used": 0, "limit": None}}}
     assert board.caps() == ["async            ████░░░░░░░░░░ 1/4", "global           0/-"]
 
