@@ -187,7 +187,7 @@ class Duration(click.ParamType):
 @click.option("--dry-run", is_flag=True, help="Only count what would be removed.")
 def clean(older_than: float | None, dry_run: bool) -> None:
     """Remove finished jobs with their folders and events (never a running job, an undelivered
-    notification, or what a running batch needs)."""
+    notification, what a running batch needs, or a job whose git worktree is still there)."""
     args: dict[str, Any] = {"dry_run": dry_run}
     if older_than is not None:
         args["older_than_seconds"] = older_than

@@ -57,8 +57,12 @@ def test_clean_never_removes_what_is_still_needed(daemon):
     undelivered = insert_jobs(daemon, 1, prefix="bg_pending")
     batch = insert_jobs(daemon, 1, status="running", prefix="batch_run")
     item = insert_jobs(daemon, 1, prefix="item_of_running_batch")
+    kept = insert_jobs(daemon, 1, prefix="deleg_worktree_kept")
     db = sqlite3.connect(daemon.home / "state.db", timeout=10)
     with db:
+        for job, state in ((kept[0], "kept"), (old[1], "removed")):
+            db.execute("UPDATE jobs SET spec = json_object('worktree', json_object('path', '/w', 'state', ?)) "
+                       "WHERE id = ?", (state, job))
         db.execute("INSERT INTO notifications (job, block, state, created_at) VALUES (?, 'b', 'pending', 'x')",
                    undelivered)
         db.execute("UPDATE jobs SET status='running', completed_at=NULL WHERE id = ?", batch)
@@ -69,10 +73,10 @@ def test_clean_never_removes_what_is_still_needed(daemon):
     out = daemon.ctl("clean", "--older-than", "1d", "--dry-run", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["jobs"] == 30
-    assert len(_ids(daemon)) == 34, "a dry run removes nothing"
+    assert len(_ids(daemon)) == 35, "a dry run removes nothing"
     out = daemon.ctl("clean", "--older-than", "1d")
     assert out.returncode == 0 and "removed 30 job(s)" in out.stdout, out.stdout + out.stderr
-    assert _ids(daemon) == {*live, *undelivered, *batch, *item}
+    assert _ids(daemon) == {*live, *undelivered, *batch, *item, *kept}
     assert not (daemon.home / "jobs" / old[0]).exists()
     out = daemon.ctl("clean")
     assert out.returncode == 2 and "no retention policy" in out.stderr

@@ -4,7 +4,9 @@ Three parallel delegations on one repository write the same file name, one of th
 fourth writes nothing: each change is on its own branch ``hermes/JOB_ID`` in its own worktree,
 the main checkout is untouched, the clean worktree is gone with its branch, and once a branch is
 merged ``worktrees prune`` removes it.  A working directory in no repository is refused in one
-line before anything starts; a job resumed after a ``kill -9`` of the daemon keeps its worktree.
+line before anything starts; a job resumed after a ``kill -9`` of the daemon keeps its worktree, a
+cancelled one with changes keeps it, a failed one without loses it; the completion notification
+names a kept one.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ def test_parallel_children_of_one_repository_each_work_on_their_own_branch(make_
     assert listed.returncode == 0 and jobs[0] in listed.stdout and jobs[2] not in listed.stdout, listed
 
 
-def test_outside_a_repository_nothing_starts_and_a_resumed_job_keeps_its_worktree(make_daemon, tmp_path):
+def test_outside_a_repository_nothing_starts_and_an_ended_job_keeps_only_a_changed_worktree(make_daemon, tmp_path):
     repo = make_repo(tmp_path)
     d = make_daemon()
     plain = tmp_path / "plain"
@@ -112,15 +114,29 @@ def test_outside_a_repository_nothing_starts_and_a_resumed_job_keeps_its_worktre
     assert refused.stderr.count("\n") == 1 and "not in a git repository" in refused.stderr, refused.stderr
     assert d.call("ps", all=True)["jobs"] == []
 
-    job = d.call("delegate", goal="write, then wait", cwd=str(repo), worktree=True, toolsets=["terminal", "file"],
-                 background=True, script=write("before the restart\n", terminal("sleep 30")))["id"]
-    log = d.home / "jobs" / job / "journal.jsonl"
-    wait_for(lambda: log.exists() and log.read_text().count('"tool_started"') == 2, 60, 0.05, "the second tool call")
-    path = Path(d.call("job", id=job)["worktree"]["path"])
+    def start(goal: str, script: list[dict[str, Any]]) -> str:
+        return d.call("delegate", goal=goal, cwd=str(repo), worktree=True, toolsets=["terminal", "file"],
+                      background=True, script=script)["id"]
+
+    resumed = start("write, then wait", write("before the restart\n", terminal("sleep 30")))
+    cancelled = start("write, then be cancelled", write("cancelled midway\n", terminal("sleep 30")))
+    failed = start("fail at once", [{"error": "the model is down"}])
+    for job in (resumed, cancelled):
+        log = d.home / "jobs" / job / "journal.jsonl"
+        wait_for(lambda: log.exists() and log.read_text().count('"tool_started"') == 2, 60, 0.05, "the second tool")
+    d.call("cancel", id=cancelled)
+    assert d.wait_job(cancelled)["status"] == "cancelled" and d.wait_job(failed)["status"] == "failed"
+    path = Path(d.call("job", id=resumed)["worktree"]["path"])
     d.kill9()
     d.start()
-    final = d.wait_job(job)
+    final = d.wait_job(resumed)
     assert final["status"] == "completed" and final["resumes"] == 1, final
     assert final["worktree"]["path"] == str(path) and final["worktree"]["changes"] == ["? notes.txt"], final
     assert (path / "notes.txt").read_text() == "before the restart\n"
-    assert settled(d, [job])[0]["state"] == "kept"
+    entries = settled(d, [resumed, cancelled, failed])
+    assert [w["state"] for w in entries] == ["kept", "kept", "removed"], entries
+    assert not Path(entries[2]["path"]).exists() and git(repo, "branch", "--list", f"hermes/{failed}") == ""
+    blocks = {e["job"]: e["data"]["block"] for e in
+              d.call("events_since", since=0, types=["async_delegation"], limit=100)["events"]}
+    assert f"Worktree: {path} (branch hermes/{resumed}, kept: 1 changed file(s), 0 commit(s))" in blocks[resumed]
+    assert "Worktree: no changes" in blocks[failed], blocks[failed]

@@ -15,6 +15,8 @@ What is never removed:
 * a job whose completion notification is not yet delivered;
 * a job whose parent is not terminal (a running or resumable batch's items,
   a live orchestrator's children);
+* a job whose git worktree is still there (``spec.worktree`` not ``removed``:
+  :mod:`hermesd.worktrees.plugin`; ``hermesctl worktrees prune`` lets it go);
 * the newest event (``last_seq`` stays, so seqs never restart).
 
 Events go as a prefix: every event older than the oldest job still kept,
@@ -42,7 +44,8 @@ log = logging.getLogger("hermesd")
 _TERMINAL = ", ".join("'" + str(getattr(s, 'value', s)) + "'" for s in sorted(TERMINAL))
 _KEEP = f"""
     AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.job = j.id AND n.state != '{DELIVERED}')
-    AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.id = j.parent AND p.status NOT IN ({_TERMINAL}))"""
+    AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.id = j.parent AND p.status NOT IN ({_TERMINAL}))
+    AND (json_extract(j.spec, '$.worktree.path') IS NULL OR json_extract(j.spec, '$.worktree.state') = 'removed')"""
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,23 @@ decided here is decided on output git prints only on success: ``status --porcela
 --branch`` always starts with ``# branch.`` lines, ``rev-list --count`` always prints a
 number.  Removal is ``git worktree remove`` without ``--force``: git itself refuses a
 worktree with changes, even one made since it was inspected.
+
+Git does not make worktrees of one repository safely at once: ``worktree add`` reads every
+other worktree's administrative files, and fails on one being made (``failed to read
+.git/worktrees/NAME/commondir``); ``worktree prune`` could forget one being made.  So every
+command here that adds, removes or prunes worktrees holds :func:`locked`, an exclusive
+``flock(2)`` on ``.lock`` in the directory of the worktrees, across processes (the children of
+parallel jobs, the daemon's worker thread).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 BRANCH_PREFIX = "hermes/"
 """A job's branch is ``hermes/JOB_ID``."""
@@ -98,6 +107,20 @@ def git(args: list[str], cwd: str, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
+@contextlib.contextmanager
+def locked(worktree: dict[str, Any]) -> Iterator[None]:
+    """Hold the exclusive lock of the directory the worktree is made in (see the module doc);
+    the lock file is created 0600 beside the worktrees."""
+    folder = Path(worktree["path"]).parent
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def branch_exists(worktree: dict[str, Any], env: dict[str, str] | None = None) -> bool:
     """Whether the worktree's branch exists in its repository."""
     ref = f"refs/heads/{worktree['branch']}"
@@ -112,13 +135,13 @@ def create(worktree: dict[str, Any], env: dict[str, str] | None = None) -> bool:
     untracked directory of the checkout).  Raises :class:`GitError`."""
     path, made = Path(worktree["path"]), False
     if not (path / ".git").exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         repo = worktree["repo"]
-        if branch_exists(worktree, env):
-            git(["worktree", "prune"], repo, env)  # forget a worktree deleted by hand, which holds the branch
-            git(["worktree", "add", "--quiet", str(path), worktree["branch"]], repo, env)
-        else:
-            git(["worktree", "add", "--quiet", "-b", worktree["branch"], str(path), "HEAD"], repo, env)
+        with locked(worktree):
+            if branch_exists(worktree, env):
+                git(["worktree", "prune"], repo, env)  # forget a worktree deleted by hand, which holds the branch
+                git(["worktree", "add", "--quiet", str(path), worktree["branch"]], repo, env)
+            else:
+                git(["worktree", "add", "--quiet", "-b", worktree["branch"], str(path), "HEAD"], repo, env)
         made = True
     Path(worktree["cwd"]).mkdir(parents=True, exist_ok=True)
     return made
@@ -170,11 +193,12 @@ def remove(worktree: dict[str, Any], env: dict[str, str] | None = None) -> None:
     git refuses a worktree with changes, and a branch with commits of its own is kept).  A worktree
     already gone from disk is forgotten (``git worktree prune``).  Raises :class:`GitError`."""
     repo, path = worktree["repo"], worktree["path"]
-    if os.path.isdir(path):
-        git(["worktree", "remove", path], repo, env)
+    with locked(worktree):
         if os.path.isdir(path):
-            raise GitError(f"git worktree remove left {path} in place")
-    else:
-        git(["worktree", "prune"], repo, env)
-    if branch_exists(worktree, env) and inspect(worktree, env)["commit_count"] == 0:
-        git(["branch", "--quiet", "-D", worktree["branch"]], repo, env)
+            git(["worktree", "remove", path], repo, env)
+            if os.path.isdir(path):
+                raise GitError(f"git worktree remove left {path} in place")
+        else:
+            git(["worktree", "prune"], repo, env)
+        if branch_exists(worktree, env) and inspect(worktree, env)["commit_count"] == 0:
+            git(["branch", "--quiet", "-D", worktree["branch"]], repo, env)
