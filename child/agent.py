@@ -31,7 +31,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from child import approval, journal
+from child import approval, journal, redact
 from child import messages as m
 from child import structured
 from child.activity import Activity
@@ -119,6 +119,8 @@ class Agent:
         self.structured: Any = None
         self.journal: journal.Journal | None = None  # the job's journal (None: it keeps none)
         self.resumed: journal.Resumed | None = None  # what an earlier child of this job did
+        self.mcp: Any = None  # the job's MCP servers (child.mcp.client.Servers), None without any
+        self.mcp_tools: dict[str, Any] = {}  # their tools, by name
 
     def run(self) -> JobResult:
         """The whole run: set up, loop, and the result whatever happens."""
@@ -126,10 +128,7 @@ class Agent:
         try:
             registry = importlib.import_module("child.tools.registry")
             self.tools = [t.spec() for t in registry.tools_for(list(self.spec.toolsets), self.spec.role)]
-            self.system = system_prompt(self.spec, self.tools)
-            unrecorded = [str(self.spec.ephemeral_system_prompt or "").strip(), self.prefill_system.strip(),
-                          container_note(self.spec, self.tools) if self.spec.workdir_placeholder else ""]
-            self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
+            self.prompt()
             self.begin(registry)
             self.provider = make_provider(self.spec, stop=self.stop)
             self.window = Window(self.spec.context_window or context_window(getattr(self.provider, "model", None),
@@ -144,10 +143,15 @@ class Agent:
             with opened(box, self.cwd()) as self.container:  # removed in any case
                 if self.container is not None:
                     log(f"container {self.container.id[:12]} of {self.container.image} started")
-                result = self.loop(registry)
-                if self.spec.verifier and verifiable(result):
-                    result.verifier = self.verify(registry)
-                return result
+                try:
+                    self.start_mcp(registry)
+                    result = self.loop(registry)
+                    if self.spec.verifier and verifiable(result):
+                        result.verifier = self.verify(registry)
+                    return result
+                finally:
+                    if self.mcp is not None:  # before the container goes: its servers may run inside
+                        self.mcp.close()
         except BudgetExceeded as exc:
             return self.finish("failed", "budget_exceeded", error=str(exc))
         except (ProviderError, ContainerError) as exc:
@@ -157,6 +161,27 @@ class Agent:
             return self.finish("failed", "error", error=f"{exc.__class__.__name__}: {exc}")
         finally:
             self.budget.pause()
+
+    def prompt(self) -> None:
+        """The system prompt of the tools offered (:func:`system_prompt`, the MCP servers' notes),
+        and what the model is sent besides, unrecorded."""
+        self.system = system_prompt(self.spec, self.tools, importlib.import_module("child.tools.mcp").notes(self.mcp))
+        unrecorded = [str(self.spec.ephemeral_system_prompt or "").strip(), self.prefill_system.strip(),
+                      container_note(self.spec, self.tools) if self.spec.workdir_placeholder else ""]
+        self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
+
+    def start_mcp(self, registry: Any) -> None:
+        """Start the job's MCP servers (``spec.mcp_servers``, in its container when it has one) and
+        offer their tools (:mod:`child.tools.mcp`)."""
+        if not self.spec.mcp_servers:
+            return
+        mcp_tools = importlib.import_module("child.tools.mcp")
+        self.doing(self.turn, f"starting MCP server(s) {', '.join(self.spec.mcp_servers)}")
+        self.mcp = mcp_tools.open_for(self.spec.mcp_servers, cwd=self.cwd(), container=self.container, log=log,
+                                      secrets=redact.add)
+        self.mcp_tools = {t.name: t for t in mcp_tools.tools_of(self.mcp)}
+        self.tools += [t.spec() for t in self.mcp_tools.values()]
+        self.prompt()
 
     def loop(self, registry: Any) -> JobResult:
         """Model call → tool calls, until a final answer, a limit or the stop flag.
@@ -280,6 +305,7 @@ class Agent:
         self.doing(turn, f"in tool {name}" + (f" running `{one_line(args['command'], 100)}`"
                                                if isinstance(args, dict) and isinstance(args.get("command"), str)
                                                else f" {one_line(args, 100)}"))
+        began = time.monotonic()
         if not isinstance(args, dict) or m.INVALID_JSON in args:
             raw = args.get(m.INVALID_JSON) if isinstance(args, dict) else args
             ok, content = False, f"the arguments of {name} are not a JSON object: {str(raw)[:300]!r}"
@@ -291,7 +317,8 @@ class Agent:
                 ok, content = bool(result.ok), str(result.content)
             except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error result, not a crash
                 ok, content = False, f"{name} failed: {exc.__class__.__name__}: {exc}"
-        self.trace.append({"name": name, "ok": ok, "bytes": len(content.encode("utf-8"))})
+        self.trace.append({"name": name, "ok": ok, "bytes": len(content.encode("utf-8")),
+                           "seconds": round(time.monotonic() - began, 3)})
         log(f"turn {turn}: {name} {one_line(args, 100)} -> {'ok' if ok else 'error'}, {self.trace[-1]['bytes']} "
             f"bytes: {one_line(content, 100)}")
         self.progress(turn, name)
@@ -307,7 +334,8 @@ class Agent:
                                     auto_approve=bool(s.auto_approve), stop=self.stop, channel=self.channel,
                                     job=s.job, depth=int(s.depth), max_spawn_depth=int(s.max_spawn_depth),
                                     role=s.role, heartbeat=self.heartbeat, container=self.container,
-                                    approval_tools=tuple(s.approval_tools or ()), budget=self.budget)
+                                    approval_tools=tuple(s.approval_tools or ()), budget=self.budget,
+                                    extra_tools=self.mcp_tools, mcp=self.mcp)
 
     def verify(self, registry: Any) -> dict[str, Any]:
         """Run the spec's ``verifier`` where the agent worked (:mod:`child.verify`); its
@@ -467,14 +495,15 @@ class Agent:
                     "has_reasoning": bool(trajectory.has_reasoning(conversation)),
                     "tool_names": trajectory.tool_calls_in(conversation),
                     "tools_offered": [t["name"] for t in self.tools],
-                    "tool_stats": trajectory.tool_stats(conversation)}
+                    "tool_stats": trajectory.tool_stats(conversation, list(self.mcp_tools))}
         return self.host_mask.data(recorded) if self.host_mask is not None else recorded
 
 
-def system_prompt(spec: JobSpec, tools: list[dict[str, Any]]) -> str:
+def system_prompt(spec: JobSpec, tools: list[dict[str, Any]], notes: list[str] | None = None) -> str:
     """The spec's ``system_prompt`` (default :data:`SYSTEM_PROMPT`), the working
-    directory (and the container it is mounted in: :func:`container_note`) and the
-    list of ``tools`` (``{"name", "description"}``).
+    directory (and the container it is mounted in: :func:`container_note`), the
+    list of ``tools`` (``{"name", "description"}``) and ``notes`` (lines: MCP servers
+    that are not available, :func:`child.tools.mcp.notes`).
 
     With ``workdir_placeholder`` the placeholder stands for the directory and the
     tools are not listed (the model has them as tool definitions; the trajectory
@@ -485,7 +514,7 @@ def system_prompt(spec: JobSpec, tools: list[dict[str, Any]]) -> str:
     where = placeholder or spec.cwd or os.getcwd()
     lines = [spec.system_prompt or SYSTEM_PROMPT, "", f"Working directory: {where}"]
     if placeholder:
-        return "\n".join(lines)
+        return "\n".join(lines + (["", *notes] if notes else []))
     note = container_note(spec, tools)
     if note:
         lines.append(note)
@@ -494,7 +523,7 @@ def system_prompt(spec: JobSpec, tools: list[dict[str, Any]]) -> str:
         lines += [f"- {t['name']}: {(t.get('description') or '').strip().partition(chr(10))[0]}" for t in tools]
     else:
         lines += ["", "You have no tools: answer from what you know."]
-    return "\n".join(lines)
+    return "\n".join(lines + (["", *notes] if notes else []))
 
 
 def verifiable(result: JobResult) -> bool:
@@ -504,8 +533,10 @@ def verifiable(result: JobResult) -> bool:
 
 
 def container_of(spec: JobSpec, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The spec's ``container`` when the job can use it (it has the ``terminal`` tool), else None."""
-    return spec.container if any(t["name"] == "terminal" for t in tools) else None
+    """The spec's ``container`` when the job can use it (it has the ``terminal`` tool, or a stdio
+    MCP server, which then runs inside), else None."""
+    stdio = any(s.get("transport") == "stdio" for s in (spec.mcp_servers or {}).values())
+    return spec.container if stdio or any(t["name"] == "terminal" for t in tools) else None
 
 
 def container_note(spec: JobSpec, tools: list[dict[str, Any]]) -> str:

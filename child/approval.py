@@ -11,6 +11,7 @@ nobody following the approvals): today's default.
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Any
 
 from child.tools import ToolContext, daemon_call
@@ -21,6 +22,12 @@ WAIT_SECONDS = 1.0
 NO_DAEMON = ("there is no hermesd to ask a person; dangerous commands run only when "
              "delegation.subagent_auto_approve is true")
 """The refusal without a daemon (a tool run outside a job)."""
+
+
+def always(tool: str, patterns: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``tool`` is one of ``approvals.always``: a name, or a shell-style pattern such as
+    ``mcp__github__*`` (every tool of the MCP server ``github``; :func:`fnmatch.fnmatchcase`)."""
+    return tool in patterns or any(any(c in p for c in "*?[") and fnmatch.fnmatchcase(tool, p) for p in patterns)
 
 
 def waiting(channel: Any, call: dict[str, Any]) -> bool:

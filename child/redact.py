@@ -73,6 +73,14 @@ def current() -> Redactor:
     return _current
 
 
+def add(secrets: Mapping[str, str]) -> None:
+    """Redact ``{NAME: value}`` from now on too (variables an MCP server's settings named:
+    :mod:`child.mcp.stdio`), in this process's redactor (:func:`current`)."""
+    if secrets:
+        known = {mark[len("[REDACTED:"):-1]: value for value, mark in current().pairs}
+        current().__init__({**known, **secrets})
+
+
 class _RedactingStream(io.TextIOBase):
     """A text stream that writes through another one, with secrets redacted."""
 

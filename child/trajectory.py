@@ -269,15 +269,16 @@ def tool_calls_in(messages: list[dict]) -> list[str]:
     return [str(b.get("name", "")) for b in _assistant_blocks(messages, "tool_use")]
 
 
-def tool_stats(messages: list[dict]) -> dict[str, dict[str, int]]:
+def tool_stats(messages: list[dict], offered: list[str] | tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
     """``{tool: {"count", "success", "failure"}}`` for every known tool (zeros
-    included, so every line has the same keys).
+    included, so every line has the same keys), and for each tool of ``offered`` besides
+    (a job's own: its MCP servers' ``mcp__NAME__TOOL``).
 
     A call counts as a failure when its result has ``is_error`` or never came
     (the run stopped first).  Calls to unknown tool names are not counted here
     (see :func:`tool_calls_in`).
     """
-    stats = {name: {"count": 0, "success": 0, "failure": 0} for name in known_tool_names()}
+    stats = {name: {"count": 0, "success": 0, "failure": 0} for name in (*known_tool_names(), *offered)}
     failed = {str(b.get("tool_use_id", "")): bool(b.get("is_error"))
               for message in messages for b in blocks_of(message, "tool_result")}
     for block in _assistant_blocks(messages, "tool_use"):

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from hermesd import paths
 from hermesd.paths import plugin_modules
 from hermesd.contract.providers import PROVIDERS, REASONING_EFFORTS
-from hermesd.contract.toolsets import TOOLSETS
+from hermesd.contract.toolsets import MCP_TOOLSET, TOOLSETS
 from hermesd.protocol import INT64_MAX
 
 if TYPE_CHECKING:
@@ -77,7 +77,8 @@ def section(cls: type) -> Any:
     return field(default_factory=cls)
 
 
-TOOLSET_NAMES = {"names": (*TOOLSETS, "all", "*")}
+TOOLSET_NAMES = {"names": (*TOOLSETS, "all", "*"), "prefix": MCP_TOOLSET}
+"""Toolset names: a toolset, ``all``, ``*``, or ``mcp:NAME`` (whose server ``hermesd.mcp.config`` checks)."""
 URL = {"url": True}
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 """An environment variable's name (a job's ``env``, the config's ``secrets``)."""
@@ -324,7 +325,8 @@ def _convert(value: Any, hint: Any, meta: dict[str, Any]) -> Any:
     if not ok:
         numeric = hint in (int, float)
         raise ValueError(f"must be {_describe(hint, meta)}, not {value!r}{yaml_text_number(value) if numeric else ''}")
-    unknown = [v for v in value if v not in meta["names"]] if "names" in meta else []
+    unknown = [v for v in value if v not in meta["names"] and not (meta.get("prefix") and v.startswith(meta["prefix"]))] \
+        if "names" in meta else []
     if unknown:
         raise ValueError(f"unknown name(s) {', '.join(map(repr, unknown))}; known: {', '.join(meta['names'])}")
     bad = [v for v in value if not ENV_NAME.match(v) or v.startswith("HERMES_")] \

@@ -363,16 +363,19 @@ def timed_out_text(seconds: float, activity: str | None, api_calls: int) -> str:
 def expand_toolsets(names: list[str]) -> list[str]:
     """Expand ``all``/``*`` (every toolset of :data:`hermesd.contract.toolsets.TOOLSETS` but
     :data:`~hermesd.contract.toolsets.EXPLICIT_ONLY`, ``kanban``) and de-duplicate, keeping order.
+    ``mcp:NAME`` passes (whether its server exists is the daemon's check: ``hermesd.mcp.ops``).
 
     Raises :class:`ProtocolError` (``bad_request``) naming unknown toolsets.
     """
-    from hermesd.contract.toolsets import EXPLICIT_ONLY, TOOLSETS  # not at import: a client's start does without it
+    from hermesd.contract.toolsets import EXPLICIT_ONLY, MCP_TOOLSET, TOOLSETS  # not at import: a client's start does without it
 
     out: list[str] = []
-    unknown = [n for n in names if n not in TOOLSETS and n not in ("all", "*")]
+    unknown = [n for n in names if n not in TOOLSETS and n not in ("all", "*")
+               and not (n.startswith(MCP_TOOLSET) and len(n) > len(MCP_TOOLSET))]
     if unknown:
         raise ProtocolError("bad_request", f"unknown toolset(s) {', '.join(map(repr, unknown))}; "
-                            f"known: {', '.join(TOOLSETS)}, all", {"field": "toolsets"})
+                            f"known: {', '.join(TOOLSETS)}, all, {MCP_TOOLSET}NAME (a server of mcp_servers)",
+                            {"field": "toolsets"})
     for name in names:
         for item in ([t for t in TOOLSETS if t not in EXPLICIT_ONLY] if name in ("all", "*") else [name]):
             if item not in out:

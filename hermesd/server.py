@@ -41,6 +41,7 @@ from hermesd.events import EventLog
 from hermesd.handlers import admin, children, jobs
 from hermesd.jobs import JobTable
 from hermesd.kanban import ops as kanban
+from hermesd.mcp.ops import McpPlugin
 from hermesd.plugin import Plugin, Plugins
 from hermesd.protocol import ProtocolError
 from hermesd.router import Router
@@ -72,6 +73,7 @@ PLUGINS: tuple[type[Plugin], ...] = (
     WorktreesPlugin,              # no kind: any job's git worktree (planned at admission, settled when it ends)
     GovernorPlugin,               # no kind: every model call's grant (rate limits per provider endpoint and key)
     BillingPlugin,                # no kind: the bill of every job, its budgets; the usage op
+    McpPlugin,                    # no kind: a job's mcp:NAME toolsets checked, its servers' settings in its spec
 )
 """The job types, in the order their hooks run.  Adding one: its package, and a line here."""
 

@@ -75,7 +75,8 @@ def test_completed_run_with_a_tool_call(tmp_path):
     assert (result.status, result.exit_reason, result.error) == ("completed", "completed", None)
     assert result.summary == "all done"
     assert result.api_calls == 2 and result.tokens["input"] > 0 and result.tokens["output"] > 0
-    assert result.trace == [{"name": "terminal", "ok": True, "bytes": result.trace[0]["bytes"]}]
+    assert result.trace == [{"name": "terminal", "ok": True, "bytes": result.trace[0]["bytes"],
+                             "seconds": result.trace[0]["seconds"]}] and result.trace[0]["seconds"] >= 0
     assert (result.synthetic, result.provider, result.model) == (True, "scripted", "scripted")
     assert result.duration_seconds > 0 and result.trajectory is None
     msgs = result.messages

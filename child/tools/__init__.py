@@ -66,6 +66,9 @@ class ToolContext:
       (``approvals.always``: :mod:`child.approval`).
     * ``budget``: the job's wall clock (``pause()``, ``resume()``: :class:`child.agent.BudgetClock`),
       paused while a call waits for a person; ``None``: none.
+    * ``extra_tools``: tools of this job only, by name (its MCP servers' ``mcp__NAME__TOOL``:
+      :mod:`child.tools.mcp`), run as the others are; ``mcp``: the job's
+      :class:`child.mcp.client.Servers` (None: it has no MCP server).
     """
 
     cwd: str
@@ -81,6 +84,8 @@ class ToolContext:
     container: Any = None
     approval_tools: tuple[str, ...] = ()
     budget: Any = None
+    extra_tools: dict[str, Any] = field(default_factory=dict)
+    mcp: Any = None
 
     def __post_init__(self) -> None:
         self.limits = {**DEFAULT_LIMITS, **{k: v for k, v in (self.limits or {}).items() if v is not None}}

@@ -22,7 +22,7 @@ import jsonschema
 
 from child import approval, redact
 from child.tools import DEFAULT_LIMITS, Tool, ToolContext, ToolError
-from child.tools import delegation, files, kanban, terminal, web
+from child.tools import delegation, files, kanban, mcp, terminal, web
 from hermesd.contract import toolsets as declared
 
 __all__ = ["DEFAULT_LIMITS", "TOOLSETS", "Tool", "ToolContext", "ToolError", "ToolResult", "execute",
@@ -70,10 +70,10 @@ _VALIDATORS = {name: jsonschema.Draft202012Validator(t.input_schema) for name, t
 def resolve_toolsets(names: list[str]) -> list[str]:
     """Expand toolset names into the list of toolsets they enable, in :data:`TOOLSETS` order.
 
-    ``all`` and ``*`` stand for every toolset except :data:`EXPLICIT_ONLY`.
-    Raises ``ValueError`` naming every unknown name.
+    ``all`` and ``*`` stand for every toolset except :data:`EXPLICIT_ONLY`; ``mcp:NAME`` (an MCP
+    server's tools: :mod:`child.tools.mcp`) is left out.  Raises ``ValueError`` naming every unknown name.
     """
-    unknown = [n for n in names if n not in TOOLSETS and n not in ("all", "*")]
+    unknown = [n for n in names if n not in TOOLSETS and n not in ("all", "*") and not n.startswith(declared.MCP_TOOLSET)]
     if unknown:
         raise ValueError(f"unknown toolset(s): {', '.join(map(repr, unknown))}; "
                          f"known: {', '.join(TOOLSETS)}, all, *")
@@ -83,13 +83,13 @@ def resolve_toolsets(names: list[str]) -> list[str]:
     return [t for t in TOOLSETS if t in wanted]
 
 
-def tools_for(toolsets: list[str], role: str | None = None) -> list[Tool]:
+def tools_for(toolsets: list[str], role: str | None = None, extra: tuple[Tool, ...] | list[Tool] = ()) -> list[Tool]:
     """The tools of these toolsets (names as :func:`resolve_toolsets` takes them)
     for an agent of ``role``: of ``kanban``, a Kanban worker gets the worker tools
-    and any other agent the orchestrator tools (:func:`child.tools.kanban.offered`).
-    Raises ``ValueError`` for an unknown toolset."""
+    and any other agent the orchestrator tools (:func:`child.tools.kanban.offered`);
+    then ``extra``, the job's own (its MCP servers' tools).  Raises ``ValueError`` for an unknown toolset."""
     return [_TOOLS[name] for ts in resolve_toolsets(toolsets) for name in TOOLSETS[ts]
-            if ts != "kanban" or kanban.offered(name, role)]
+            if ts != "kanban" or kanban.offered(name, role)] + list(extra)
 
 
 def known_tool_names() -> list[str]:
@@ -121,6 +121,21 @@ class ToolResult:
     def of(cls, ok: bool, content: str) -> ToolResult:
         """Build a result, counting the bytes of ``content``."""
         return cls(ok, content, len(content.encode("utf-8", "replace")))
+
+
+def _validator(tool: Tool) -> Any:
+    """The argument validator of ``tool``: a built-in tool's, or one made for a job's own tool from
+    its schema's draft (an invalid schema validates nothing: the tool's server checks)."""
+    found = _VALIDATORS.get(tool.name)
+    if found is None or found.schema is not tool.input_schema:
+        cls = jsonschema.validators.validator_for(tool.input_schema, default=jsonschema.Draft202012Validator)
+        try:
+            cls.check_schema(tool.input_schema)
+            found = cls(tool.input_schema)
+        except jsonschema.SchemaError:
+            found = cls({})
+        _VALIDATORS[tool.name] = found
+    return found
 
 
 def _field(err: jsonschema.ValidationError) -> str:
@@ -173,19 +188,21 @@ def execute(name: str, args: dict, ctx: ToolContext, allowed: list[str] | None =
 
 def _execute(name: str, args: dict, ctx: ToolContext, allowed: list[str] | None) -> ToolResult:
     """:func:`execute` before redaction."""
-    tool = _TOOLS.get(name)
+    tool = _TOOLS.get(name) or ctx.extra_tools.get(name)
     if tool is None or (allowed is not None and name not in allowed):
         offered = sorted(allowed) if allowed is not None else known_tool_names()
         why = "unknown tool" if tool is None else "tool not available to this agent"
-        return ToolResult.of(False, f"{why}: {name!r}; available tools: {', '.join(offered) or 'none'}")
+        return ToolResult.of(False, f"{why}: {name!r}; available tools: {', '.join(offered) or 'none'}"
+                             + mcp.unknown_note(name, ctx.mcp))
     if not isinstance(args, dict):
         return ToolResult.of(False, f"tool {name!r}: arguments must be a JSON object, not {type(args).__name__}")
-    errors = sorted(_VALIDATORS[name].iter_errors(args), key=jsonschema.exceptions.relevance, reverse=True)
+    errors = sorted(_validator(tool).iter_errors(args), key=jsonschema.exceptions.relevance, reverse=True)
     if errors:
         reasons = "; ".join(f"field '{_field(e)}' {_describe(e)}" for e in errors[:MAX_REPORTED_ERRORS])
         return ToolResult.of(False, f"tool {name!r}: invalid arguments: {reasons}")
     try:
-        if name in ctx.approval_tools and (denied := approval.ask(ctx, name, args, "approval: always")) is not None:
+        if approval.always(name, ctx.approval_tools) and \
+                (denied := approval.ask(ctx, name, args, "approval: always")) is not None:
             return ToolResult.of(False, f"{name}: not run: {denied}")
         return ToolResult.of(True, tool.handler(args, ctx))
     except ToolError as exc:

@@ -68,6 +68,8 @@ class JobSpec(Wire):
     ``worktree``: the job's own git worktree (``{repo, path, branch, cwd}``:
     :func:`hermesd.worktrees.git.plan`), which the child makes before its agent starts and
     works in (:mod:`child.worktree`); None: it works in ``cwd``.
+    ``mcp_servers``: the MCP servers of its ``mcp:NAME`` toolsets, ``{NAME: settings}``
+    (:meth:`hermesd.mcp.config.Server.to_wire`; the child is their client, :mod:`child.mcp`).
     """
 
     job: str = ""
@@ -106,6 +108,7 @@ class JobSpec(Wire):
     context_window: int | None = None
     context_windows: dict[str, int] | None = None
     worktree: dict[str, Any] | None = None
+    mcp_servers: dict[str, dict[str, Any]] | None = None
 
 
 @functools.cache
@@ -148,8 +151,8 @@ class JobResult(Wire):
     tokens: dict[str, int] = _doc("Tokens used over the run: ``{input, output, cache_write, cache_read}`` "
                                   "(``TOKEN_KEYS``: ``input`` counts every prompt token, the cache's writes "
                                   "and reads among them).", factory=_no_tokens)
-    trace: list[dict[str, Any]] = _doc("Every tool call, in order: ``[{name, ok, bytes}]`` (``bytes``: of the "
-                                       "result shown to the model).", factory=list)
+    trace: list[dict[str, Any]] = _doc("Every tool call, in order: ``[{name, ok, bytes, seconds}]`` (``bytes``: of "
+                                       "the result shown to the model; ``seconds``: its wall time).", factory=list)
     duration_seconds: float | None = _doc("Seconds the run took, by the child's monotonic clock.")
     synthetic: bool = _doc("True when no model made it (the ``scripted`` provider).", False)
     provider: str | None = _doc("The provider that ran it (``PROVIDERS``).")

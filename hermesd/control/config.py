@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hermesd.config import at_least, section
-from hermesd.contract.toolsets import TOOL_NAMES
+from hermesd.contract.toolsets import MCP_TOOL, TOOL_NAMES
 
 
 @dataclass(frozen=True)
@@ -23,11 +23,11 @@ class Approvals:
 
     ``timeout_seconds``: a request nobody answers this long is denied (the model is told so);
     ``always``: tools that always wait for a person (``approval: always``), besides the
-    commands the tripwire holds.
+    commands the tripwire holds; an MCP server's tools by name or pattern (``mcp__github__*``).
     """
 
     timeout_seconds: float = field(default=600.0, metadata=at_least(1))
-    always: list[str] = field(default_factory=list, metadata={"names": TOOL_NAMES})
+    always: list[str] = field(default_factory=list, metadata={"names": TOOL_NAMES, "prefix": MCP_TOOL})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,62 @@
+"""MCP servers for any job: the plugin (no job kind) and the ``mcp.*`` ops.
+
+A job picks servers by its toolsets ``mcp:NAME`` (``--toolsets terminal,mcp:time``,
+``delegate_task``'s toolsets, a batch's distribution, a Kanban profile).  At admission
+(:meth:`McpPlugin.admit`) each must name an enabled server of ``mcp_servers:`` — or one of
+the job's own (a Kanban profile's, in its spec's ``own_mcp_servers``) — else the request is
+refused naming it; at ``child.hello`` (:meth:`McpPlugin.any_spec`) the spec's
+``mcp_servers`` gets their settings.  The daemon never speaks MCP (it imports no SDK): the
+child is the client (:mod:`child.mcp`).  ``mcp.list`` answers the configured servers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermesd.context import Context
+from hermesd.contract.toolsets import mcp_server_of
+from hermesd.contract.wire import JobSpec
+from hermesd.mcp.config import Server, servers, unknown_toolsets
+from hermesd.plugin import Plugin
+from hermesd.protocol import ProtocolError
+from hermesd.router import op
+
+OWN = "own_mcp_servers"
+"""The key of a job's spec holding servers of its own (a Kanban profile's), ``{NAME: settings}``."""
+
+
+def known_to(config: Any, spec: dict[str, Any] | None) -> dict[str, Server]:
+    """The servers a job may use: the config's, then those of its own spec (which win)."""
+    own = {name: Server.from_wire(entry) for name, entry in ((spec or {}).get(OWN) or {}).items()}
+    return {**config.mcp(), **own}
+
+
+class McpPlugin(Plugin):
+    """MCP servers, the daemon's side: a plugin without a job kind whose hooks see every job."""
+
+    def admit(self, job_id: str, kind: str, fields: dict[str, Any]) -> None:
+        """Refuse (``bad_request``) a job whose ``mcp:NAME`` toolset names no enabled server."""
+        bad = unknown_toolsets(list(fields.get("toolsets") or []), known_to(self.ctx.config, fields.get("spec")))
+        if bad:
+            raise ProtocolError("bad_request", "; ".join(bad), {"field": "toolsets"})
+
+    def any_spec(self, row: dict[str, Any], spec: JobSpec) -> None:
+        """The spec's ``mcp_servers``: the settings of each server of its ``mcp:NAME`` toolsets."""
+        known = known_to(self.ctx.config, row.get("spec"))
+        picked = {name: known[name].to_wire() for name in filter(None, map(mcp_server_of, spec.toolsets))
+                  if name in known and known[name].enabled}
+        spec.mcp_servers = picked or None
+
+
+def listing(known: dict[str, Server]) -> list[dict[str, Any]]:
+    """The servers as ``mcp.list`` answers them: ``[{name, toolset, transport, target, enabled,
+    tools, exclude, timeout_seconds, connect_timeout_seconds}]`` (``tools``: the allow-list, None: all)."""
+    return [{"name": s.name, "toolset": f"mcp:{s.name}", "transport": s.transport, "target": s.target(),
+             "enabled": s.enabled, "tools": s.include, "exclude": s.exclude, "timeout_seconds": s.timeout_seconds,
+             "connect_timeout_seconds": s.connect_timeout_seconds} for s in known.values()]
+
+
+@op("mcp.list")
+async def mcp_list(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """The MCP servers of ``mcp_servers:`` (the config in force): ``{servers: [...]}`` (:func:`listing`)."""
+    return {"servers": listing(servers(ctx.config.mcp_servers))}

@@ -1,0 +1,117 @@
+"""MCP servers through real daemons and real third-party servers from PyPI: ``mcp-server-time``
+(stdio) and ``mcp-server-git`` on a temporary repository, called by a scripted model through a
+delegation; the config's checks; failures as tool errors naming the server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hermesd import config
+from hermesd.protocol import ProtocolError
+
+TIME = {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
+
+
+def git_server(repo) -> dict:
+    return {"command": sys.executable, "args": ["-m", "mcp_server_git", "--repository", str(repo)]}
+
+
+def make_repo(path):
+    path.mkdir()
+    for argv in (["init", "-q"], ["-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-q",
+                                  "--allow-empty", "-m", "first"]):
+        subprocess.run(["git", *argv], cwd=path, check=True, capture_output=True)
+    (path / "new.txt").write_text("untracked\n")
+    return path
+
+
+def trajectory(d, job: str) -> dict:
+    return json.loads((d.home / "jobs" / job / "trajectory.json").read_text())
+
+
+def tool_results(d, job: str) -> list[str]:
+    return [str(m["content"]) for m in trajectory(d, job)["messages"] if m["role"] == "tool"]
+
+
+def call(name: str, **args) -> dict:
+    return {"tool_calls": [{"name": name, "input": args}]}
+
+
+def test_a_delegation_calls_the_tools_of_real_stdio_servers(make_daemon, tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    d = make_daemon(config={"mcp_servers": {"time": TIME, "git": {**git_server(repo), "tools": ["git_status"]}},
+                            "approvals": {"always": ["mcp__nothing__*"]}})
+    script = [call("mcp__time__get_current_time", timezone="Europe/Paris"),
+              call("mcp__git__git_status", repo_path=str(repo)),
+              call("mcp__time__get_current_time", timezone="Not/AZone"),
+              {"text": "done"}]
+    job = d.delegate("what time is it", script=script, toolsets=["file", "mcp:time", "mcp:git"])["id"]
+    row = d.wait_job(job)
+    assert row["status"] == "completed", row
+    paris, status, bad = tool_results(d, job)
+    assert json.loads(paris)["timezone"] == "Europe/Paris"
+    assert "new.txt" in status
+    assert "MCP server 'time' reports an error" in bad and "Not/AZone" in bad
+    trace = d.call("result", id=job)["trace"]
+    assert [(t["name"], t["ok"]) for t in trace] == [("mcp__time__get_current_time", True),
+                                                     ("mcp__git__git_status", True),
+                                                     ("mcp__time__get_current_time", False)]
+    assert all(t["seconds"] >= 0 for t in trace)
+    recorded = trajectory(d, job)
+    offered = {t["function"]["name"]: t["function"] for t in recorded["tools"]}
+    assert {"mcp__time__get_current_time", "mcp__time__convert_time", "mcp__git__git_status"} <= set(offered)
+    assert "mcp__git__git_log" not in offered  # not in its allow-list
+    assert offered["mcp__time__get_current_time"]["parameters"]["required"] == ["timezone"]
+    assert recorded["tool_stats"]["mcp__time__get_current_time"] == {"count": 2, "success": 1, "failure": 1}
+    log = (d.home / "jobs" / job / "log").read_text()
+    assert "mcp time: ready" in log and "mcp git: ready" in log
+
+
+def test_a_server_that_exits_at_start_is_an_error_naming_it_and_the_job_goes_on(make_daemon):
+    d = make_daemon(config={"mcp_servers": {"broken": {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}}})
+    script = [call("mcp__broken__anything"), {"text": "went on"}]
+    job = d.delegate("try it", script=script, toolsets=["mcp:broken"])["id"]
+    row = d.wait_job(job)
+    assert row["status"] == "completed" and row["summary"] == "went on"
+    (result,) = tool_results(d, job)
+    assert "MCP server 'broken' is failed" in result and "exit status 3" in result
+    assert "MCP server broken is unavailable" in trajectory(d, job)["messages"][0]["content"]
+
+
+def test_a_toolset_naming_no_server_is_refused(make_daemon):
+    d = make_daemon(config={"mcp_servers": {"time": TIME, "off": {**TIME, "enabled": False}}})
+    for toolset, why in (("mcp:nope", "names no server of mcp_servers (known: mcp:off, mcp:time)"),
+                         ("mcp:off", "server 'off' is disabled")):
+        with pytest.raises(ProtocolError) as info:
+            d.delegate("x", toolsets=[toolset])
+        assert why in str(info.value)
+
+
+def test_check_config_names_each_bad_server_key(tmp_path):
+    bad = tmp_path / "config.yaml"
+    bad.write_text("toolsets: [terminal, mcp:gone]\n"
+                   "mcp_servers:\n"
+                   "  both:\n    command: x\n    url: http://127.0.0.1:1/mcp\n"
+                   "  web:\n    url: ftp://nowhere\n    args: [a]\n"
+                   "  slow:\n    command: x\n    timeout: -1\n    colour: red\n"
+                   "  bad__name:\n    command: x\n")
+    out = subprocess.run([sys.executable, "-m", "hermesd.cli", "check-config", str(bad)], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 7
+    text = out.stderr
+    for where in (f"{bad}:1: toolsets: 'mcp:gone' names no server of mcp_servers",
+                  f"{bad}:3: mcp_servers.both: has both command and url",
+                  f"{bad}:7: mcp_servers.web.url: must be an http:// or https:// URL",
+                  f"{bad}:8: mcp_servers.web.args: is for a stdio server",
+                  f"{bad}:11: mcp_servers.slow.timeout: must be a number of seconds > 0",
+                  f"{bad}:12: mcp_servers.slow.colour: unknown key",
+                  f"{bad}:13: mcp_servers.bad__name: a server's name is"):
+        assert where in text, (where, text)
+    good = config.parse("mcp_servers:\n  t:\n    command: x\n    timeout: 5\n    tools: {include: a, exclude: [b]}\n"
+                        "toolsets: [mcp:t]\n")
+    server = good.mcp()["t"]
+    assert (server.timeout_seconds, server.include, server.exclude, server.transport) == (5.0, ["a"], ["b"], "stdio")
