@@ -73,12 +73,15 @@ def current() -> Redactor:
     return _current
 
 
-def add(secrets: Mapping[str, str]) -> None:
-    """Redact ``{NAME: value}`` from now on too (variables an MCP server's settings named:
-    :mod:`child.mcp.stdio`), in this process's redactor (:func:`current`)."""
-    if secrets:
+def add(values: Mapping[str, str]) -> None:
+    """Redact from now on, in this process's redactor (:func:`current`), those of ``{NAME: value}``
+    (an MCP server's ``env`` and ``headers`` as it gets them: :mod:`child.mcp.client`) whose name
+    is secret by the rule (:func:`rule`: ``GITHUB_TOKEN``, ``X_API_KEY``…) or is ``Authorization``."""
+    secret = {name: value for name, value in values.items()
+              if name.lower() == "authorization" or rule().secret(name.upper().replace("-", "_"))}
+    if secret:
         known = {mark[len("[REDACTED:"):-1]: value for value, mark in current().pairs}
-        current().__init__({**known, **secrets})
+        current().__init__({**known, **secret})
 
 
 class _RedactingStream(io.TextIOBase):

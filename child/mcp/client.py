@@ -70,8 +70,8 @@ class Servers:
 
     ``cwd``: where a stdio server without ``cwd`` of its own runs (the job's directory);
     ``container``: the job's :class:`child.container.Container` (stdio servers run inside), or
-    None; ``log``: one line of the job's log; ``secrets``: called with ``{NAME: value}`` of
-    each variable a server's settings named (to redact them)."""
+    None; ``log``: one line of the job's log; ``secrets``: called with each server's ``env`` and
+    ``headers`` as it gets them (the secret ones are redacted: :func:`child.redact.add`)."""
 
     def __init__(self, specs: dict[str, dict[str, Any]], *, cwd: str, container: Any = None,
                  log: Callable[[str], None] = print, secrets: Callable[[dict[str, str]], None] = lambda _s: None):
@@ -166,14 +166,14 @@ class Servers:
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
 
-            headers, used = stdio.expand(dict(s.headers), f"mcp_servers.{s.name}.headers")
-            self.secrets(used)
+            headers = stdio.expand(dict(s.headers), f"mcp_servers.{s.name}.headers")
+            self.secrets(headers)
             http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(s.timeout_seconds, connect=s.connect_timeout_seconds))
             return streamable_http_client(s.url, http_client=http)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        env, used = stdio.expand(dict(s.env), f"mcp_servers.{s.name}.env")
-        self.secrets(used)
+        env = stdio.expand(dict(s.env), f"mcp_servers.{s.name}.env")
+        self.secrets(env)
         command, args, cwd = s.command or "", list(s.args), s.cwd
         if self.container is not None:
             command, args = stdio.in_container(self.container, command, args, env, cwd)

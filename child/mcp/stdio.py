@@ -36,20 +36,17 @@ class Unset(ValueError):
     """A ``${NAME}`` of a server's settings names a variable the child does not have."""
 
 
-def expand(values: dict[str, str], where: str, environ: Any = None) -> tuple[dict[str, str], dict[str, str]]:
-    """``values`` with every ``${NAME}`` replaced by the variable's value, and the variables used
-    (``{NAME: value}``: secrets to redact).  Raises :class:`Unset` naming ``where`` and the variable."""
+def expand(values: dict[str, str], where: str, environ: Any = None) -> dict[str, str]:
+    """``values`` with every ``${NAME}`` replaced by the variable's value.  Raises :class:`Unset`
+    naming ``where`` and the variable."""
     environ = os.environ if environ is None else environ
-    used: dict[str, str] = {}
 
     def one(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in environ:
-            raise Unset(f"{where}: ${{{name}}} names a variable hermesd's environment does not have")
-        used[name] = environ[name]
-        return environ[name]
+        if match.group(1) not in environ:
+            raise Unset(f"{where}: ${{{match.group(1)}}} names a variable hermesd's environment does not have")
+        return environ[match.group(1)]
 
-    return {key: VARIABLE.sub(one, value) for key, value in values.items()}, used
+    return {key: VARIABLE.sub(one, value) for key, value in values.items()}
 
 
 def environment(env: dict[str, str]) -> dict[str, str]:
