@@ -92,7 +92,7 @@ def test_finished_jobs_come_newest_first_below_the_live_ones():
 
 
 def test_a_narrow_row_gives_up_the_goal_before_its_calls_and_cost():
-    from client.board import job_label
+    from client.top_board import job_label
 
     job = rec("bg_1", goal="refactor the billing module " * 8, started_at="2026-01-01T00:00:00.000Z", api_calls=7,
               tokens={"input": 900, "output": 80}, cost_usd=0.0123, cost_unknown=False)
