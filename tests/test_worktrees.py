@@ -1,7 +1,7 @@
 """A git worktree per child, with real git and real daemons (the scripted provider plays the model).
 
 Three parallel delegations on one repository write the same file name, one of them commits, a
-fourth writes nothing: each change is on its own branch ``hermes/JOB_ID`` in its own worktree,
+fourth writes nothing and delegates (its subagent gets a worktree of its own): each change is on its own branch ``hermes/JOB_ID`` in its own worktree,
 the main checkout is untouched, the clean worktree is gone with its branch, and once a branch is
 merged ``worktrees prune`` removes it.  A working directory in no repository is refused in one
 line before anything starts; a job resumed after a ``kill -9`` of the daemon keeps its worktree, a
@@ -61,7 +61,9 @@ def test_parallel_children_of_one_repository_each_work_on_their_own_branch(make_
     d = make_daemon({"delegation": {"max_concurrent_children": 4}})
     tasks = [{"goal": f"writer {i}", "script": write(f"from task {i}\n")} for i in range(3)]
     tasks[2]["script"] = write("from task 2\n", terminal("git add -A && git commit -q -m 'notes from task 2'"))
-    tasks.append({"goal": "reader", "script": [terminal("cat app.py"), {"text": "read it"}]})
+    nested = {"tool_calls": [{"name": "delegate_task", "input": {"goal": "look around", "worktree": True}}]}
+    tasks.append({"goal": "reader", "toolsets": ["terminal", "file", "delegation"],
+                  "script": [terminal("cat app.py"), nested, {"text": "read it"}]})
     group = d.call("spawn_parallel", tasks=tasks, cwd=str(repo / "src"), toolsets=["terminal", "file"],
                    worktree=True)
     jobs = [j["id"] for j in group["jobs"]]
@@ -79,11 +81,14 @@ def test_parallel_children_of_one_repository_each_work_on_their_own_branch(make_
     assert committed["changes"] == [] and [c["subject"] for c in committed["commits"]] == ["notes from task 2"]
     assert git(repo, "log", "-1", "--format=%s", committed["branch"]).strip() == "notes from task 2"
     assert finals[3]["worktree"]["changed"] is False
+    child = next(j for j in d.call("ps", all=True)["jobs"] if j["parent"] == jobs[3])  # its own, from the reader's
+    assert child["status"] == "completed" and child["worktree"]["repo"] == finals[3]["worktree"]["path"], child
+    assert Path(child["worktree"]["cwd"]) == Path(child["worktree"]["path"]) / "src"
 
     assert git(repo, "status", "--porcelain") == "" and not (repo / "src" / "notes.txt").exists()
     assert git(repo, "log", "-1", "--format=%s", "main").strip() == "initial"
-    entries = settled(d, jobs)
-    assert [w["state"] for w in entries] == ["kept", "kept", "kept", "removed"], entries
+    entries = settled(d, [*jobs, child["id"]])
+    assert [w["state"] for w in entries] == ["kept", "kept", "kept", "removed", "removed"], entries
     assert not Path(entries[3]["path"]).exists()
     branches = set(git(repo, "branch", "--list", "hermes/*", "--format=%(refname:short)").split())
     assert branches == {f"hermes/{j}" for j in jobs[:3]}
