@@ -215,14 +215,15 @@ def read_text(value: str | None, file: Any, name: str) -> str:
     return sys.stdin.read() if value == "-" else value
 
 
-def env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
-    """``("A=1", "B=x=y")`` → ``{"A": "1", "B": "x=y"}``; raises :class:`Usage` without ``=``."""
-    env = {}
+def env_pairs(pairs: tuple[str, ...], option: str = "--env") -> dict[str, str | None]:
+    """``("A=1", "B=x=y", "C")`` → ``{"A": "1", "B": "x=y", "C": None}`` (a name alone: the
+    daemon's variable of that name); raises :class:`Usage` for an empty name."""
+    env: dict[str, str | None] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise Usage(f"{pair!r} is not KEY=VALUE", "--env")
-        env[name] = value
+        if not name:
+            raise Usage(f"{pair!r} is not NAME=VALUE or NAME", option)
+        env[name] = value if sep else None
     return env
 
 
@@ -282,7 +283,8 @@ def ps(s: Session, show_all: bool, kind: str | None, oldest_first: bool, limit: 
 def delegate(s: Session, goal: str | None, goal_file: Any, background: bool, queue: bool, context: str | None,
              toolsets: str | None, model: str | None, provider: str | None, role: str | None, max_turns: int | None,
              cwd: str | None, timeout_seconds: float | None, after: str | None, env: tuple[str, ...],
-             output_schema: Any, image: str | None, no_resume: bool, worktree: bool, idempotency_key: str | None,
+             secret: tuple[str, ...], output_schema: Any, image: str | None, no_resume: bool, worktree: bool,
+             idempotency_key: str | None,
              max_cost_usd: float | None, max_tokens: int | None, **resources: int | None) -> None:
     """Hand GOAL to a subagent ('-' or --goal-file: read it).  Foreground: wait, showing
     that it waits on a terminal, and print the result (Ctrl-C stops watching; the
@@ -296,7 +298,8 @@ def delegate(s: Session, goal: str | None, goal_file: Any, background: bool, que
     for key, value in (("context", context), ("toolsets", toolset_names(toolsets)), ("model", model),
                        ("provider", provider), ("role", role), ("max_turns", max_turns), ("image", image),
                        ("timeout_seconds", timeout_seconds), ("after", split(after)),
-                       ("env", env_pairs(env) or None), ("output_schema", json_file(output_schema, "--output-schema")),
+                       ("env", env_pairs(env) or None), ("secrets", env_pairs(secret, "--secret") or None),
+                       ("output_schema", json_file(output_schema, "--output-schema")),
                        ("resume", False if no_resume else None), ("worktree", True if worktree else None),
                        ("idempotency_key", idempotency_key),
                        ("max_cost_usd", max_cost_usd), ("max_tokens", max_tokens), *resources.items()):
@@ -387,7 +390,11 @@ VERBS: dict[str, Verb] = {verb.name: verb for verb in (
         Opt("--timeout-seconds", "float", "Wall-clock limit (default: none; a child without activity for "
             "delegation.stale_after_seconds is stopped anyway)."),
         Opt("--after", help="Start once these jobs completed (fail if one does not).", metavar="ID[,ID]"),
-        Opt("--env", help="Set a variable for the subagent (repeatable).", multiple=True, metavar="KEY=VALUE"),
+        Opt("--env", help="Give the subagent and its commands a variable (repeatable); NAME alone: hermesd's "
+            "variable of that name, even a secret one.", multiple=True, metavar="NAME[=VALUE]"),
+        Opt("--secret", help="The same, as a secret: its value is [REDACTED:NAME] wherever stored or shown "
+            "(repeatable; NAME alone keeps the value off the command line).", multiple=True,
+            metavar="NAME[=VALUE]"),
         Opt("--output-schema", "file", "JSON Schema the final answer must validate against ('-': standard input).",
             metavar="FILE"),
         Opt("--image", help="Run its terminal commands in a container of this image (docker or podman), the "

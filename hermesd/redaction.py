@@ -105,8 +105,13 @@ class Redactor:
     """
 
     def __init__(self, secrets: Mapping[str, str]):
+        self.secrets = dict(secrets)
         kept = {value: name for name, value in secrets.items() if value and len(value) >= MIN_SECRET_CHARS}
         self.pairs = sorted(((v, f"[REDACTED:{n}]") for v, n in kept.items()), key=lambda p: -len(p[0]))
+
+    def adding(self, secrets: Mapping[str, str]) -> "Redactor":
+        """A redactor of these secrets and ``secrets`` (``{NAME: value}``) too."""
+        return Redactor({**self.secrets, **secrets})
 
     def text(self, text: str) -> str:
         """``text`` with every known secret value replaced."""

@@ -14,9 +14,10 @@ the core's op modules and the plugins' (``hermesd.server.ROUTER``):
 
 What a client submits is redacted before any handler sees it: the value of every secret
 of the daemon's environment (:class:`hermesd.redaction.Secrets`: the provider keys, the
-config's ``secrets:``, the names matching the patterns) in its arguments is
-``[REDACTED:NAME]``, but a job's ``env`` (values its tools are given), so a key pasted into
-a goal is stored, published and given to the model redacted.
+config's ``secrets:``, the names matching the patterns) and every secret value the request
+gives a job (:func:`given_secrets`) in its arguments is ``[REDACTED:NAME]``, but a job's
+``env`` and ``secrets`` (values its tools are given), so a key pasted into a goal is stored,
+published and given to the model redacted.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from hermesd.protocol import ProtocolError, Request
 from hermesd.redaction import Redactor, Secrets
 
 Handler = Callable[..., Awaitable[Any]]
-KEPT = frozenset({"env"})
-"""Argument keys whose values a client's redaction leaves alone (a job's ``env``: for its tools)."""
+KEPT = frozenset({"env", "secrets"})
+"""Argument keys whose values a client's redaction leaves alone (a job's ``env`` and ``secrets``: for its tools)."""
 ENVELOPE_OP = "child.call"
 """The child op that carries another child op: ``{op, args}`` (unwrapped by :meth:`Router.child`)."""
 
@@ -63,7 +64,7 @@ class Router:
         self.ops: dict[str, Handler] = {}
         self.child_ops: dict[str, Handler] = {}
         self.work_ops: set[str] = set()
-        self._redacting: tuple[Any, Redactor] = (None, Redactor({}))
+        self._redacting: tuple[Any, Secrets, Redactor] = (None, Secrets(), Redactor({}))
         for module in modules:
             for fn in vars(module).values():
                 info = getattr(fn, "op_info", None)
@@ -83,14 +84,19 @@ class Router:
             raise ProtocolError("unknown_op", f"unknown op {request.op!r}", {"op": request.op})
         if ctx.stopping and request.op in self.work_ops:
             raise ProtocolError("shutting_down", "hermesd is shutting down and accepts no new work")
-        return await handler(ctx, self.redactor(ctx.config).data(request.args, KEPT))
+        redactor = self.redactor(ctx.config)
+        given = given_secrets(request.args, self._redacting[1])
+        if given:  # a value it gives as a secret is redacted from the rest of the request too
+            redactor = redactor.adding(given)
+        return await handler(ctx, redactor.data(request.args, KEPT))
 
     def redactor(self, config: Any) -> Redactor:
         """The daemon's redactor for ``config``: the values of the secrets of ``os.environ`` (the
         provider keys, its ``secrets``, the patterns), made again only when the config was reloaded."""
         if self._redacting[0] is not config:
-            self._redacting = (config, Secrets((*PROVIDER_KEYS, *config.secrets)).redactor(os.environ))
-        return self._redacting[1]
+            rule = Secrets((*PROVIDER_KEYS, *config.secrets))
+            self._redacting = (config, rule, rule.redactor(os.environ))
+        return self._redacting[2]
 
     async def child(self, ctx: Any, request: Request) -> Any:
         """Answer a child message (token checked first); ``child.call`` is unwrapped into its op."""
@@ -108,3 +114,21 @@ class Router:
             raise ProtocolError("unknown_op", f"unknown child op {name!r}", {"op": name})
         job = ctx.runner.authenticate(args)
         return await handler(ctx, job, args)
+
+
+def given_secrets(args: Any, rule: Secrets) -> dict[str, str]:
+    """The secret values a request gives a job, ``{NAME: value}``: its ``secrets``, and the
+    variables of its ``env`` that ``rule`` calls secret (at any depth: a ``spawn_parallel``
+    task's too)."""
+    found: dict[str, str] = {}
+    if isinstance(args, dict):
+        for key, value in args.items():
+            if key in KEPT and isinstance(value, dict):
+                found |= {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)
+                          and (key == "secrets" or rule.secret(k))}
+            elif isinstance(value, (dict, list)):
+                found |= given_secrets(value, rule)
+    elif isinstance(args, list):
+        for value in args:
+            found |= given_secrets(value, rule)
+    return found

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hermesd import exits, resume
+from hermesd import exits, resume, secret_values
 from hermesd.config import Config
 from hermesd.control import dependencies
 from hermesd.control.pause import QueuePause
@@ -86,6 +86,7 @@ class Runner:
         self._counters: dict[str, dict[str, Any]] = {}  # progress counters, written with the next group commit
         self._doing: dict[str, exits.Doing] = {}  # what each child last said it was doing
         jobs.events.flush_hooks.append(self._write_counters)
+        jobs.terminal_hooks.append(self._forget_secrets)
         self.pause = QueuePause(jobs.store)
         self.activity = ActivityLog()
         self.stop_errors: dict[str, str] = {}  # why the daemon stopped a job, when it says more than the reason
@@ -134,6 +135,9 @@ class Runner:
         if after is not None:
             fields["spec"]["after"] = dependencies.check(job_id, after, self.jobs.get)
         self.hooks.admit(job_id, kind, fields)
+        values = fields.pop("secret_values", None)
+        if values:
+            secret_values.write(self.job_dir(job_id), values)
         needs = ("global", *pools)
         held = self._admission_pool(kind)
         if held:  # while paused nothing is refused: it waits for its slot in the queue
@@ -154,6 +158,8 @@ class Runner:
                 self.procs.kill_now(started, "cancel")  # its slots go back once it is reaped
             if job_id not in self.procs.children:
                 self.scheduler.release(job_id)
+            if values:
+                secret_values.remove(self.job_dir(job_id))
             raise
         return self.jobs.require(job_id)
 
@@ -258,9 +264,7 @@ class Runner:
                 self.work_dir(job_id).mkdir(mode=0o700, exist_ok=True)
             child = self.procs.start(job_id, cwd=self.cwd_of(row),
                                      log_path=self.log_path(job_id),
-                                     env={**(job_env := (row.get("spec") or {}).get("env") or {}),
-                                          SECRETS_ENV: ",".join(self.config.secrets),
-                                          PASS_ENV: ",".join([*self.config.terminal.pass_env, *job_env]),
+                                     env={**self._job_env(row),
                                           **{k: v for part in self.hooks.child_env(row) for k, v in part.items()},
                                           "HERMES_CHILD_SOCKET": str(self.children_socket),
                                           "HERMES_CHILD_TOKEN": token},
@@ -284,6 +288,26 @@ class Runner:
         timeout = self._timeout_of(row)
         if timeout is not None:  # opt-in: the child enforces its own wall clock; this timer is the backstop
             self._timeouts[job_id] = self.loop.call_later(timeout + 5.0, self._on_timeout, job_id)
+
+    def _job_env(self, row: dict[str, Any]) -> dict[str, str]:
+        """The variables job ``row`` was given (its plain values, its secret values from
+        :mod:`hermesd.secret_values`; a name without either is the daemon's), and what its child is
+        told of them (:class:`hermesd.redaction.Secrets`): which are secret beyond the patterns
+        (``secrets:``, the job's ``secrets``) and which its tools get (``terminal.pass_env``, all the
+        job was given).  Raises ``OSError`` when its secret values are gone."""
+        spec = row.get("spec") or {}
+        env = spec.get("env") or {}
+        given = {k: v for k, v in env.items() if v is not None}
+        if spec.get("secret_values"):
+            given |= secret_values.read(self.job_dir(row["id"]), spec["secret_values"])
+        return {**given, SECRETS_ENV: ",".join([*self.config.secrets, *(spec.get("secrets") or [])]),
+                PASS_ENV: ",".join([*self.config.terminal.pass_env, *env])}
+
+    def _forget_secrets(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """A terminal hook: once the job's end is committed, its secret values are removed."""
+        if (row.get("spec") or {}).get("secret_values"):
+            self.jobs.store.after_commit(lambda: secret_values.remove(self.job_dir(row["id"])))
+        return []
 
     def pause_timeout(self, job_id: str) -> None:
         """Job ``job_id`` waits for a person (``hermesd.control.approvals``): its wall-clock backstop

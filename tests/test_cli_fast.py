@@ -100,7 +100,7 @@ def test_the_commands_scripts_call_answer_fast_exactly_as_the_full_client(daemon
         for args in fast:
             assert _side_by_side(daemon, tmp_path, *args) == "fast", args
         usage = [("ps", "--limit", "0"), ("result",), ("delegate", "--queue", "x"), ("ps", "--bogus"),
-                 ("delegate", "--background", "--env", "A", "x"), ("wait", "x", "--timeout", "-5"), ("events", "-f", "x")]
+                 ("delegate", "--background", "--env", "=1", "x"), ("wait", "x", "--timeout", "-5"), ("events", "-f", "x")]
         for args in usage:
             assert _side_by_side(daemon, tmp_path, *args) == "full", args
         for args in (("ps",), ("result", done), ("--json", "wait", done), ("delegate", "--background", "x")):

@@ -118,3 +118,56 @@ def test_the_rule_of_a_childs_environment():
     assert Secrets.of_child({"HERMES_PASS_ENV": "HERMES_CHILD_TOKEN"}, (), ("HERMES_CHILD_TOKEN",)).hidden(
         {"HERMES_CHILD_TOKEN": "x"}) == {"HERMES_CHILD_TOKEN"}  # the token is never passed
 
+
+
+DEPLOY = "deploy-key-7f3a9c0e5b1d"
+"""A value given with ``--secret``; ``DEPLOY_KEY`` matches no pattern: it is secret by the job's word alone."""
+
+
+def test_a_secret_given_with_the_job_reaches_its_command_and_is_redacted_everywhere(make_daemon):
+    """``hermesctl delegate --secret DEPLOY_KEY=VALUE``: the command has it; the model, the
+    trajectory, the log, the events, ps, the result and state.db never do (the goal quoting it
+    neither), and once the job ended no file of HERMES_HOME holds it."""
+    with FakeAnthropic() as api:
+        api.reply_tool_use("terminal", {"command": 'printf %s "$DEPLOY_KEY" > key.txt; echo "key is $DEPLOY_KEY"'})
+        api.reply_text("deployed")
+        d = make_daemon({"provider": "anthropic", "base_url": api.url}, env={"ANTHROPIC_API_KEY": "test-key-0123456789"})
+        out = d.ctl("--json", "delegate", f"deploy with {DEPLOY}", "--secret", f"DEPLOY_KEY={DEPLOY}",
+                    "--env", "STAGE=production", "--toolsets", "terminal")
+        assert out.returncode == 0, out.stderr
+        job = json.loads(out.stdout)
+        assert job["status"] == "completed" and job["env"] == ["DEPLOY_KEY", "STAGE"]
+        assert job["goal"] == "deploy with [REDACTED:DEPLOY_KEY]"
+        assert (d.work / "key.txt").read_text() == DEPLOY  # the command had it
+        seen = json.dumps([r.body for r in api.requests])
+        assert DEPLOY not in seen and "key is [REDACTED:DEPLOY_KEY]" in seen
+        for where, text in _stored(d, job["id"]).items():
+            assert DEPLOY not in text, where
+        for path in d.home.rglob("*"):
+            if path.is_file():
+                assert DEPLOY.encode() not in path.read_bytes(), path
+
+
+def test_secrets_named_alone_are_the_daemons_and_values_wait_in_a_private_file_until_the_end(make_daemon):
+    """``--env NAME`` and ``--secret NAME`` pass the daemon's variable (a secret one too); a value
+    given for a secret name waits in ``jobs/ID/secrets.json`` (0600) while the job lives."""
+    db_url = "postgres://app:pw-9d8c7b@db.internal/app"
+    d = make_daemon(env={"GH_TOKEN": GH, "DATABASE_URL": db_url})
+    script = [{"tool_calls": [{"name": "terminal", "input": {"command": (
+        'printf "%s\\n" "$GH_TOKEN" "$DATABASE_URL" "$NPM_TOKEN" > seen.txt; '
+        'echo "gh=$GH_TOKEN db=$DATABASE_URL npm=$NPM_TOKEN"; sleep 2')}}]}, {"text": "done"}]
+    rec = d.delegate("use them", toolsets=["terminal"], script=script, secrets={"DATABASE_URL": None},
+                     env={"GH_TOKEN": None, "NPM_TOKEN": "npm-given-value-1"})
+    kept = d.home / "jobs" / rec["id"] / "secrets.json"
+    assert json.loads(kept.read_text()) == {"NPM_TOKEN": "npm-given-value-1"} and kept.stat().st_mode & 0o777 == 0o600
+    job = d.wait_job(rec["id"])
+    assert job["status"] == "completed" and job["env"] == ["DATABASE_URL", "GH_TOKEN", "NPM_TOKEN"]
+    assert (d.work / "seen.txt").read_text().split() == [GH, db_url, "npm-given-value-1"]
+    assert not kept.exists()  # forgotten once the job ended
+    trajectory = (d.home / "jobs" / rec["id"] / "trajectory.json").read_text()
+    assert "gh=[REDACTED:GH_TOKEN] db=[REDACTED:DATABASE_URL] npm=[REDACTED:NPM_TOKEN]" in trajectory
+    for where, text in _stored(d, rec["id"]).items():
+        for value in (GH, db_url, "npm-given-value-1"):
+            assert value not in text, (where, value)
+    err = d.ctl("retry", rec["id"])  # its values are gone: it must be given them again
+    assert err.returncode != 0 and "NPM_TOKEN" in err.stderr and "Traceback" not in err.stderr

@@ -61,19 +61,22 @@ def test_a_terminal_command_has_no_key_and_what_leaks_is_redacted_everywhere(mak
     for where, text in stored.items():
         for value in (*KEYS.values(), *JOB_ENV.values()):
             assert value not in text, (where, value)
-    # and no file of HERMES_HOME holds a key (the job's env is in its stored spec, by design; so is
-    # the scripted "model" of this test, whose last reply repeats a key: the journal must not keep it)
+    # and no file of HERMES_HOME holds a key, nor the job's JOB_TOKEN (secret by its name: its value
+    # is kept out of state.db, and forgotten once the job ended); the scripted "model" of this test
+    # is in the stored spec, by design, and its last reply repeats a key: the journal must not keep it
     assert (folder / "journal.jsonl").is_file()
     for path in d.home.rglob("*"):
-        if path.is_file() and not path.name.startswith("state.db"):
+        if path.is_file():
             data = path.read_bytes()
-            assert not any(v.encode() in data for v in KEYS.values()), path
+            assert JOB_ENV["JOB_TOKEN"].encode() not in data, path
+            if not path.name.startswith("state.db"):
+                assert not any(v.encode() in data for v in KEYS.values()), path
 
 
 def test_a_key_pasted_into_what_a_client_submits_is_stored_published_and_given_redacted(make_daemon):
     """A known secret in a goal, a context, a session turn's text or a batch's prompt is ``[REDACTED:NAME]`` before the
     daemon stores or publishes it: no event, ``ps`` row, ``state.db`` page or trajectory holds it
-    (the job's ``env`` keeps its values: they are for its tools)."""
+    (a secret of the job's ``env`` is given to its tools, and kept out of them too)."""
     import sqlite3
 
     d = make_daemon(config={"secrets": ["DB_PASSWORD"], "provider": "scripted"}, env=KEYS)
@@ -96,7 +99,7 @@ def test_a_key_pasted_into_what_a_client_submits_is_stored_published_and_given_r
         shown["state.db"] = "\n".join(db.iterdump())
     finally:
         db.close()
-    assert JOB_ENV["JOB_TOKEN"] in shown["state.db"]  # the job's env is stored as given, for its tools
+    assert JOB_ENV["JOB_TOKEN"] not in shown["state.db"]  # secret by its name: its value is kept elsewhere
     shown |= {str(p): p.read_text() for p in (d.base / "out").rglob("*") if p.is_file()}
     assert any("[REDACTED:ANTHROPIC_API_KEY]" in text for text in shown.values())
     for where, text in shown.items():

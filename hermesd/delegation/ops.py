@@ -163,6 +163,10 @@ async def retry(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError("invalid_state", f"{old['id']} is still {old['status']}; retry runs an ended job",
                             {"id": old["id"], "status": old["status"]})
     spec = {k: v for k, v in (old.get("spec") or {}).items() if k != "after"}
+    if spec.get("secret_values"):  # removed when it ended (hermesd.secret_values)
+        raise ProtocolError("bad_request", f"{old['id']} was given the values of {', '.join(spec['secret_values'])}, "
+                            "which are not kept once a job ends: delegate it again with them",
+                            {"id": old["id"], "names": spec["secret_values"]})
     row = ctx.runner.submit(old["kind"], background=bool(old.get("background")), queue=True,
                             spec={**spec, "retry_of": old["id"]}, **{k: old.get(k) for k in RETRY_COLUMNS})
     return submitted(ctx, row)

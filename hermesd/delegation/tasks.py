@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 from hermesd import config as config_mod
 from hermesd.system import limits
 from hermesd.billing import ledger
-from hermesd.contract.providers import PROVIDERS
+from hermesd.contract.providers import PROVIDER_KEYS, PROVIDERS
 from hermesd.contract.toolsets import ROLES
 from hermesd.protocol import ProtocolError, arg, expand_toolsets, in_range
+from hermesd.redaction import Secrets
 from hermesd.worktrees import plugin as worktrees
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ MAX_CONTEXT_BYTES = 256 * 1024
 MAX_TURNS = 100_000
 MAX_TIMEOUT_SECONDS = 366 * 86400.0
 SPEC_ARGS = {"max_turns": int, "timeout_seconds": (int, float), "script": list, "reasoning_effort": str,
-             "system_prompt": str, "output_schema": dict, "env": dict, "after": list,
+             "system_prompt": str, "output_schema": dict, "env": dict, "secrets": dict, "after": list,
              "image": str, "resume": bool, "worktree": bool}
 MAX_ENV_BYTES = 64 * 1024
 
@@ -35,8 +36,10 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     and the spec extras ``max_turns``, ``timeout_seconds`` (an opt-in wall-clock
     limit: a finite number > 0), ``script``, ``reasoning_effort``,
     ``system_prompt``, ``output_schema`` (a JSON Schema the final answer must
-    validate against), ``env`` (``{NAME: value}`` added to the child's
-    environment; ``HERMES_*`` names are the daemon's) and ``after`` (job ids,
+    validate against), ``env`` (``{NAME: value}`` added to the environment of the child and its
+    tools; a value ``null``: the daemon's variable of that name, passed to the tools even when
+    secret; ``HERMES_*`` names are the daemon's), ``secrets`` (the same, and secret whatever
+    their names: redacted wherever stored or shown, see :func:`split_env`) and ``after`` (job ids,
     checked by :mod:`hermesd.control.dependencies`), ``image`` (run the terminal in a
     container of that image: :class:`hermesd.containers.ops.ContainersPlugin`), ``resume`` (false: a restart
     ends the job ``lost`` instead of resuming it: :mod:`hermesd.resume`), ``worktree`` (run in a git
@@ -84,18 +87,47 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     check_limit(spec.get("timeout_seconds"), "timeout_seconds")
     if "output_schema" in spec:
         check_schema(spec["output_schema"])
-    if "env" in spec:
-        check_env(spec["env"])
+    values = split_env(ctx, spec)
     if spec.get("worktree") is None and ctx.config.delegation.worktree_isolation:
         spec["worktree"] = worktrees.AUTO
     worktrees.check(cwd, spec)
-    return {
+    fields = {
         "goal": goal, "context": context, "toolsets": expand_toolsets(toolsets),
         "role": arg(args, "role", str, "leaf", choices=ROLES),
         "model": arg(args, "model", str, None),
         "provider": arg(args, "provider", str, None, choices=PROVIDERS),
         "cwd": cwd, "spec": spec,
     }
+    if values:
+        fields["secret_values"] = values
+    return fields
+
+
+def split_env(ctx: Context, spec: dict[str, Any]) -> dict[str, str]:
+    """Check the task's ``env`` and ``secrets`` (:func:`check_env`) and keep their secret values
+    out of ``spec`` (so out of ``state.db``): returns them (``{NAME: value}``, for
+    :mod:`hermesd.secret_values`).  ``spec`` is left with ``env`` — every variable given, the
+    value of each plain one, ``null`` for the rest —, ``secrets`` (the names given as secrets,
+    secret by the job's word: :data:`hermesd.redaction.SECRETS_ENV`) and ``secret_values`` (the
+    names whose values were returned).  A variable is secret as :class:`hermesd.redaction.Secrets`
+    says (a provider key, ``secrets:``, the patterns) or when given in ``secrets``."""
+    env, given = spec.pop("env", None) or {}, spec.pop("secrets", None) or {}
+    check_env(env, "env")
+    check_env(given, "secrets")
+    check_size({**env, **given})
+    if set(env) & set(given):
+        name = sorted(set(env) & set(given))[0]
+        raise ProtocolError("bad_request", f"{name} is given both in env and in secrets", {"field": "secrets", "name": name})
+    rule = Secrets((*PROVIDER_KEYS, *ctx.config.secrets, *given))
+    values = {k: v for k, v in {**env, **given}.items() if v is not None and rule.secret(k)}
+    merged = {k: None if k in values else v for k, v in {**env, **given}.items()}
+    if merged:
+        spec["env"] = merged
+    if given:
+        spec["secrets"] = sorted(given)
+    if values:
+        spec["secret_values"] = sorted(values)
+    return values
 
 
 def new_group() -> str:
@@ -126,18 +158,21 @@ def check_schema(schema: Any) -> None:
                             {"field": "output_schema", "path": path}) from None
 
 
-def check_env(env: Any) -> None:
-    """``env``: ``{NAME: value}`` strings, names ``[A-Za-z_][A-Za-z0-9_]*`` and not ``HERMES_*``, no NUL;
-    raises ``bad_request``/``too_large`` naming the variable."""
-    size = 0
+def check_env(env: dict[str, Any], field: str) -> None:
+    """``env`` (argument ``field``): ``{NAME: value}``, names ``[A-Za-z_][A-Za-z0-9_]*`` and not ``HERMES_*``,
+    values strings without NUL or ``null`` (the daemon's); raises ``bad_request`` naming the variable."""
     for name, value in env.items():
-        where = {"field": "env", "name": str(name)}
+        where = {"field": field, "name": str(name)}
         if not isinstance(name, str) or not config_mod.ENV_NAME.match(name):
-            raise ProtocolError("bad_request", f"env: {name!r} is not a variable name", where)
+            raise ProtocolError("bad_request", f"{field}: {name!r} is not a variable name", where)
         if name.startswith("HERMES_"):
-            raise ProtocolError("bad_request", f"env: {name} is set by hermesd itself", where)
-        if not isinstance(value, str) or "\x00" in value:
-            raise ProtocolError("bad_request", f"env: the value of {name} must be a string without NUL", where)
-        size += len(name) + len(value.encode())
-    if size > MAX_ENV_BYTES:
-        raise ProtocolError("too_large", f"env exceeds {MAX_ENV_BYTES} bytes", {"field": "env"})
+            raise ProtocolError("bad_request", f"{field}: {name} is set by hermesd itself", where)
+        if value is not None and (not isinstance(value, str) or "\x00" in value):
+            raise ProtocolError("bad_request", f"{field}: the value of {name} must be a string without NUL, "
+                                "or null (the daemon's)", where)
+
+
+def check_size(env: dict[str, str | None]) -> None:
+    """The variables a job is given hold at most :data:`MAX_ENV_BYTES`; raises ``too_large``."""
+    if sum(len(name) + len((value or "").encode()) for name, value in env.items()) > MAX_ENV_BYTES:
+        raise ProtocolError("too_large", f"env and secrets exceed {MAX_ENV_BYTES} bytes", {"field": "env"})
