@@ -1,6 +1,7 @@
 """The child's side of the governor: ask before each model call, wait here when told, report after.
 
-A metered provider (one with an ``endpoint``: ``anthropic``, ``openai-compat``) calls no model
+A metered provider (the trait ``metered`` in :data:`hermesd.contract.providers.PROVIDER_TABLE`:
+``anthropic``, ``openai-compat``) calls no model
 without a grant: :meth:`Grants.acquire` sends ``child.grant`` (one short request; the daemon
 answers at once) and, when told "wait N seconds, because R", waits in this process — the stop
 flag honoured, the wait reported as the activity "waiting for the provider's rate limit: R"
@@ -22,7 +23,7 @@ import time
 from typing import Any, Callable
 
 from hermesd.contract import tokens
-from hermesd.contract.providers import PROVIDER_WAIT as WAITING
+from hermesd.contract.providers import PROVIDER_WAIT as WAITING, provider_entry
 from hermesd.protocol import ProtocolError
 
 LIMIT_HEADERS = ("retry-after", "retry-after-ms", "anthropic-ratelimit-", "x-ratelimit-")
@@ -78,7 +79,8 @@ class Grants:
 
     def __init__(self, channel: Any, provider: Any, stop: Any, activity: Any, log: Callable[[str], None]):
         self.channel, self.provider, self.stop, self.activity, self.log = channel, provider, stop, activity, log
-        self.metered = getattr(provider, "endpoint", None) is not None
+        entry = provider_entry(getattr(provider, "name", None))
+        self.metered = entry is not None and entry.metered
         self.asking = self.metered and callable(getattr(channel, "call", None))
         self.strikes = 0
 

@@ -16,7 +16,7 @@ cost: it is shown as unknown, never as 0.
 Names are matched after :func:`model_key`: lower case, a router's ``vendor/``
 prefix dropped (OpenRouter's ``anthropic/claude-sonnet-4.6``), dots as dashes,
 a date suffix dropped (``claude-haiku-4-5-20251001``).  A leaf: imports only
-the standard library.
+the standard library and the provider table (:mod:`hermesd.contract.providers`, a leaf too).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from hermesd.contract.providers import provider_entry
 
 MILLION = 1_000_000
 
@@ -86,10 +88,8 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 """Prices of current models by :func:`model_key` (USD per million tokens; sources in the comments)."""
 
-FREE_PROVIDERS = ("local", "scripted")
-"""Providers that run on this machine (the embedded model) or call no model: their calls cost nothing."""
-
 FREE = Price(0.0, 0.0, 0.0, 0.0)
+"""The price of a ``free`` provider's calls (:data:`hermesd.contract.providers.TRAITS`)."""
 
 _DATE = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
 
@@ -102,10 +102,11 @@ def model_key(model: str) -> str:
 
 def price_of(model: str | None, table: Mapping[str, Price], provider: str | None = None) -> Price | None:
     """The :class:`Price` of ``model`` in ``table`` (keys as :func:`model_key` makes them), or
-    None when it has none (its cost is unknown); :data:`FREE` for a provider of
-    :data:`FREE_PROVIDERS` whatever the model is called (a scripted job given the config's
-    ``model: claude-…`` still calls no model)."""
-    if provider in FREE_PROVIDERS:
+    None when it has none (its cost is unknown); :data:`FREE` for a provider with the trait
+    ``free`` (:data:`hermesd.contract.providers.PROVIDER_TABLE`) whatever the model is called (a
+    scripted job given the config's ``model: claude-…`` still calls no model)."""
+    entry = provider_entry(provider)
+    if entry is not None and entry.free:
         return FREE
     return table.get(model_key(model)) if model else None
 

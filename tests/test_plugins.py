@@ -247,3 +247,23 @@ def test_every_kind_with_a_process_takes_its_defaults_from_its_plugin():
     assert set(plugins.warm_providers(cfg)) == {None}
     assert plugins.stale_after({"kind": "unknown"}) is None
     assert got["max_turns"] == 7 and got["activity_interval_seconds"] == 1.0 and got["timeout_seconds"] == 5
+
+
+def test_provider_traits_are_the_table_s_and_the_bill_reads_them():
+    """A provider's traits are declared in its row (no second list of them): an unknown trait is
+    refused where the row is written, the bill's free providers and the governor's metered ones
+    are the rows that say so."""
+    from hermesd.contract.providers import PROVIDER_TABLE, ProviderEntry
+    from hermesd.prices import DEFAULT_PRICES, FREE, price_of
+
+    with pytest.raises(ValueError, match="unknown traits"):
+        ProviderEntry("x", "child.providers.x", "X", traits=frozenset({"cheap"}))
+    for entry in PROVIDER_TABLE:
+        assert (price_of("claude-sonnet-4-6", DEFAULT_PRICES, entry.name) == FREE) == entry.free, entry.name
+        for alias in entry.aliases:
+            assert (price_of("claude-sonnet-4-6", DEFAULT_PRICES, alias) == FREE) == entry.free, alias
+    from child.governor import Grants
+
+    for entry in PROVIDER_TABLE:  # asked of the table, not of an attribute of the provider
+        provider = type("P", (), {"name": entry.name, "model": "m"})()
+        assert Grants(None, provider, None, None, print).metered == entry.metered, entry.name

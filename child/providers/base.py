@@ -84,9 +84,10 @@ class Provider(Protocol):
     ``name``: provider name (``anthropic``, ``openai-compat``, ``local``, ``scripted``);
     ``model``: the model name sent to the server; ``synthetic``: ``True`` when
     the output is not from a real model (the ``scripted`` provider), so nobody trains on it.
-    A metered provider (the governor grants its calls: :mod:`child.governor`) also has
-    ``endpoint`` (its base URL), ``key_id`` (:func:`key_id` of its key) and
-    ``last_headers`` (the limit headers of its latest response); others have ``endpoint`` None.
+    A provider with the trait ``metered`` in :data:`hermesd.contract.providers.PROVIDER_TABLE`
+    (the governor grants its calls: :mod:`child.governor`) also has ``endpoint`` (its base URL),
+    ``key_id`` (:func:`key_id` of its key) and ``last_headers`` (the limit headers of its latest
+    response).
     """
 
     name: str

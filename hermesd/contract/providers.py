@@ -13,6 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+TRAITS: dict[str, str] = {
+    "metered": "its calls go to a server that limits them: each is granted first by the governor "
+               "(child.governor: the provider instance has endpoint, key_id and last_headers)",
+    "free": "its calls cost nothing (this machine's own model, or no model at all): the bill prices them at "
+            "zero whatever the model is called (hermesd.prices)",
+}
+"""The traits a provider of :data:`PROVIDER_TABLE` may have, with what each means to hermesd."""
+
+
 @dataclass(frozen=True)
 class ProviderEntry:
     """One model provider a child can run.
@@ -23,8 +32,9 @@ class ProviderEntry:
     ``for_job`` classmethod (:func:`child.providers.select.make_provider`); ``env``:
     the environment variables it reads (keys, base URLs), which a batch item on a
     Ray cluster is given from its driver's environment (:mod:`child.item`);
-    ``preload``: the modules the zygote imports for it (:mod:`child.zygote`; the SDK).
-    A new provider is its module, a row here, and its SDK in ``pyproject.toml``.
+    ``preload``: the modules the zygote imports for it (:mod:`child.zygote`; the SDK);
+    ``traits``: what hermesd treats it as, names of :data:`TRAITS` (raises ``ValueError`` for
+    another name).  A new provider is its module, a row here, and its SDK in ``pyproject.toml``.
     """
 
     name: str
@@ -33,20 +43,36 @@ class ProviderEntry:
     env: tuple[str, ...] = ()
     preload: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
+    traits: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.traits) - set(TRAITS))
+        if unknown:
+            raise ValueError(f"provider {self.name!r}: unknown traits {unknown} (known: {sorted(TRAITS)})")
+
+    @property
+    def free(self) -> bool:
+        """Its calls cost nothing (the trait ``free``)."""
+        return "free" in self.traits
+
+    @property
+    def metered(self) -> bool:
+        """The governor grants its calls (the trait ``metered``)."""
+        return "metered" in self.traits
 
 
 PROVIDER_TABLE: tuple[ProviderEntry, ...] = (
     ProviderEntry("anthropic", "child.providers.anthropic", "AnthropicProvider",
                   env=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"),
                   preload=("ssl", "child.providers.anthropic", "anthropic", "anthropic.types",
-                           "anthropic.resources.messages"), aliases=("claude",)),
+                           "anthropic.resources.messages"), aliases=("claude",), traits=frozenset({"metered"})),
     ProviderEntry("openai-compat", "child.providers.openai_compat", "OpenAICompatProvider",
                   env=("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENROUTER_API_KEY"),
                   preload=("ssl", "child.providers.openai_compat", "openai"),
-                  aliases=("openai", "openai_compat", "openrouter")),
+                  aliases=("openai", "openai_compat", "openrouter"), traits=frozenset({"metered"})),
     # local loads its model in the child; scripted is in the zygote's runtime already
-    ProviderEntry("local", "child.providers.local", "LocalProvider"),
-    ProviderEntry("scripted", "child.providers.scripted", "ScriptedProvider"),
+    ProviderEntry("local", "child.providers.local", "LocalProvider", traits=frozenset({"free"})),
+    ProviderEntry("scripted", "child.providers.scripted", "ScriptedProvider", traits=frozenset({"free"})),
 )
 """The model providers, the one table of them (:class:`ProviderEntry`)."""
 
@@ -54,9 +80,9 @@ PROVIDERS = tuple(p.name for p in PROVIDER_TABLE)
 """Model providers a child can run, by name (``child.providers.select``)."""
 
 
-def provider_entry(name: str) -> ProviderEntry | None:
+def provider_entry(name: str | None) -> ProviderEntry | None:
     """The :class:`ProviderEntry` called ``name`` or one of its aliases (any case), or None."""
-    wanted = name.strip().lower()
+    wanted = (name or "").strip().lower()
     return next((p for p in PROVIDER_TABLE if wanted == p.name or wanted in p.aliases), None)
 
 PROVIDER_WAIT = "waiting for the provider's rate limit"
