@@ -5,13 +5,19 @@ delegation; the config's checks; failures as tool errors naming the server."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
+import psutil
 import pytest
+from mcp.server.mcpserver import Image, MCPServer
 
 from hermesd import config
 from hermesd.protocol import ProtocolError
+from tests.harness import command_line, wait_for
 
 TIME = {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
 
@@ -115,3 +121,109 @@ def test_check_config_names_each_bad_server_key(tmp_path):
                         "toolsets: [mcp:t]\n")
     server = good.mcp()["t"]
     assert (server.timeout_seconds, server.include, server.exclude, server.transport) == (5.0, ["a"], ["b"], "stdio")
+
+
+HANGING = '''
+import sys, time
+from mcp.server.mcpserver import MCPServer
+app = MCPServer("hang")
+
+@app.tool()
+def nap(seconds: float) -> str:
+    """Sleep that long."""
+    time.sleep(seconds)
+    return "woke"
+
+app.run()
+'''
+
+
+def test_a_server_that_hangs_is_an_error_naming_it_and_the_job_goes_on(make_daemon, tmp_path):
+    script_file = tmp_path / "hang.py"
+    script_file.write_text(HANGING)
+    d = make_daemon(config={"mcp_servers": {"slow": {"command": sys.executable, "args": [str(script_file)],
+                                                     "timeout_seconds": 1}}})
+    job = d.delegate("nap", script=[call("mcp__slow__nap", seconds=600), {"text": "went on"}],
+                     toolsets=["mcp:slow"])["id"]
+    row = d.wait_job(job)
+    assert row["status"] == "completed" and row["summary"] == "went on"
+    (result,) = tool_results(d, job)
+    assert "MCP server 'slow' did not answer nap within timeout_seconds=1" in result
+
+
+def _server_of(d, job: str) -> psutil.Process:
+    """The MCP server process of the running job (a process of its child, in its process group)."""
+    child = psutil.Process(wait_for(lambda: d.call("job", id=job)["pid"], what="the child's pid"))
+
+    def found():
+        servers = [p for p in child.children(recursive=True) if "mcp_server_time" in command_line(p)]
+        return servers[0] if servers else None
+
+    server = wait_for(found, what="the MCP server to start")
+    assert os.getpgid(server.pid) == os.getpgid(child.pid) == child.pid
+    environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
+    assert not [e for e in environ if e.startswith((b"HERMES_", b"ANTHROPIC_", b"OPENAI_"))], environ
+    return server
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("victim", ["child", "hermesd"])
+def test_kill_9_leaves_no_server_running(make_daemon, victim):
+    d = make_daemon(config={"mcp_servers": {"time": TIME}}, env={"OPENAI_API_KEY": "sk-test-never-passed-1234"})
+    job = d.delegate("wait", script=[{"sleep": 120}], toolsets=["mcp:time"])["id"]
+    server = _server_of(d, job)
+    if victim == "child":
+        os.kill(d.call("job", id=job)["pid"], signal.SIGKILL)
+        assert d.wait_job(job)["status"] == "failed"
+    else:
+        d.kill9()
+    wait_for(lambda: _gone(server), timeout=20, what=f"the MCP server to end with the {victim}")
+
+
+
+@pytest.fixture
+def http_server():
+    """A streamable HTTP MCP server made with the mcp SDK, run by uvicorn on a free port of 127.0.0.1."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    app = MCPServer("echoes")
+
+    @app.tool()
+    def echo(text: str) -> str:
+        """Say it back."""
+        return f"echo: {text}"
+
+    @app.tool()
+    def picture() -> Image:
+        """A tiny picture."""
+        return Image(data=b"\x89PNG\r\n\x1a\n0000", format="png")
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app.streamable_http_app(), log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, what="uvicorn to start")
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    server.should_exit = True
+    thread.join(10)
+    sock.close()
+
+
+def test_a_streamable_http_server(make_daemon, http_server):
+    d = make_daemon(config={"mcp_servers": {"web": {"url": http_server, "headers": {"X-Test": "1"}}}})
+    job = d.delegate("echo", script=[call("mcp__web__echo", text="hi"), call("mcp__web__picture"), {"text": "ok"}],
+                     toolsets=["mcp:web"])["id"]
+    assert d.wait_job(job)["status"] == "completed"
+    echoed, picture = tool_results(d, job)
+    assert "echo: hi" in echoed
+    assert "[image: image/png, 12 bytes (base64), not shown]" in picture

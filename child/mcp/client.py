@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from mcp_types import REQUEST_TIMEOUT
+
 from child.mcp import stdio
 from child.mcp.results import result_text
 from hermesd.mcp.config import Server
@@ -220,6 +222,7 @@ class Servers:
         c.calls += 1
         future = self._submit(c.client.call_tool(tool, args, read_timeout_seconds=s.timeout_seconds))
         deadline = time.monotonic() + s.timeout_seconds + 1.0
+        too_slow = McpError(f"MCP server {name!r} did not answer {tool} within timeout_seconds={s.timeout_seconds:g}")
         while True:
             try:
                 ok, text = result_text(future.result(POLL_SECONDS))
@@ -232,11 +235,12 @@ class Servers:
                 if time.monotonic() >= deadline:
                     future.cancel()
                     c.failures += 1
-                    raise McpError(f"MCP server {name!r} did not answer {tool} within timeout_seconds="
-                                   f"{s.timeout_seconds:g}") from None
+                    raise too_slow from None
                 heartbeat(f"waiting for MCP server {name} ({tool})")
             except Exception as exc:  # noqa: BLE001 - whatever the SDK raised, named for the model
                 c.failures += 1
+                if getattr(exc, "code", None) == REQUEST_TIMEOUT:  # the SDK's read_timeout_seconds
+                    raise too_slow from None
                 if not self.alive(c):
                     code = c.process.returncode if c.process is not None else None
                     self._failed(c, "crashed", f"stopped during a call of {tool}"
