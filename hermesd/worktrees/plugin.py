@@ -20,7 +20,8 @@ the repository its working directory is in, on a new branch ``hermes/JOB_ID``:
   :func:`settle` looks again in a worker thread: a worktree without a change is removed with its
   branch (``state: removed``), one with changes is kept (``state: kept``).  A job back in the queue
   to resume after a restart has not ended: its next child finds its worktree again.
-  Nothing is removed while a live job works inside it (a subagent it started);
+  Nothing is removed while a live job works inside it (a subagent it started without a worktree of
+  its own): the subagent's end settles it;
 * ``worktrees`` lists them, ``worktrees.prune`` settles again every ended job's worktree that
   was kept (a branch merged since into another holds no change: it goes).
 
@@ -156,9 +157,13 @@ class WorktreesPlugin(Plugin):
             self.ctx.jobs.update(row["id"], spec={**spec, "worktree": {**spec["worktree"], **report}})
 
     def after_exit(self, row: dict[str, Any] | None) -> None:
-        """An ended job's worktree: :meth:`start_settling` it (a job back in the queue keeps its own)."""
+        """An ended job's worktree: :meth:`start_settling` it (a job back in the queue keeps its own),
+        and its parent's, left alone while this job worked inside it, once the parent has ended."""
         if row is not None and row["status"] in TERMINAL:
             self.start_settling(row)
+            parent = self.ctx.jobs.get(row["parent"]) if row.get("parent") else None
+            if parent is not None and parent["status"] in TERMINAL:
+                self.start_settling(parent)
 
     def restore(self) -> None:
         """At start-up: settle the worktrees of jobs that ended without it (lost at restart, or
