@@ -145,3 +145,26 @@ def test_outside_a_repository_nothing_starts_and_an_ended_job_keeps_only_a_chang
               d.call("events_since", since=0, types=["async_delegation"], limit=100)["events"]}
     assert f"Worktree: {path} (branch hermes/{resumed}, kept: 1 changed file(s), 0 commit(s))" in blocks[resumed]
     assert "Worktree: no changes" in blocks[failed], blocks[failed]
+
+
+def test_worktrees_of_one_repository_made_and_removed_at_once_never_collide(tmp_path):
+    """Sixteen children making their worktrees of one repository at the same moment (git alone
+    fails some: a sibling's half-made administrative files), then all removed at once: the
+    clean ones go with their branches, a changed one and a committed one stay."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hermesd.worktrees import git as wt
+
+    repo = make_repo(tmp_path)
+    plans = [wt.plan(str(repo / "src"), f"job{i}", tmp_path / "worktrees") for i in range(16)]
+    with ThreadPoolExecutor(len(plans)) as pool:
+        assert all(pool.map(wt.create, plans))
+    assert len({Path(p["cwd"]).resolve() for p in plans}) == 16 and all(Path(p["cwd"]).is_dir() for p in plans)
+    (Path(plans[0]["cwd"]) / "new.txt").write_text("x")
+    git(Path(plans[1]["path"]), "commit", "-q", "--allow-empty", "-m", "work")
+    with ThreadPoolExecutor(len(plans)) as pool:
+        list(pool.map(lambda p: wt.inspect(p)["changed"] or wt.remove(p), plans))
+    assert [Path(p["path"]).exists() for p in plans] == [True, True] + [False] * 14
+    assert git(repo, "branch", "--list", "hermes/*", "--format=%(refname:short)").split() == ["hermes/job0",
+                                                                                             "hermes/job1"]
+    assert wt.inspect(plans[0])["changes"] == ["? src/new.txt"] and wt.inspect(plans[1])["commit_count"] == 1
