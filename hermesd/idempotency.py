@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from hermesd.protocol import ProtocolError, arg
+from hermesd.redaction import Redactor, Secrets
 
 ARG = "idempotency_key"
 """The argument's name in every request that takes one."""
@@ -36,8 +37,12 @@ DIGEST_SEP = "\x1f"
 
 
 def digest(args: dict[str, Any]) -> str:
-    """The hex SHA-256 (first 32 digits) of ``args`` but the key, as canonical JSON (sorted keys)."""
+    """The hex SHA-256 (first 32 digits) of ``args`` but the key, as canonical JSON (sorted keys),
+    every secret value it gives a job (:meth:`hermesd.redaction.Secrets.given`) as its
+    ``[REDACTED:NAME]``: no digest of a secret is stored (one could be tried against guesses), so a
+    repeat that gives other values for the same secrets is the same request."""
     rest = {k: v for k, v in args.items() if k != ARG}
+    rest = Redactor(Secrets().given(rest)).data(rest)
     text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
     import hashlib  # here: hashlib maps OpenSSL's libcrypto, which the idle daemon does without
 

@@ -53,6 +53,10 @@ PASS_ENV = "HERMES_PASS_ENV"
 secret: ``terminal.pass_env`` and every variable the job was given (its ``env`` and ``secrets``)."""
 
 
+JOB_VARIABLES = frozenset({"env", "secrets"})
+"""The arguments of a request that give a job variables (``{NAME: value}``; ``secrets``: secret whatever the names)."""
+
+
 def names_in(value: str | None) -> list[str]:
     """The comma-separated names in ``value`` (the value of :data:`SECRETS_ENV`, :data:`PASS_ENV`)."""
     return [n for n in (value or "").split(",") if n]
@@ -90,6 +94,23 @@ class Secrets:
         """``environ`` without :meth:`hidden`: what a tool's process gets."""
         hidden = self.hidden(environ)
         return {k: v for k, v in environ.items() if k not in hidden}
+
+    def given(self, args: Any) -> dict[str, str]:
+        """The secret values a request's arguments give a job, ``{NAME: value}``: those of its
+        ``secrets``, and those of its ``env`` whose names are secret (at any depth: a
+        ``spawn_parallel`` task's too)."""
+        found: dict[str, str] = {}
+        if isinstance(args, dict):
+            for key, value in args.items():
+                if key in JOB_VARIABLES and isinstance(value, dict):
+                    found |= {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)
+                              and (key == "secrets" or self.secret(k))}
+                elif isinstance(value, (dict, list)):
+                    found |= self.given(value)
+        elif isinstance(args, list):
+            for value in args:
+                found |= self.given(value)
+        return found
 
     def redactor(self, environ: Mapping[str, str]) -> "Redactor":
         """The redactor of the values in ``environ`` of its secret variables."""

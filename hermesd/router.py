@@ -15,7 +15,7 @@ the core's op modules and the plugins' (``hermesd.server.ROUTER``):
 What a client submits is redacted before any handler sees it: the value of every secret
 of the daemon's environment (:class:`hermesd.redaction.Secrets`: the provider keys, the
 config's ``secrets:``, the names matching the patterns) and every secret value the request
-gives a job (:func:`given_secrets`) in its arguments is ``[REDACTED:NAME]``, but a job's
+gives a job (:meth:`hermesd.redaction.Secrets.given`) in its arguments is ``[REDACTED:NAME]``, but a job's
 ``env`` and ``secrets`` (values its tools are given), so a key pasted into a goal is stored,
 published and given to the model redacted.
 """
@@ -29,10 +29,10 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from hermesd.contract.providers import PROVIDER_KEYS
 from hermesd.protocol import ProtocolError, Request
-from hermesd.redaction import Redactor, Secrets
+from hermesd.redaction import JOB_VARIABLES, Redactor, Secrets
 
 Handler = Callable[..., Awaitable[Any]]
-KEPT = frozenset({"env", "secrets"})
+KEPT = JOB_VARIABLES
 """Argument keys whose values a client's redaction leaves alone (a job's ``env`` and ``secrets``: for its tools)."""
 ENVELOPE_OP = "child.call"
 """The child op that carries another child op: ``{op, args}`` (unwrapped by :meth:`Router.child`)."""
@@ -85,7 +85,7 @@ class Router:
         if ctx.stopping and request.op in self.work_ops:
             raise ProtocolError("shutting_down", "hermesd is shutting down and accepts no new work")
         redactor = self.redactor(ctx.config)
-        given = given_secrets(request.args, self._redacting[1])
+        given = self._redacting[1].given(request.args)
         if given:  # a value it gives as a secret is redacted from the rest of the request too
             redactor = redactor.adding(given)
         return await handler(ctx, redactor.data(request.args, KEPT))
@@ -114,21 +114,3 @@ class Router:
             raise ProtocolError("unknown_op", f"unknown child op {name!r}", {"op": name})
         job = ctx.runner.authenticate(args)
         return await handler(ctx, job, args)
-
-
-def given_secrets(args: Any, rule: Secrets) -> dict[str, str]:
-    """The secret values a request gives a job, ``{NAME: value}``: its ``secrets``, and the
-    variables of its ``env`` that ``rule`` calls secret (at any depth: a ``spawn_parallel``
-    task's too)."""
-    found: dict[str, str] = {}
-    if isinstance(args, dict):
-        for key, value in args.items():
-            if key in KEPT and isinstance(value, dict):
-                found |= {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)
-                          and (key == "secrets" or rule.secret(k))}
-            elif isinstance(value, (dict, list)):
-                found |= given_secrets(value, rule)
-    elif isinstance(args, list):
-        for value in args:
-            found |= given_secrets(value, rule)
-    return found

@@ -12,7 +12,8 @@ import pytest
 
 from hermesd.contract.providers import PROVIDER_KEYS
 from hermesd.redaction import Secrets
-from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.anthropic_server import FakeAnthropic, Message, text_block, tool_use_block
+from tests.harness import wait_for
 
 GH = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"
 PATTERNED = {"GH_TOKEN": GH, "NPM_TOKEN": "npm_tokenvalue0123456789", "SLACK_BOT_TOKEN": "xoxb-1234-5678-slackvalue",
@@ -171,3 +172,48 @@ def test_secrets_named_alone_are_the_daemons_and_values_wait_in_a_private_file_u
             assert value not in text, (where, value)
     err = d.ctl("retry", rec["id"])  # its values are gone: it must be given them again
     assert err.returncode != 0 and "NPM_TOKEN" in err.stderr and "Traceback" not in err.stderr
+
+
+class _TwoCommands:
+    """The model: a first command (cut off by the restart), a second one, then the answer."""
+
+    COMMANDS = ('printf "%s\\n" "first:$DEPLOY_KEY" >> key.txt; sleep 60', 'printf "%s\\n" "second:$DEPLOY_KEY" >> key.txt')
+
+    def __call__(self, request):
+        results = sum(1 for m in request.body["messages"] if isinstance(m["content"], list)
+                      for b in m["content"] if b.get("type") == "tool_result")
+        if results < len(self.COMMANDS):
+            return Message([tool_use_block("terminal", {"command": self.COMMANDS[results]})], stop_reason="tool_use")
+        return Message([text_block("finished")])
+
+
+@pytest.mark.slow
+def test_a_job_resumed_after_kill_9_has_its_secret_again(make_daemon):
+    """The values wait in ``jobs/ID/secrets.json`` for every child of the job: the one resumed
+    after the daemon's ``kill -9`` has the secret too; the file goes once the job ended."""
+    with FakeAnthropic() as api:
+        api.default = _TwoCommands()
+        d = make_daemon({"provider": "anthropic", "base_url": api.url, "toolsets": ["terminal"]},
+                        {"ANTHROPIC_API_KEY": "test-key-0123456789"})
+        job = d.delegate("deploy", background=True, secrets={"DEPLOY_KEY": DEPLOY})["id"]
+        key = d.work / "key.txt"
+        wait_for(lambda: key.exists() and key.read_text(), 60, 0.05, "the first command")
+        d.kill9()
+        d.start()
+        final = d.wait_job(job, timeout=120)
+        assert final["status"] == "completed" and final["resumes"] == 1, final
+        assert key.read_text().split() == [f"first:{DEPLOY}", f"second:{DEPLOY}"]
+        assert not (d.home / "jobs" / job / "secrets.json").exists()
+        for path in d.home.rglob("*"):
+            if path.is_file():
+                assert DEPLOY.encode() not in path.read_bytes(), path
+
+
+def test_no_digest_of_a_secret_value_is_stored_with_an_idempotency_key():
+    from hermesd.idempotency import digest
+
+    def of(deploy: str, gh: str, stage: str) -> str:
+        return digest({"goal": "g", "secrets": {"DEPLOY_KEY": deploy}, "env": {"GH_TOKEN": gh, "STAGE": stage}})
+
+    assert of(DEPLOY, GH, "production") == of("another-value-1", "ghp_another", "production")
+    assert of(DEPLOY, GH, "production") != of(DEPLOY, GH, "staging")  # a plain value is the request's
