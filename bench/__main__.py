@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import (bench_batch, bench_batch_ray, bench_batch_scheduling, bench_cache, bench_compaction,  # noqa: E402
                    bench_containers, bench_control, bench_events, bench_fleet, bench_governor, bench_local_model, bench_longrun,
                    bench_memory, bench_memory_limit,
-                   bench_peers, bench_resume, bench_spawn, bench_warm_start)
+                   bench_peers, bench_resume, bench_spawn, bench_warm_start, bench_worktrees)
 from child.providers import local  # noqa: E402
 from bench.common import machine  # noqa: E402
 
@@ -67,6 +67,7 @@ def main() -> None:
         print(f"embedded model: not installed ({local.INSTALL_HINT})", flush=True)
     print(bench_longrun.report(bench_longrun.run(200 if args.quick else 2000, 10, 100_000, 500)), flush=True)
     print(bench_containers.report(bench_containers.run(10)), flush=True)
+    print(bench_worktrees.report(bench_worktrees.run(10, 2000), 2000), flush=True)
     print(bench_cache.report(bench_cache.run(20)), flush=True)
     if importlib.util.find_spec("ray") is None:
         print("batch overhead, local vs Ray: skipped (pip install -e '.[ray]')", flush=True)
