@@ -42,13 +42,14 @@ class ListOf:
 @dataclass(frozen=True)
 class Key:
     """One key of the line: ``name``, ``type`` (see the module doc), ``meaning`` (for the
-    reference) and ``value(sample)``, where the writer takes it from (None for the keys
-    of a struct whose value is built whole, or of a list's items)."""
+    reference) and ``value(source)``, where the writer takes it from (a :class:`Sample` for
+    :data:`LINE`, a trajectory line for the view's keys, :data:`batch.view.VIEW`; None for the
+    keys of a struct whose value is built whole, or of a list's items)."""
 
     name: str
     type: Union[str, tuple["Key", ...], ListOf]
     meaning: str = ""
-    value: Callable[["Sample"], Any] | None = None
+    value: Callable[[Any], Any] | None = None
 
 
 @dataclass
@@ -175,21 +176,23 @@ LINE: tuple[Key, ...] = (
 
 _SCALARS: dict[str, Callable[[Any], Any]] = {"string": lambda v: str(v or ""), "int64": lambda v: int(v or 0),
                                              "float64": lambda v: float(v or 0.0), "bool": bool, "json": lambda v: v,
-                                             "float64?": lambda v: None if v is None else float(v)}
+                                             "float64?": lambda v: None if v is None else float(v),
+                                             "bool?": lambda v: None if v is None else bool(v)}
 """How the writer makes a value of each scalar type (``T?``: the type ``T`` or null)."""
 
 
-def _write(key: Key, sample: Sample) -> Any:
+def _write(key: Key, source: Any) -> Any:
     if isinstance(key.type, tuple) and key.value is None:
-        return {k.name: _write(k, sample) for k in key.type}
+        return {k.name: _write(k, source) for k in key.type}
     assert key.value is not None, f"key {key.name} has no value"
-    value = key.value(sample)
+    value = key.value(source)
     return _SCALARS[key.type](value) if isinstance(key.type, str) else value
 
 
-def build(sample: Sample) -> dict[str, Any]:
-    """The line of ``sample``: every key of :data:`LINE`, in order."""
-    return {key.name: _write(key, sample) for key in LINE}
+def build(source: Any, keys: tuple[Key, ...] = LINE) -> dict[str, Any]:
+    """The line of ``source`` (a :class:`Sample` for :data:`LINE`): every key of ``keys``, in
+    order, each its value made of its type (scalars as the module doc says, structs key by key)."""
+    return {key.name: _write(key, source) for key in keys}
 
 
 def build_line(*, index: int, batch: int, trajectory: dict[str, Any], completed: bool, partial: bool,

@@ -125,6 +125,19 @@ def test_architecture_import_rules_hold():
     assert not broken, "architecture rules broken:\n" + "\n".join(broken)
 
 
+def test_batch_imports_no_cycle():
+    """No module of ``batch/`` imports, even inside a function, one that imports it back (``batch.line``
+    builds a line from ``batch.trajectories``' counts; the files are written by ``batch.trajectories``)."""
+    names = {str(Path(m).with_suffix("")).replace("/", "."): m for m in modules() if m.startswith("batch/")}
+    graph = {name: {n for n in _imports(ROOT / path) if n in names and n != name} for name, path in names.items()}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and not seen.add(n) and reaches(n, goal, seen)) for n in graph[start])
+
+    cycles = sorted(name for name in graph if reaches(name, name, set()))
+    assert not cycles, f"batch modules in an import cycle: {cycles}"
+
+
 def _top_level_imports(path: Path) -> set[str]:
     """Modules imported at module level (not inside functions or TYPE_CHECKING blocks)."""
     names = set()
