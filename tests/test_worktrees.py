@@ -4,7 +4,8 @@ Three parallel delegations on one repository write the same file name, one of th
 fourth writes nothing and delegates (its subagent gets a worktree of its own): each change is on its own branch ``hermes/JOB_ID`` in its own worktree,
 the main checkout is untouched, the clean worktree is gone with its branch, and once a branch is
 merged ``worktrees prune`` removes it.  A working directory in no repository is refused in one
-line before anything starts; a job resumed after a ``kill -9`` of the daemon keeps its worktree, a
+line before anything starts (``delegation.worktree_isolation`` leaves such a job where it is and
+gives every other one a worktree); a job resumed after a ``kill -9`` of the daemon keeps its worktree, a
 cancelled one with changes keeps it, a failed one without loses it; the completion notification
 names a kept one.
 """
@@ -111,16 +112,18 @@ def test_parallel_children_of_one_repository_each_work_on_their_own_branch(make_
 
 def test_outside_a_repository_nothing_starts_and_an_ended_job_keeps_only_a_changed_worktree(make_daemon, tmp_path):
     repo = make_repo(tmp_path)
-    d = make_daemon()
+    d = make_daemon({"delegation": {"worktree_isolation": True}})  # Hermes Agent's key: the default for all
     plain = tmp_path / "plain"
     plain.mkdir()
     refused = d.ctl("delegate", "--worktree", "--cwd", str(plain), "write notes")
     assert refused.returncode == 14, refused
     assert refused.stderr.count("\n") == 1 and "not in a git repository" in refused.stderr, refused.stderr
     assert d.call("ps", all=True)["jobs"] == []
+    outside = d.wait_job(d.call("delegate", goal="no repository, no default worktree", cwd=str(plain))["id"])
+    assert outside["status"] == "completed" and "worktree" not in outside, outside
 
-    def start(goal: str, script: list[dict[str, Any]]) -> str:
-        return d.call("delegate", goal=goal, cwd=str(repo), worktree=True, toolsets=["terminal", "file"],
+    def start(goal: str, script: list[dict[str, Any]]) -> str:  # no worktree: true, the config's default
+        return d.call("delegate", goal=goal, cwd=str(repo), toolsets=["terminal", "file"],
                       background=True, script=script)["id"]
 
     resumed = start("write, then wait", write("before the restart\n", terminal("sleep 30")))
