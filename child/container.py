@@ -36,7 +36,7 @@ import subprocess
 import sys
 from typing import Any, Iterator
 
-from child.redact import tool_environment
+from child.redact import passed, tool_environment
 
 ULIMITS = {"nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC, "fsize": resource.RLIMIT_FSIZE,
            "cpu": resource.RLIMIT_CPU, "data": resource.RLIMIT_DATA, "core": resource.RLIMIT_CORE}
@@ -133,9 +133,12 @@ class Container:
         self.id = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else self.id
 
     def exec_argv(self, command: str, env: dict[str, str] | None = None) -> list[str]:
-        """The command line running shell ``command`` inside, in the mounted directory,
-        with the variables ``env`` added to the image's environment."""
-        pairs = [arg for key, value in (env or {}).items() for arg in ("--env", f"{key}={value}")]
+        """The command line running shell ``command`` inside, in the mounted directory, with the
+        variables the job was given and ``terminal.pass_env`` (:func:`child.redact.passed`) added
+        to the image's environment as ``--env NAME`` — the engine takes their values from its own
+        environment, so no value is on its command line — and ``env`` as ``--env NAME=VALUE``."""
+        pairs = [arg for name in passed() for arg in ("--env", name)]
+        pairs += [arg for key, value in (env or {}).items() for arg in ("--env", f"{key}={value}")]
         return [*self.engine, "exec", *pairs, "--workdir", self.workdir, self.id, "/bin/sh", "-c", command]
 
     def kill_commands(self) -> None:

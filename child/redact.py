@@ -56,6 +56,13 @@ def tool_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]
     return rule(environ).tool_environment(environ)
 
 
+def passed() -> list[str]:
+    """The variables of this process's environment its tools get by name, secret or not (the job's
+    own and ``terminal.pass_env``: :data:`hermesd.redaction.PASS_ENV`), sorted: what a command in the
+    job's container is given on top of the image's environment."""
+    return sorted(rule().passed & set(os.environ))
+
+
 def from_environ(environ: Mapping[str, str] | None = None) -> Redactor:
     """The redactor of a child's environment (default ``os.environ``): the values of its secrets."""
     environ = os.environ if environ is None else environ

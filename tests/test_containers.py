@@ -124,7 +124,33 @@ def test_file_tools_take_paths_under_the_mount_point(tmp_path):
     assert box.host_path("/workspacex/a") == "/workspacex/a" and box.host_path("rel.txt") == "rel.txt"
 
 
+def test_a_command_inside_gets_the_jobs_variables_by_name_never_their_values_on_the_command_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("HERMES_PASS_ENV", "STAGE,DEPLOY_KEY,UNSET_ONE")
+    monkeypatch.setenv("STAGE", "production")
+    monkeypatch.setenv("DEPLOY_KEY", "deploy-key-value-1")
+    box = Container({"engine": ["podman"], "workdir": "/workspace", "image": "x", "name": "n"}, str(tmp_path))
+    argv = box.exec_argv("env", {"SAMPLE": "s"})
+    assert argv[:8] == ["podman", "exec", "--env", "DEPLOY_KEY", "--env", "STAGE", "--env", "SAMPLE=s"]
+    assert "deploy-key-value-1" not in " ".join(argv) and "UNSET_ONE" not in argv
+
+
 # with podman ---------------------------------------------------------------------------------
+
+@needs_podman
+def test_a_job_in_a_container_gets_its_variables_and_a_secrets_value_is_redacted(make_daemon, tmp_path, boxed):
+    daemon = make_daemon(CONFIG, env={"GH_TOKEN": "ghp_daemons-own-token-0123"})
+    work = tmp_path / "w"
+    work.mkdir()
+    script = [terminal_step('printf %s "$DEPLOY_KEY" > key.txt; echo "to $STAGE with $DEPLOY_KEY, gh=${GH_TOKEN:-unset}"'),
+              {"thinking": "I think it over.", "text": "done"}]
+    job = daemon.delegate("boxed", cwd=str(work), image=boxed, script=script, toolsets=["terminal"],
+                          env={"STAGE": "production"}, secrets={"DEPLOY_KEY": "deploy-key-value-1"})
+    final = daemon.wait_job(job["id"])
+    assert final["status"] == "completed", final
+    assert (work / "key.txt").read_text() == "deploy-key-value-1"
+    trajectory = (daemon.home / "jobs" / job["id"] / "trajectory.json").read_text()
+    assert "to production with [REDACTED:DEPLOY_KEY], gh=unset" in trajectory
+
 
 @pytest.mark.slow
 @needs_podman
