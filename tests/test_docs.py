@@ -25,7 +25,7 @@ from hermesd.protocol import EXIT_CODES, EXIT_MEANINGS
 from tests.harness import ROOT
 
 DOCS = ROOT / "docs"
-PACKAGES = ("hermesd", "child", "client", "batch")
+PACKAGES = ("hermesd", "child", "client", "batch", "dashboard")
 BIN = Path(sys.executable).parent
 
 
@@ -59,7 +59,7 @@ def test_protocol_reference_covers_every_op_code_and_event():
 
 
 def modules() -> set[str]:
-    """Every Python module of the four packages, as a path relative to the repository."""
+    """Every Python module of the packages, as a path relative to the repository."""
     return {str(p.relative_to(ROOT)) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
             if "__pycache__" not in p.parts}
 
@@ -95,25 +95,28 @@ def test_architecture_import_rules_hold():
     allowed_daemon = {"hermesd", "hermesd.protocol", "hermesd.contract", "hermesd.paths", "hermesd.config",
                       "hermesd.system", "hermesd.system.prctl", "hermesd.warm.wire", "hermesd.system.rlimits",
                       "hermesd.private", "hermesd.journal", "hermesd.redaction", "hermesd.worktrees",
-                      "hermesd.worktrees.git", "hermesd.mcp.config"}
+                      "hermesd.worktrees.git", "hermesd.mcp.config",
+                      "hermesd.dashboard.config"}
     broken = []
     for module in sorted(modules()):
         top = module.split("/")[0]
         names = _imports(ROOT / module)
         roots = {n.split(".")[0] for n in names}
-        if top in ("client", "child"):
+        if top in ("client", "child", "dashboard"):  # the dashboard is a client (its own process)
             daemon = {n for n in names if n.split(".")[0] == "hermesd"}
             bad = {n for n in daemon if n not in allowed_daemon and not n.startswith("hermesd.protocol.")
                    and not n.startswith("hermesd.contract.")
                    and not n.startswith("hermesd.paths.") and not n.startswith("hermesd.config.")
                    and not n.startswith("hermesd.system.prctl.") and not n.startswith("hermesd.warm.wire.")
                    and not n.startswith("hermesd.private.") and not n.startswith("hermesd.redaction.")
-                   and not n.startswith("hermesd.worktrees.git.") and not n.startswith("hermesd.mcp.config.")}
+                   and not n.startswith("hermesd.worktrees.git.") and not n.startswith("hermesd.mcp.config.")
+                   and not n.startswith("hermesd.dashboard.config.")}
             broken += [f"{module} imports {n}" for n in sorted(bad)]
         if top == "batch":  # daemon-side: the daemon never imports Ray (its driver, a child, does)
             broken += [f"{module} imports {r}" for r in sorted(roots & {"client", "child", "ray"})]
         if top == "hermesd":
-            broken += [f"{module} imports {r}" for r in sorted(roots & {"client", "child", "anthropic", "openai", "ray"})]
+            broken += [f"{module} imports {r}" for r in sorted(roots & {"client", "child", "dashboard", "anthropic",
+                                                                          "openai", "ray", "starlette", "uvicorn"})]
     for leaf in ("hermesd/warm/__init__.py", "hermesd/warm/wire.py", "hermesd/system/__init__.py", "hermesd/system/prctl.py",
                  "hermesd/system/rlimits.py", "hermesd/private.py", "hermesd/redaction.py",
                  "hermesd/journal.py", "hermesd/worktrees/__init__.py",
@@ -151,7 +154,7 @@ def _top_level_imports(path: Path) -> set[str]:
 
 def test_clients_import_in_one_direction_and_load_nothing_heavy_at_start():
     order = ["client/ctl.py", "client/sessions.py", "client/batch.py", "client/kanban.py", "client/approvals.py",
-             "client/usage.py", "client/worktrees.py", "client/top.py",
+             "client/usage.py", "client/worktrees.py", "client/dashboard.py", "client/top.py",
              "client/tui.py", "client/top_board.py", "client/common.py", "client/fast.py", "client/verbs.py",
              "client/render.py", "client/connection.py", "client/calls.py", "client/zmtp.py"]
     assert set(order) | {"client/__init__.py", "client/__main__.py"} == {m for m in modules() if m.startswith("client/")}

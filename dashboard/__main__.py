@@ -1,0 +1,96 @@
+"""``python -m dashboard``: serve the dashboard (``hermesctl dashboard`` starts it so, detached).
+
+Reads ``config.yaml`` (``dashboard:``; ``--listen`` wins), refuses an address other than
+loopback unless ``dashboard.allow_remote`` (and says loudly when it serves one), binds the socket
+itself so that a port in use is one clear line (exit 2), writes ``dashboard.json`` (pid, URL) 0600 in
+the runtime directory for ``hermesctl dashboard`` to find it, and serves until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+from hermesd import config as config_mod
+from hermesd import paths, private
+
+STATE_FILE = "dashboard.json"
+
+
+def state_path(runtime_dir: str | None) -> Path:
+    """``RUNTIME_DIR/dashboard.json``: the running dashboard's pid and URL."""
+    return (Path(runtime_dir) if runtime_dir else paths.runtime_dir()) / STATE_FILE
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``.  Raises ``OSError`` (``EADDRINUSE``: the port is taken)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve; returns the exit status (2: bad config or the address cannot be had)."""
+    from hermesd.dashboard.config import is_loopback, split_listen
+
+    parser = argparse.ArgumentParser(prog="python -m dashboard", description=__doc__.splitlines()[0])
+    parser.add_argument("--listen", help="HOST:PORT (default: dashboard.listen, 127.0.0.1:8770; port 0: any free one)")
+    parser.add_argument("--runtime-dir", help="the daemon's runtime directory (default: HERMES_RUNTIME_DIR)")
+    parser.add_argument("--config", help="config.yaml (default: HERMES_HOME/config.yaml)")
+    args = parser.parse_args(argv)
+    try:
+        cfg = config_mod.load(args.config).dashboard
+        host, port = split_listen(args.listen or cfg.listen)
+    except (config_mod.ConfigError, ValueError) as exc:
+        print(f"hermesctl dashboard: {exc}", file=sys.stderr)
+        return 2
+    if not is_loopback(host) and not cfg.allow_remote:
+        print(f"hermesctl dashboard: {host} is reachable from other machines: set dashboard.allow_remote: true to "
+              "serve there", file=sys.stderr)
+        return 2
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        why = "is in use (another dashboard? `hermesctl dashboard` finds a running one; else set dashboard.listen)" \
+            if exc.errno == errno.EADDRINUSE else f"cannot be had: {exc.strerror or exc}"
+        print(f"hermesctl dashboard: {host}:{port} {why}", file=sys.stderr)
+        return 2
+    port = sock.getsockname()[1]
+    if not is_loopback(host):
+        print(f"WARNING: the dashboard serves {host}:{port}, reachable from other machines (dashboard.allow_remote): "
+              "anyone with its token can see and act on your jobs; put TLS in front of it", file=sys.stderr, flush=True)
+    import uvicorn
+
+    from dashboard.app import build
+    from dashboard.auth import load_token
+
+    private.tighten_umask()
+    token = load_token()
+    app = build(args.runtime_dir, token, read_only=cfg.read_only, metrics_public=cfg.metrics_public)
+    shown = f"[{host}]" if ":" in host else host
+    state = state_path(args.runtime_dir)
+    paths.ensure_private_dir(state.parent)
+    private.write_file(state, json.dumps({"pid": os.getpid(), "url": f"http://{shown}:{port}/", "listen": f"{host}:{port}"}))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                           timeout_graceful_shutdown=2))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        try:
+            if json.loads(state.read_text()).get("pid") == os.getpid():
+                state.unlink()
+        except (OSError, ValueError):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""The dashboard in a real browser (Debian's headless Chromium through Selenium and chromedriver),
+against a real hermesd and a real dashboard process: a job appears live, its page shows the tool
+calls, approve and deny from the page and the job goes on, cancel ends a job, a batch's page shows
+its histogram; nothing without the token, no cross-site POST.  One daemon, one dashboard and one
+browser serve the module (CI time).  ``HERMES_SCREENSHOTS=1`` copies the pages' screenshots into
+docs/img/ (README shows them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT, DaemonProc, wait_for
+from tests.test_approvals import HELD
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+if not (CHROMIUM.exists() and CHROMEDRIVER.exists()) and not os.environ.get("CI"):
+    pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)",
+                allow_module_level=True)
+
+SLOW = [{"tool_calls": [{"name": "terminal", "input": {"command": "sleep 2; echo slept-well"}}]}, {"text": "all done"}]
+HELD_SCRIPT = [{"tool_calls": [{"name": "terminal", "input": {"command": HELD}}]}, {"text": "went on"}]
+HANG = [{"tool_calls": [{"name": "terminal", "input": {"command": "sleep 60"}}]}, {"text": "never"}]
+PAGES = ("/", "/job/deleg_x", "/job/deleg_x/part", "/job/deleg_x/log", "/approvals", "/approvals/part", "/batches",
+         "/batch/batch_x", "/bill", "/kanban", "/metrics", "/live", "/static/dash.js")
+SHOTS: dict[str, Path] = {}
+
+
+class Dashboard:
+    """The dashboard process ``hermesctl dashboard`` started: its URL, token and pid."""
+
+    def __init__(self, daemon: DaemonProc):
+        out = daemon.ctl("dashboard", "--listen", "127.0.0.1:0")
+        assert out.returncode == 0, out.stderr
+        self.url = out.stdout.strip()
+        self.base, self.token = self.url.split("?token=")
+        self.base = self.base.rstrip("/")
+        self.pid = json.loads((daemon.runtime / "dashboard.json").read_text())["pid"]
+
+    def http(self, path: str, data: dict | None = None, headers: dict | None = None, token: bool = True):
+        """``(status, body)`` of one request (a POST when ``data``), with the bearer token unless not ``token``."""
+        body = None if data is None else "&".join(f"{k}={urllib.request.quote(str(v))}" for k, v in data.items()).encode()
+        heads = {**({"Authorization": f"Bearer {self.token}"} if token else {}), **(headers or {})}
+        if body is not None:
+            heads["Content-Type"] = "application/x-www-form-urlencoded"
+        request = urllib.request.Request(self.base + path, data=body, headers=heads)
+        try:
+            with urllib.request.urlopen(request, timeout=15) as answer:
+                return answer.status, answer.read(200_000).decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def stop(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """One daemon (approvals wait for a person), one dashboard, one headless Chromium."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    daemon = DaemonProc(tmp_path_factory.mktemp("dash"), {"delegation": {"stale_after_seconds": 60}})
+    dashboard = driver = None
+    try:
+        daemon.start()
+        dashboard = Dashboard(daemon)
+        options = webdriver.ChromeOptions()
+        options.binary_location = str(CHROMIUM)
+        for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1200,900", "--disable-extensions", "--no-first-run"):
+            options.add_argument(flag)
+        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+        driver.set_page_load_timeout(30)
+        driver.get(dashboard.url)  # the token once: the cookie from then on
+        yield daemon, dashboard, driver
+    finally:
+        log = daemon.home / "dashboard.log"
+        print("dashboard.log:", log.read_text() if log.exists() else "(none)")
+        if driver is not None:
+            driver.quit()
+        if dashboard is not None:
+            dashboard.stop()
+        daemon.cleanup()
+        if os.environ.get("HERMES_SCREENSHOTS") and SHOTS:
+            (ROOT / "docs" / "img").mkdir(exist_ok=True)
+            for name, path in SHOTS.items():
+                shutil.copy(path, ROOT / "docs" / "img" / f"{name}.png")
+
+
+def shot(driver, name: str, tmp_path: Path) -> None:
+    """A screenshot of the page as ``name`` (docs/img/NAME.png with ``HERMES_SCREENSHOTS``)."""
+    path = tmp_path / f"{name}.png"
+    driver.save_screenshot(str(path))
+    SHOTS[name] = path
+
+
+def find(driver, css: str, timeout: float = 30.0, what: str | None = None):
+    """The first element matching ``css``, waited for."""
+    from selenium.webdriver.common.by import By
+
+    return wait_for(lambda: (driver.find_elements(By.CSS_SELECTOR, css) or [None])[0], timeout, 0.1, what or css)
+
+
+def click(driver, element_id: str) -> None:
+    """Click element ``element_id`` — found again when a live update replaced it meanwhile (a person's
+    click lands on the new one; Selenium's reference to the old one goes stale)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    def clicked() -> bool:
+        try:
+            driver.find_element(By.ID, element_id).click()
+            return True
+        except StaleElementReferenceException:
+            return False
+
+    wait_for(clicked, 10, 0.05, f"a click on #{element_id}")
+
+
+def text_of(driver, css: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return " ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, css))
+
+
+def test_without_the_token_every_page_and_action_is_refused(site):
+    daemon, dashboard, _ = site
+    for path in PAGES:
+        status, body = dashboard.http(path, token=False)
+        assert status == 401, (path, status)
+        assert "token" in body
+    for path in ("/job/deleg_x/cancel", "/job/deleg_x/retry", "/job/deleg_x/steer", "/approval/ap_x/approve",
+                 "/approval/ap_x/deny"):
+        assert dashboard.http(path, {"csrf": "x"}, token=False)[0] == 401, path
+    assert dashboard.http("/?token=not-it", token=False)[0] == 401
+    status, _ = dashboard.http("/", token=True)
+    assert status == 200
+    assert dashboard.http("/", headers={"Authorization": "Bearer wrong"}, token=False)[0] == 401
+    job = daemon.delegate("hang", script=HANG, toolsets=["terminal"])["id"]
+    # with the token but from another site, or without the form's CSRF token: refused, the job runs on
+    assert dashboard.http(f"/job/{job}/cancel", {"csrf": "x"}, {"Origin": "http://evil.example"})[0] == 403
+    assert dashboard.http(f"/job/{job}/cancel", {"csrf": "x"}, {"Sec-Fetch-Site": "cross-site"})[0] == 403
+    assert dashboard.http(f"/job/{job}/cancel", {"csrf": "wrong"})[0] == 403
+    assert daemon.call("job", id=job)["status"] in ("queued", "starting", "running")
+    token_file = daemon.home / "dashboard.token"
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    status, head = dashboard.http("/")
+    assert dashboard.token not in head  # the token is never rendered (the CSRF token is an HMAC of it)
+    daemon.call("cancel", id=job)
+
+
+def test_a_cross_site_post_from_a_browser_is_refused(site, tmp_path):
+    daemon, dashboard, driver = site
+    job = daemon.delegate("hang", script=HANG, toolsets=["terminal"])["id"]
+    form = (f'<form id="f" method="post" action="{dashboard.base}/job/{job}/cancel">'
+            '<input name="csrf" value="guess"></form><script>document.getElementById("f").submit()</script>')
+
+    class Evil(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = form.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    evil = ThreadingHTTPServer(("127.0.0.1", 0), Evil)
+    thread = threading.Thread(target=evil.serve_forever, daemon=True)
+    thread.start()
+    try:
+        driver.get(f"http://localhost:{evil.server_address[1]}/")  # another site than 127.0.0.1
+        wait_for(lambda: driver.current_url.startswith(dashboard.base), 15, 0.1, "the form to be posted")
+        assert "refused" in driver.page_source or "token" in driver.page_source
+    finally:
+        evil.shutdown()
+        evil.server_close()
+    assert daemon.call("job", id=job)["status"] in ("queued", "starting", "running"), "a cross-site POST acted"
+    daemon.call("cancel", id=job)
+
+
+def test_a_job_appears_live_and_its_page_shows_the_tool_calls(site, tmp_path):
+    daemon, dashboard, driver = site
+    driver.get(dashboard.base + "/")
+    find(driver, "table#jobs")
+    driver.execute_script("window.notReloaded = true")
+    job = daemon.delegate("count the files", script=SLOW, toolsets=["terminal"])["id"]
+    row = find(driver, f"tr#job-{job}", what="the new job's row, live")
+    assert driver.execute_script("return window.notReloaded === true"), "the page reloaded instead of updating"
+    assert "count the files" in row.text
+    wait_for(lambda: "completed" in text_of(driver, f"tr#job-{job} .state"), 60, 0.1, "the row to say completed")
+    shot(driver, "jobs", tmp_path)
+    driver.get(f"{dashboard.base}/job/{job}")
+    call = find(driver, ".conversation .call")
+    assert "terminal" in call.text and "sleep 2; echo slept-well" in call.text
+    assert "slept-well" in text_of(driver, ".conversation .result")
+    wait_for(lambda: "finished: completed" in text_of(driver, "#log") or "completed" in text_of(driver, "#log"),
+             30, 0.2, "the log to be followed")
+    assert "all done" in text_of(driver, ".summary")
+    shot(driver, "job", tmp_path)
+
+
+def test_approve_and_deny_from_the_page_and_the_job_goes_on(site, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    daemon, dashboard, driver = site
+    driver.get(dashboard.base + "/approvals")
+    find(driver, "#approvals")
+    wait_for(lambda: daemon.call("approvals.list")["reachable"], 30, 0.2, "the open page to count as a person")
+    approved = daemon.delegate("run it", script=HELD_SCRIPT, toolsets=["terminal"])["id"]
+    denied = daemon.delegate("run it too", script=HELD_SCRIPT, toolsets=["terminal"])["id"]
+    requests = wait_for(lambda: (lambda found: found if len(found) == 2 else None)(
+        {r["job"]: r["id"] for r in daemon.call("approvals.list")["approvals"]}), what="both requests")
+    find(driver, f"#approve-{requests[denied]}", what="the requests on the page, live")
+    assert "tripwire" in text_of(driver, ".approval .why") and "curl-x" in text_of(driver, ".approval pre.args")
+    shot(driver, "approvals", tmp_path)
+    click(driver, f"approve-{requests[approved]}")
+    assert daemon.wait_job(approved)["status"] == "completed"
+    reason = find(driver, f"#reason-{requests[denied]}")
+    reason.send_keys("not on this machine")
+    click(driver, f"deny-{requests[denied]}")
+    assert daemon.wait_job(denied)["status"] == "completed"  # the model was told and went on
+    answered = {r["id"]: r for r in daemon.call("approvals.list", state="all")["approvals"]}
+    assert answered[requests[approved]]["state"] == "approved"
+    assert answered[requests[denied]]["state"] == "denied"
+    assert "not on this machine" in answered[requests[denied]]["reason"]
+    assert answered[requests[denied]]["answered_by"] == "the dashboard"
+    find(driver, "#none-pending", what="the page to show nothing pending")
+
+
+def test_cancel_ends_a_job_and_the_page_says_so(site):
+    from selenium.webdriver.common.by import By
+
+    daemon, dashboard, driver = site
+    job = daemon.delegate("hang", script=HANG, toolsets=["terminal"])["id"]
+    wait_for(lambda: daemon.call("job", id=job)["status"] == "running", what="the job to run")
+    driver.get(f"{dashboard.base}/job/{job}")
+    click(driver, "cancel")
+    driver.switch_to.alert.accept()  # "Cancel this job?"
+    assert daemon.wait_job(job)["status"] == "cancelled"
+    wait_for(lambda: "cancelled" in text_of(driver, "#state"), 30, 0.2, "the page to say cancelled")
+    assert not driver.find_elements(By.ID, "cancel")
+
+
+def test_a_batch_page_shows_its_histogram(site, tmp_path):
+    daemon, dashboard, driver = site
+    rewards = [0.05, 0.15, 0.95, 0.95, 0.55]
+    lines = [{"prompt": f"prompt {i}", "script": [{"thinking": "I answer at once.", "tool_calls": [
+        {"name": "terminal", "input": {"command": "echo hi"}}]}, {"text": "done"}],
+        "verifier": f"echo '{{\"reward\": {r}, \"passed\": {'true' if r > 0.5 else 'false'}}}'"}
+        for i, r in enumerate(rewards)]
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    record = daemon.call("batch.run", dataset_file=str(dataset), run_name="shown", batch_size=2, num_workers=2,
+                         output_dir=str(daemon.base / "out"), allow_synthetic=True)
+    daemon.wait_job(record["id"], timeout=120)
+    driver.get(f"{dashboard.base}/batch/{record['id']}")
+    counts = wait_for(lambda: (lambda found: found if sum(found) == 5 else None)(driver.execute_script(
+        "return Array.from(document.querySelectorAll('#histogram rect.bin')).map(b => Number(b.dataset.count))")),
+        30, 0.2, "the histogram of five rewards")  # read in one go: a live update may redraw it meanwhile
+    assert counts[0] == 1 and counts[1] == 1 and counts[5] == 1 and counts[9] == 2, counts
+    assert text_of(driver, "#pass-rate") == "60.0%"
+    shot(driver, "batch", tmp_path)
+    driver.get(f"{dashboard.base}/batch/{record['id']}/samples?i=0&j=2")
+    assert len(driver.find_elements("css selector", ".side.two .sample")) == 2
+    assert "prompt 0" in driver.page_source and "prompt 2" in driver.page_source
+
+
+def test_metrics_parse_and_match_status_and_usage(site):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    daemon, dashboard, _ = site
+    wait_for(lambda: not daemon.call("ps")["jobs"], 60, 0.2, "every job to end")
+    status, text = dashboard.http("/metrics")
+    assert status == 200
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+    said = json.loads(daemon.ctl("status", "--json").stdout)
+    for state, n in said["jobs"].items():
+        assert samples[("hermesd_jobs", (("state", state),))] == n
+    assert samples[("hermesd_children_running", ())] == said["children"]
+    assert samples[("hermesd_queue_length", ())] == said["queued"]
+    for pool, cap in said["caps"].items():
+        assert samples[("hermesd_cap_used", (("pool", pool),))] == cap["used"]
+    by_kind = {}
+    for (name, labels), value in samples.items():
+        if name == "hermesd_jobs_by_kind":
+            by_kind[dict(labels)["state"]] = by_kind.get(dict(labels)["state"], 0) + value
+    assert by_kind == {s: float(n) for s, n in said["jobs"].items()}
+    usage = [json.loads(line) for line in daemon.ctl("usage", "--by", "model", "--json").stdout.splitlines()][0]
+    assert usage["rows"], "the jobs above made model calls"
+    for row in usage["rows"]:
+        for kind in ("input", "output", "cache_read", "cache_write"):
+            assert samples[("hermesd_tokens_total", (("model", row["key"]), ("type", kind)))] == row[kind]
+        assert samples[("hermesd_cost_usd_total", (("model", row["key"]),))] == pytest.approx(row["cost_usd"])
+    assert samples[("hermesd_up", ())] == 1
+    assert "hermesd_governor_calls" in families or True  # no metered provider here: no endpoint yet
+    assert dashboard.http("/metrics", token=False)[0] == 401
+
+
+def test_read_only_port_in_use_and_remote_addresses(site, tmp_path):
+    daemon, dashboard, _ = site
+    port = int(dashboard.base.rsplit(":", 1)[1])
+    taken = subprocess.run([sys.executable, "-m", "dashboard", "--listen", f"127.0.0.1:{port}",
+                            "--runtime-dir", str(tmp_path)], env=daemon.env, capture_output=True, text=True, timeout=60)
+    assert taken.returncode == 2 and taken.stderr.count("\n") == 1 and "is in use" in taken.stderr, taken.stderr
+    remote = subprocess.run([sys.executable, "-m", "dashboard", "--listen", "0.0.0.0:0", "--runtime-dir", str(tmp_path)],
+                            env=daemon.env, capture_output=True, text=True, timeout=60)
+    assert remote.returncode == 2 and "allow_remote" in remote.stderr
+    config = tmp_path / "ro.yaml"
+    config.write_text("provider: scripted\ndashboard:\n  read_only: true\n  metrics_public: true\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "dashboard", "--listen", f"127.0.0.1:{free}", "--config", str(config),
+                             "--runtime-dir", str(daemon.runtime)], env=daemon.env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        ro = Dashboard.__new__(Dashboard)
+        ro.base, ro.token = f"http://127.0.0.1:{free}", dashboard.token
+        wait_for(lambda: _answers(ro), 30, 0.1, "the read-only dashboard")
+        job = daemon.delegate("hang", script=HANG, toolsets=["terminal"])["id"]
+        status, page = ro.http(f"/job/{job}")
+        assert status == 200 and 'id="cancel"' not in page and "read-only" in page
+        csrf = page.split('data-csrf="', 1)[1].split('"', 1)[0]
+        assert ro.http(f"/job/{job}/cancel", {"csrf": csrf})[0] == 403
+        assert daemon.call("job", id=job)["status"] in ("queued", "starting", "running")
+        assert ro.http("/metrics", token=False)[0] == 200  # metrics_public
+        assert ro.http("/", token=False)[0] == 401  # but nothing else
+        daemon.call("cancel", id=job)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _answers(dash: Dashboard) -> bool:
+    try:
+        return dash.http("/static/dash.css")[0] == 200
+    except OSError:
+        return False
