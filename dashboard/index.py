@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from hermesd.contract import TERMINAL
+from hermesd.contract.states import TERMINAL
 
 MAX_JOBS = 50_000
 """Most job records kept (the oldest finished ones go first)."""

@@ -18,7 +18,7 @@ from client.connection import ClientError
 from dashboard import auth, charts, conversation, live, metrics
 from dashboard.index import Index, matches
 from dashboard.runs import RunFiles
-from hermesd.contract import TERMINAL
+from hermesd.contract.states import TERMINAL
 from hermesd.protocol import ProtocolError
 
 HERE = Path(__file__).parent
