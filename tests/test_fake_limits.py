@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import datetime
+import time
 
 import anthropic
 import openai
 import pytest
 
-from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.limits import Limits, count_input_tokens, openai_duration
+from tests.fakes.anthropic_server import DEFAULT_USAGE, FakeAnthropic, Message, text_block
+from tests.fakes.limits import Limits, openai_duration
 from tests.fakes.openai_server import FakeOpenAI
+from tests.harness import wait_for
 
 
 def _claude(api: FakeAnthropic) -> anthropic.Anthropic:
@@ -50,16 +52,35 @@ def test_a_refused_request_keeps_its_queued_reply():
         assert api.pending() == 1
 
 
-def test_token_limits_count_input_and_output():
+def test_token_limits_count_input_and_output_as_the_usage_reports_them():
     with FakeAnthropic(limits=Limits(input_tokens=1000, output_tokens=10, window=60.0)) as api:
+        api.reply(Message([text_block("big")], usage={"input_tokens": 300, "cache_creation_input_tokens": 50,
+                                                      "cache_read_input_tokens": 400, "output_tokens": 5}))
         client = _claude(api)
         ok = _ask(client, "x" * 400)
-        body = api.requests[0].body
-        assert int(ok.headers["anthropic-ratelimit-input-tokens-remaining"]) == 1000 - count_input_tokens(body)
-        assert ok.headers["anthropic-ratelimit-output-tokens-remaining"] == "3"  # the reply's 7 output tokens
-        _ask(client)
+        assert ok.parse().usage.input_tokens == 300  # charged as reported: input and cache writes, not reads
+        assert ok.headers["anthropic-ratelimit-input-tokens-remaining"] == str(1000 - 350)
+        assert ok.headers["anthropic-ratelimit-output-tokens-remaining"] == "5"
+        default = _ask(client)  # a reply without usage of its own reports DEFAULT_USAGE, and is charged so
+        assert int(default.headers["anthropic-ratelimit-input-tokens-remaining"]) == 650 - DEFAULT_USAGE["input_tokens"]
+        assert default.headers["anthropic-ratelimit-output-tokens-remaining"] == "0"  # its 7 output tokens: owed
         with pytest.raises(anthropic.RateLimitError):  # the output bucket is empty
             _ask(client)
+        assert api.limits.charged_input == 350 + DEFAULT_USAGE["input_tokens"]
+
+
+def test_an_outage_answers_529_without_retry_after_then_recovers():
+    with FakeAnthropic(limits=Limits()) as api:
+        client = _claude(api)
+        recovers = api.limits.outage(0.5)
+        with pytest.raises(anthropic.InternalServerError) as err:
+            _ask(client)
+        assert err.value.status_code == 529 and err.value.type == "overloaded_error"
+        assert "retry-after" not in err.value.response.headers
+        wait_for(lambda: time.monotonic() >= recovers, timeout=5, what="the outage's end")
+        assert _ask(client).parse().content[0].text
+        assert [what for _, what in api.limits.history] == ["overloaded", "admitted"]
+        assert api.limits.history[0][0] < recovers <= api.limits.history[1][0]
 
 
 def test_overloaded_quota_and_context_window():

@@ -88,7 +88,7 @@ class FakeServer:
     reply (which then stays queued) and adds the rate-limit headers to every
     response.  Subclasses set ``default``, :meth:`routes` (the paths they serve;
     others get a 404) and how a refusal and the headers look in their API
-    (:meth:`refusal`, :meth:`limit_headers`, :meth:`output_tokens`).
+    (:meth:`refusal`, :meth:`limit_headers`, :meth:`output_tokens`, :meth:`input_tokens`).
     """
 
     def __init__(self, *, delay: float = 0.0, port: int = 0, limits: Any = None):
@@ -159,6 +159,11 @@ class FakeServer:
         """The output tokens ``reply`` reports (charged to the output-token limit)."""
         return 0
 
+    def input_tokens(self, reply: Any, request: Received) -> int | None:
+        """The input tokens ``reply`` reports for ``request`` (charged to the input-token limit;
+        None: none reported, the limit counts the request's text)."""
+        return None
+
     def _answer(self, request: Received, out: Out) -> None:
         with self._lock:
             self.requests.append(request)
@@ -172,7 +177,7 @@ class FakeServer:
 
     def _refused(self, request: Received, out: Out, reply: Any, queued: Any) -> bool:
         """Ask the gate; a refused request is answered at once and its queued reply kept for the next."""
-        refusal, snapshot = self.limits.admit(request.body, self.output_tokens(reply))
+        refusal, snapshot = self.limits.admit(request.body, self.output_tokens(reply), self.input_tokens(reply, request))
         out.headers.update(self.limit_headers(snapshot))
         if refusal is None:
             return False

@@ -227,6 +227,16 @@ class FakeAnthropic(FakeServer):
         """``usage.output_tokens`` of a :class:`Message` (0 for errors)."""
         return int((reply.usage or DEFAULT_USAGE)["output_tokens"]) if isinstance(reply, Message) else 0
 
+    def input_tokens(self, reply: object, request: Received) -> int | None:
+        """``usage.input_tokens`` and ``cache_creation_input_tokens`` of a :class:`Message` (what
+        Anthropic counts against an input-token limit; cache reads it does not count); None for an
+        error, or when the prompt cache counts the usage (it is counted once, as it is answered:
+        the limit then takes the whole prompt's text)."""
+        if not isinstance(reply, Message) or (reply.usage is None and request.cache is not None):
+            return None
+        usage = reply.usage or DEFAULT_USAGE
+        return int(usage.get("input_tokens", 0)) + int(usage.get("cache_creation_input_tokens", 0))
+
     def reply_text(self, text: str, *, thinking: str | None = None, signature: str = "fake-signature",
                    usage: dict[str, int] | None = None) -> FakeAnthropic:
         """Queue a final answer ``text`` (after a thinking block when ``thinking`` is given)."""

@@ -17,12 +17,18 @@ own form:
   ``x-ratelimit-limit|remaining|reset-requests`` and ``-tokens``; ``…-reset`` a duration
   such as ``6m0s`` or ``250ms``.
 
-Input tokens are counted from the request (:func:`count_input_tokens`: its text, 4 characters a
-token); output tokens as the reply reports them, charged when the request is admitted (so an
-exhausted output bucket refuses the next request, as Anthropic's estimate does).  Besides:
+Input tokens are charged as the reply's usage reports them (a provider counts a request's
+tokens once: what its usage says is what its limit took; the servers' ``input_tokens``), or,
+for a reply that reports none, counted from the request (:func:`count_input_tokens`: its text,
+4 characters a token); output tokens as the reply reports them, charged when the request is
+admitted (so an exhausted output bucket refuses the next request, as Anthropic's estimate does).
+Besides:
 
 * :meth:`Limits.overload` — the next N requests get 529 ``overloaded_error`` (Anthropic;
   OpenAI-style servers 503) with ``retry-after``;
+* :meth:`Limits.outage` — every request for the next N seconds gets that 529 (or 503), without
+  ``retry-after`` unless given (Anthropic documents none for 529,
+  https://docs.anthropic.com/en/api/errors), then the server recovers;
 * ``quota_exhausted`` — every request gets the 429 that says the money ran out, which must not
   be retried (Anthropic: the organisation's spend limit; OpenAI: ``insufficient_quota``,
   https://platform.openai.com/docs/guides/error-codes#api-errors);
@@ -30,7 +36,9 @@ exhausted output bucket refuses the next request, as Anthropic's estimate does).
   "prompt is too long: N tokens > M maximum" (https://docs.anthropic.com/en/api/errors).
 
 ``refused`` counts the requests the gate refused, by reason (``rate_limit``, ``overloaded``,
-``quota``, ``context``); ``admitted`` the others.
+``quota``, ``context``); ``admitted`` the others, ``charged_input`` the input tokens they took;
+``history`` is every request's ``(monotonic time, "admitted" or the reason refused)`` in the
+order they came.
 """
 
 from __future__ import annotations
@@ -112,7 +120,10 @@ class Limits:
         self.retry_after_ms, self.context_window, self.quota_exhausted = retry_after_ms, context_window, quota_exhausted
         self.refused: dict[str, int] = {}
         self.admitted = 0
+        self.charged_input = 0
+        self.history: list[tuple[float, str]] = []
         self._overloads: list[float] = []
+        self._outage: tuple[float, float | None] = (float("-inf"), None)
         self._lock = threading.Lock()
 
     def overload(self, count: int = 1, retry_after: float = 1.0) -> Limits:
@@ -121,40 +132,51 @@ class Limits:
             self._overloads.extend([retry_after] * count)
         return self
 
+    def outage(self, seconds: float, retry_after: float | None = None) -> float:
+        """Every request for the next ``seconds`` gets 529 ``overloaded_error`` (with ``retry-after``
+        only when given); returns the monotonic time it recovers."""
+        with self._lock:
+            self._outage = (time.monotonic() + seconds, retry_after)
+            return self._outage[0]
+
     @property
     def refused_total(self) -> int:
         """Every refused request, whatever the reason."""
         with self._lock:
             return sum(self.refused.values())
 
-    def admit(self, body: Any, output_tokens: int) -> tuple[Refusal | None, Snapshot]:
-        """Take the request ``body`` whose reply will have ``output_tokens``, or refuse it;
-        returns the refusal (None when admitted) and the snapshot for the response's headers."""
+    def admit(self, body: Any, output_tokens: int, input_tokens: int | None = None) -> tuple[Refusal | None, Snapshot]:
+        """Take the request ``body`` whose reply will report ``output_tokens`` and ``input_tokens``
+        (None: counted from ``body``), or refuse it; returns the refusal (None when admitted) and
+        the snapshot for the response's headers."""
         tokens = count_input_tokens(body)
+        charge_input = tokens if input_tokens is None else input_tokens
         with self._lock:
             now = time.monotonic()
             for bucket in self.buckets.values():
                 bucket.refill(now)
-            refusal = self._refusal(tokens)
+            refusal = self._refusal(tokens, now)
             if refusal is None:
-                need = {"requests": 1, "input_tokens": tokens, "output_tokens": 1}
+                need = {"requests": 1, "input_tokens": charge_input, "output_tokens": 1}
                 wait = max((b.wait_for(need[name]) for name, b in self.buckets.items()), default=0.0)
                 if wait > 0:
                     refusal = Refusal("rate_limit", 429, "rate_limit_error",
                                       "This request would exceed your organization's rate limit. "
                                       "Please try again later.", wait)
                 else:
-                    charge = {"requests": 1, "input_tokens": tokens, "output_tokens": output_tokens}
+                    charge = {"requests": 1, "input_tokens": charge_input, "output_tokens": output_tokens}
                     for name, bucket in self.buckets.items():
                         bucket.level -= charge[name]
                     self.admitted += 1
+                    self.charged_input += charge_input
             if refusal is not None:
                 self.refused[refusal.reason] = self.refused.get(refusal.reason, 0) + 1
+            self.history.append((now, "admitted" if refusal is None else refusal.reason))
             snapshot = Snapshot({name: (b.limit, max(0, math.floor(b.level)), b.reset_in())
                                  for name, b in self.buckets.items()})
         return refusal, snapshot
 
-    def _refusal(self, tokens: int) -> Refusal | None:
+    def _refusal(self, tokens: int, now: float) -> Refusal | None:
         if self.quota_exhausted:
             return Refusal("quota", 429, "rate_limit_error",
                            "enforced_spend_limit_reached: your organization has reached its monthly spend "
@@ -164,6 +186,8 @@ class Limits:
                            f"prompt is too long: {tokens} tokens > {self.context_window} maximum")
         if self._overloads:
             return Refusal("overloaded", 529, "overloaded_error", "Overloaded", self._overloads.pop(0))
+        if now < self._outage[0]:
+            return Refusal("overloaded", 529, "overloaded_error", "Overloaded", self._outage[1])
         return None
 
     def retry_headers(self, refusal: Refusal) -> dict[str, str]:

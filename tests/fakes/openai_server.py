@@ -133,6 +133,13 @@ class FakeOpenAI(FakeServer):
         """``usage.completion_tokens`` of a :class:`ChatReply` (0 for errors)."""
         return int((reply.usage or DEFAULT_USAGE)["completion_tokens"]) if isinstance(reply, ChatReply) else 0
 
+    def input_tokens(self, reply: object, request: Received) -> int | None:
+        """``usage.prompt_tokens`` of a :class:`ChatReply`; None for an error, or when the prompt
+        cache counts the usage (the limit then takes the whole prompt's text)."""
+        if not isinstance(reply, ChatReply) or (reply.usage is None and request.cache is not None):
+            return None
+        return int((reply.usage or DEFAULT_USAGE)["prompt_tokens"])
+
     def reply_text(self, text: str, *, reasoning: str | None = None) -> FakeOpenAI:
         """Queue a final answer ``text`` (with ``reasoning_content`` when given)."""
         return self.reply(ChatReply(text, reasoning_content=reasoning))
