@@ -3,7 +3,8 @@
 A metered provider (the trait ``metered`` in :data:`hermesd.contract.providers.PROVIDER_TABLE`:
 ``anthropic``, ``openai-compat``) calls no model
 without a grant: :meth:`Grants.acquire` sends ``child.grant`` (one short request; the daemon
-answers at once) and, when told "wait N seconds, because R", waits in this process — the stop
+answers at once; the provider's SDK is imported and its client built before the first, so that
+a granted call is sent at once: the grant took its part of the provider's bucket) and, when told "wait N seconds, because R", waits in this process — the stop
 flag honoured, the wait reported as the activity "waiting for the provider's rate limit: R"
 so the child is never taken for stale, and logged once per wait (the reason names the key only by
 its hash).  :meth:`Grants.done` reports the outcome with the
@@ -83,6 +84,7 @@ class Grants:
         self.metered = entry is not None and entry.metered
         self.asking = self.metered and callable(getattr(channel, "call", None))
         self.strikes = 0
+        self.connected = False
 
     def acquire(self, max_tokens: int, input_tokens: int) -> str | None:
         """A grant id (``""`` when nothing is asked), or None once the stop flag is set while waiting.
@@ -90,6 +92,12 @@ class Grants:
         if not self.asking:
             return "" if not self.stop.is_set() else None
         provider = self.provider
+        if not self.connected:  # a grant takes its part of the provider's bucket: be ready to send it
+            self.connected = True
+            try:
+                getattr(provider, "connect", lambda: None)()
+            except Exception:  # noqa: BLE001 - the call meets it again and reports it as the provider's error
+                pass
         waited_since = None
         while not self.stop.is_set():
             try:

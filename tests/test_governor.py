@@ -90,6 +90,53 @@ def test_parallel_delegations_share_one_limiter_and_retry_after_holds_for_all(ma
     assert len(arrivals) == 7  # 3 × 2 calls and the refused one: nobody retried on their own
 
 
+class Logged:
+    """A reply that notes in ``log`` that it was written (``what``) once it was."""
+
+    def __init__(self, reply, log: list, what: str):
+        self.reply, self.log, self.what = reply, log, what
+
+    def write(self, out, request) -> None:
+        self.reply.write(out, request)
+        self.log.append(self.what)
+
+
+def test_after_an_outage_one_pause_per_burst_then_one_probe_then_the_rest(make_daemon):
+    """Four calls refused together (529, no retry-after) are one pause of the first step (1 s), not
+    four steps; the probe after it is refused too (2 s); the next probe is answered, and only
+    then do the other three calls go."""
+    log: list[str] = []
+    lock, together = threading.Lock(), threading.Event()
+
+    def asked(refuse: bool, barrier: bool = False):
+        def reply(request):
+            with lock:
+                log.append("asked")
+                if log.count("asked") >= 4:
+                    together.set()
+            if barrier:  # the four first calls are all in flight before any is answered
+                together.wait(30)
+            if refuse:
+                return Logged(Error(529, "Overloaded", type="overloaded_error"), log, "refused")
+            return Logged(Message([text_block("back")]), log, "answered")
+        return reply
+
+    with FakeAnthropic() as api:
+        api.default = asked(refuse=False)
+        api.reply(*[asked(refuse=True, barrier=True) for _ in range(4)], asked(refuse=True))
+        daemon = warm(make_daemon({"delegation": {"max_async_children": 4}, **_anthropic(api)}))
+        jobs = [daemon.delegate(f"task {i}", background=True)["id"] for i in range(4)]
+        ended = [daemon.wait_job(job, timeout=60) for job in jobs]
+        paused = [e["data"] for e in daemon.call("events_since", since=0, types=["governor.paused"])["events"]]
+        calls = daemon.call("status")["governor"][0]["calls"]
+    assert [e["status"] for e in ended] == ["completed"] * 4, ended
+    assert sorted(log[:8]) == ["asked"] * 4 + ["refused"] * 4, log
+    assert log[8:12] == ["asked", "refused", "asked", "answered"], log  # one probe at a time
+    assert sorted(log[12:]) == ["answered"] * 3 + ["asked"] * 3, log  # then the rest
+    assert [p["seconds"] for p in paused] == [1.0, 2.0], paused  # one pause per burst, doubled per probe
+    assert all("overloaded" in p["reason"] for p in paused) and calls == {"overloaded": 5, "ok": 4}, calls
+
+
 def test_quota_exhausted_is_not_retried(make_daemon):
     with FakeOpenAI(limits=Limits(quota_exhausted=True)) as api:
         daemon = make_daemon({"provider": "openai-compat", "base_url": api.url + "/v1", "model": "gpt-fake"})
@@ -146,7 +193,7 @@ def test_a_headers_only_wait_counts_down_in_ps_and_status_says_why(make_daemon):
         assert limiter["waiting"] == [job] and limiter["paused_seconds"] > 0, limiter
         assert "no requests remain" in limiter["reason"] and limiter["paused_until"] > time.time()
         status = daemon.ctl("status", env={"COLUMNS": "300"}).stdout
-        assert f"no requests remain until its reset; waiting: {job}" in status, status
+        assert f"no requests remain until its bucket refills; waiting: {job}" in status, status
         shown_result = daemon.ctl("result", job, env={"COLUMNS": "300"}).stdout
         assert re.search(r"\[waiting [0-9.]+s for anthropic .*no requests remain", shown_result), shown_result
         paused = [e["data"] for e in daemon.call("events_since", since=0, types=["governor.paused"])["events"]]

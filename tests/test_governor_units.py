@@ -25,12 +25,13 @@ def test_headers_anthropic_openai_and_retry_after():
                             "anthropic-ratelimit-requests-reset": _iso(12, now),
                             "anthropic-ratelimit-input-tokens-remaining": "900", "request-id": "x"}, now)
     assert learned.retry_after == 7.0
-    assert learned.dims["requests"] == headers.Dim(50, 0, 12.0)
+    assert learned.dims["requests"] == headers.Dim(50, 0, 12.0, 1.0)  # a time in whole seconds
     assert learned.dims["input_tokens"].remaining == 900 and learned.exhausted_for() == 12.0
     assert headers.read({"retry-after-ms": "1500", "retry-after": "9"}, now).retry_after == 1.5
     openai = headers.read({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "6m0s",
                            "x-ratelimit-reset-requests": "12ms"}, now)
-    assert openai.dims["tokens"] == headers.Dim(None, 0, 360.0) and openai.dims["requests"].reset == 0.012
+    assert openai.dims["tokens"] == headers.Dim(None, 0, 360.0, 1.0) and openai.dims["requests"].reset == 0.012
+    assert openai.dims["requests"].resolution == 0.001
     assert headers.read({"retry-after": "garbage", "x-ratelimit-reset-tokens": "soon"}, now) == headers.Learned()
     assert limit_headers({"Retry-After": "1", "x-api-key": "secret", "anthropic-ratelimit-tokens-limit": "5"}) == {
         "retry-after": "1", "anthropic-ratelimit-tokens-limit": "5"}
@@ -92,21 +93,18 @@ def test_no_retry_after_backs_off_exponentially():
         assert limiter.paused_until - grant.at == expected
 
 
-def test_headers_with_nothing_remaining_wait_for_the_reset_counting_later_grants():
+def test_headers_with_nothing_remaining_wait_for_the_next_unit_not_the_reset_counting_later_grants():
     limiter = Limiter("x", now=0.0)
     limiter.window = 8.0
     first = limiter.ask("a", "g1", 1, 1, 0.0)
     second = limiter.ask("a", "g2", 1, 1, 0.0)
-    # the first call's response: 1 request remains until 10 s from now; the second was granted since
-    limiter.done(first.id, "ok", headers.Learned(dims={"requests": headers.Dim(20, 1, 10.0)}), {}, 0.1)
-    wait, reason = limiter.ask("a", "g3", 1, 1, 0.2)
-    assert 10.4 <= wait <= 11.5 and "no requests remain" in reason  # 10 s, one more grant, jitter
-    # the second grant takes one more, refilled ~10/19 s later than the reset said
-    assert not isinstance(limiter.ask("a", "g3", 1, 1, 10.5), Grant)
-    assert isinstance(limiter.ask("a", "g3", 1, 1, 10.7), Grant) and second.id in limiter.in_flight
-    # past its reset the dimension is full again (20), counted down until a response tells more
-    assert all(isinstance(limiter.ask("a", f"h{i}", 1, 1, 10.8), Grant) for i in range(5))
-    assert limiter.learned["requests"].remaining == 14.0
+    # the first call's response: 1 of 20 requests remains, the bucket full in 10 s (one every ~0.5 s);
+    # the second was granted since: nothing remains
+    limiter.done(first.id, "ok", headers.Learned(dims={"requests": headers.Dim(20, 1, 10.0, 1.0)}), {}, 0.1)
+    wait, reason = limiter.ask("a", "g3", 1, 1, 0.1)
+    assert 0.5 <= wait <= 0.6 and "no requests remain until its bucket refills" in reason
+    assert isinstance(limiter.ask("a", "g3", 1, 1, 0.1 + wait), Grant) and second.id in limiter.in_flight
+    assert not isinstance(limiter.ask("a", "g4", 1, 1, 0.2 + wait), Grant)  # the unit it took
 
 
 def test_governor_keys_waiting_forget_and_ledger():
@@ -243,11 +241,11 @@ def test_each_pause_is_announced_once_when_it_begins_headers_or_429():
                  "anthropic-ratelimit-requests-reset": _iso(20, wall)}
     first = gov.grant("a", "anthropic", "http://h", "k", "m", 10, 5)["grant"]
     gov.done("a", first, "ok", none_left, {"output": 1}, "m")  # no 429: the headers say none remain
-    assert pauses == [(20, "the provider says no requests remain until its reset")]
+    assert pauses == [(4, "the provider says no requests remain until its bucket refills")]  # 5 per 20 s
     for job in "bcd":
         clock[0] += 1.0
         assert "wait" in gov.grant(job, "anthropic", "http://h", "k", "m", 10, 5)
-    assert len(pauses) == 1  # not one per call while paused
+    assert len(pauses) == 1  # not one per call while paused, nor per unit until the bucket is full again
     clock[0] = 25.0  # the reset passed: a 429 starts a new pause
     refused = gov.grant("b", "anthropic", "http://h", "k", "m", 10, 5)["grant"]
     gov.done("b", refused, "rate_limited", {"retry-after": "7"}, {}, "m")

@@ -113,6 +113,12 @@ class OpenAICompatProvider:
         self.trust_env = trust_env
         self._client: Any = None
 
+    def connect(self) -> None:
+        """Import the SDK and build its client now (about a second the first time): a child does so
+        before it asks the governor for its first call, so a granted call is sent at once
+        (:mod:`child.governor`)."""
+        self._sdk()
+
     def _sdk(self) -> Any:
         if self._client is None:
             import openai

@@ -7,8 +7,10 @@ daemon's loop.  After the call it reports the outcome (``child.grant_done``), an
 
 * :mod:`hermesd.governor.headers` — reading ``retry-after``, ``anthropic-ratelimit-*`` and
   ``x-ratelimit-*``;
-* :mod:`hermesd.governor.limiter` — token buckets, the learned pause and the adaptive concurrency
-  of one endpoint and key;
+* :mod:`hermesd.governor.limiter` — the configured token buckets and the adaptive concurrency
+  of one endpoint and key, and what decides a grant;
+* :mod:`hermesd.governor.learned` — one limit as the headers tell it, kept as the provider's token bucket;
+* :mod:`hermesd.governor.backoff` — the pause after a refusal: one per burst, a probe, then the rest;
 * :mod:`hermesd.governor.service` — the limiters of the daemon, grants in flight, who waits;
 * :mod:`hermesd.governor.ops` — the child ops and the plugin that releases a dead job's grants.
 

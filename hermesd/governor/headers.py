@@ -32,11 +32,13 @@ UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 @dataclass(frozen=True)
 class Dim:
     """One limit a response told of: ``limit``, ``remaining`` (None when not sent), and
-    ``reset`` seconds from now until it is replenished (None when not sent)."""
+    ``reset`` seconds from now until it is fully replenished (None when not sent), given to
+    ``resolution`` seconds (1.0: a time or duration in whole seconds; 0.001: with a fraction)."""
 
     limit: int | None = None
     remaining: int | None = None
     reset: float | None = None
+    resolution: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -64,14 +66,18 @@ def read(headers: dict[str, str], now: float) -> Learned:
         if match:
             dim, what = match.group(1).replace("-", "_"), match.group(2)
             parsed = _rfc3339_in(value, now) if what == "reset" else _int(value)
+            resolution = 0.001 if "." in value else 1.0
         else:
             match = OPENAI.match(name)
             if not match:
                 continue
             what, dim = match.group(1), match.group(2)
             parsed = duration(value) if what == "reset" else _int(value)
+            resolution = 0.001 if "ms" in value or "." in value else 1.0
         if parsed is not None:
             dims.setdefault(dim, {})[what] = parsed
+            if what == "reset":
+                dims[dim]["resolution"] = resolution
     return Learned(retry_after(headers, now), {name: Dim(**values) for name, values in dims.items()})
 
 

@@ -1,6 +1,6 @@
 """The limiter of one provider endpoint and key: may this model call go now, or how long to wait.
 
-Three things decide, all on monotonic seconds (``now`` passed in, so tests drive the clock):
+Four things decide, all on monotonic seconds (``now`` passed in, so tests drive the clock):
 
 * **configured limits** (``governor.providers`` in the config) as token buckets: requests,
   input tokens and output tokens per minute, refilled continuously, holding at most one second's
@@ -9,12 +9,15 @@ Three things decide, all on monotonic seconds (``now`` passed in, so tests drive
   enforced as 1 request per second", https://docs.anthropic.com/en/api/rate-limits).  A call
   takes its estimated input tokens and its ``max_tokens`` of output; the unused output is given
   back when it ends.  A call larger than a bucket goes when the bucket is full (then owes);
-* **learned limits**: a 429 or 529 (or an overload mid-stream) pauses the endpoint for every
-  child for the ``retry-after`` given (else an exponential backoff from 1 s up to 60 s); the
-  rate-limit headers of every response say what remains and when it is replenished, and a
-  dimension with nothing left waits for its reset.  What remains is counted down by the calls
-  granted after the one whose response said it, and its reset pushed back by what each grant
-  takes at the refill rate the headers imply;
+* **learned limits** (:mod:`hermesd.governor.learned`): the rate-limit headers of every
+  response say what remains and when the limit is full again; each limit is paced as the token
+  bucket the provider keeps, its refill rate fitted from the headers, each grant taking its part
+  — a call goes when the bucket holds what it needs, not once the bucket is full;
+* **refusals** (:mod:`hermesd.governor.backoff`): a 429 or 529 (or an overload mid-stream)
+  pauses the endpoint for every child — one pause for the calls refused together, for the
+  ``retry-after`` given, else for the time the headers say the next unit frees, else 1, 2, 4 …
+  s, the step growing only when the probe (the one call let through after a pause, the rest
+  waiting for its answer) is refused again and reset by a success;
 * **concurrency**, adaptive, as TCP's congestion window (RFC 5681 §3.1): it starts at
   :data:`INITIAL_WINDOW` calls in flight, or at a configured ``max_concurrent`` (TCP's larger
   initial window, RFC 6928: one long call —
@@ -22,9 +25,12 @@ Three things decide, all on monotonic seconds (``now`` passed in, so tests drive
   say what the provider allows before a bigger burst can be refused) and grows by one per call
   that went well (slow start) until the first refusal; from
   then on additive increase, multiplicative decrease (AIMD): each call that went well adds
-  ``1/window``, a refused one halves the window (at most once a second); always between 1 and
-  ``max_concurrent`` (or :data:`DEFAULT_MAX_CONCURRENT`).  Once a told reset has passed, the
-  dimension counts down from its full limit again until a response tells more.
+  ``1/window``, the first pause of a run of refusals halves the window (the probes refused after
+  it say nothing of concurrency); always between 1 and ``max_concurrent`` (or
+  :data:`DEFAULT_MAX_CONCURRENT`).
+
+Input tokens are counted in the provider's tokens: the child's estimate scaled by what the
+provider's usage reported of the calls so far (:attr:`Limiter.input_scale`).
 
 Waiters are served in order (first come, first served, as a ticket queue): a job told to wait
 joins the limiter's :attr:`Limiter.queue` and keeps its place while it keeps asking; only the
@@ -45,7 +51,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermesd.governor.backoff import Backoff
 from hermesd.governor.headers import Learned
+from hermesd.governor.learned import LearnedLimit
 
 INITIAL_WINDOW = 4.0
 """Calls in flight per endpoint and key before anything was learned (at most ``max_concurrent``)."""
@@ -55,9 +63,6 @@ DEFAULT_MAX_CONCURRENT = 64
 
 CONCURRENCY_POLL_SECONDS = 0.2
 """How long a child at the concurrency window waits before it asks again."""
-
-BACKOFF_SECONDS = (1.0, 60.0)
-"""First and longest pause after a refusal that gave no ``retry-after`` (doubling in between)."""
 
 MAX_WAIT_SECONDS = 30.0
 """The longest wait told at once: a waiter asks again at least this often (and keeps its place)."""
@@ -98,7 +103,8 @@ class Bucket:
 @dataclass
 class Grant:
     """One call allowed: ``id``, the ``job`` it is for, ``seq`` (granting order), the estimated
-    ``input`` tokens and the ``output`` (``max_tokens``) it took, ``at`` (monotonic)."""
+    ``input`` tokens and the ``output`` (``max_tokens``) it took, ``at`` (monotonic),
+    ``cumulative_input``: the provider's input tokens granted up to it (:attr:`Limiter.granted_input`)."""
 
     id: str
     job: str
@@ -106,7 +112,7 @@ class Grant:
     input: int
     output: int
     at: float
-    cumulative_input: int = 0
+    cumulative_input: float = 0.0
 
 
 @dataclass
@@ -117,26 +123,6 @@ class Waiter:
     since: float
     until: float
     reason: str = ""
-
-
-@dataclass
-class Learning:
-    """What the headers said of one dimension: ``remaining`` after the grant of ``seq``
-    (counted down by the grants since), until monotonic ``reset_at`` when the dimension is
-    full again (``limit``, when told; then counted down from it until the next response tells)."""
-
-    remaining: float
-    reset_at: float
-    seq: int
-    limit: int | None = None
-    per_unit: float | None = None
-    """Seconds the provider takes to refill one unit (from the headers), when known."""
-
-    def take(self, amount: float) -> None:
-        """A call granted: ``amount`` less remains, and the dimension is full that much later."""
-        self.remaining -= amount
-        if self.per_unit is not None and self.reset_at != float("inf"):
-            self.reset_at += amount * self.per_unit
 
 
 @dataclass
@@ -157,19 +143,24 @@ class Limiter:
     buckets: dict[str, Bucket] = field(default_factory=dict)
     window: float = 0.0
     in_flight: dict[str, Grant] = field(default_factory=dict)
-    paused_until: float = 0.0
-    pause_reason: str = ""
-    learned: dict[str, Learning] = field(default_factory=dict)
+    backoff: Backoff = field(default_factory=Backoff)
+    learned: dict[str, LearnedLimit] = field(default_factory=dict)
     seq: int = 0
-    granted_input: int = 0
+    granted_input: float = 0.0
+    input_scale: float = 1.0
+    """The provider's input tokens per estimated one (learned from the usage of calls that went well)."""
     refusals: int = 0
-    strikes: int = 0
-    decreased_at: float = float("-inf")
     counts: dict[str, int] = field(default_factory=dict)
     slow_start: bool = True
     queue: dict[str, Waiter] = field(default_factory=dict)
     announced_until: float = 0.0
-    """The end of the pause last announced (``governor.paused``; monotonic)."""
+    """Until when a pause of the headers has been announced (``governor.paused``; monotonic)."""
+    began: bool = False
+    """True when the last report began a pause (for :meth:`Governor._announce`)."""
+
+    STATE = ("in_flight", "backoff", "learned", "seq", "granted_input", "input_scale", "refusals", "counts",
+             "slow_start", "queue", "announced_until")
+    """What was learned, kept when a reload changes the configured limits."""
 
     def __post_init__(self) -> None:
         for name, per_minute in (("requests", self.rpm), ("input_tokens", self.itpm), ("output_tokens", self.otpm)):
@@ -183,6 +174,11 @@ class Limiter:
         """The most calls in flight the window may grow to."""
         return self.max_concurrent or DEFAULT_MAX_CONCURRENT
 
+    @property
+    def paused_until(self) -> float:
+        """The end of the current pause after a refusal (monotonic; in the past: none)."""
+        return self.backoff.until
+
     # asking -----------------------------------------------------------------
 
     def ask(self, job: str, grant_id: str, input_tokens: int, max_tokens: int, now: float) -> Grant | tuple[float, str]:
@@ -194,18 +190,20 @@ class Limiter:
             first = self.queue[head]
             wait = max(CONCURRENCY_POLL_SECONDS, first.until - now)
             return self._queued(job, wait, f"{first.reason} (served in order: earlier calls go first)", now)
-        wait, reason = self._wait(input_tokens, max_tokens, now)
+        charged = input_tokens * self.input_scale
+        wait, reason = self._wait(charged, max_tokens, now)
         if wait > 0:
             return self._queued(job, wait, reason, now)
         self.queue.pop(job, None)
         for name, bucket in self.buckets.items():
-            bucket.level -= {"requests": 1, "input_tokens": input_tokens, "output_tokens": max_tokens}[name]
+            bucket.level -= {"requests": 1, "input_tokens": charged, "output_tokens": max_tokens}[name]
         for name, learning in self.learned.items():
-            learning.take(_charge(name, input_tokens))
+            learning.take(_charge(name, charged), now)
         self.seq += 1
-        self.granted_input += input_tokens
+        self.granted_input += charged
         grant = Grant(grant_id, job, self.seq, input_tokens, max_tokens, now, self.granted_input)
         self.in_flight[grant_id] = grant
+        self.backoff.granted(grant_id, now)
         return grant
 
     def head(self, now: float) -> str | None:
@@ -228,108 +226,98 @@ class Limiter:
         """``job`` waits no more (it ended)."""
         self.queue.pop(job, None)
 
-    def _wait(self, input_tokens: int, max_tokens: int, now: float) -> tuple[float, str]:
-        if self.paused_until > now:
-            return self.paused_until - now, self.pause_reason
+    def _wait(self, charged: float, max_tokens: int, now: float) -> tuple[float, str]:
+        """Seconds a call of ``charged`` input tokens (the provider's) must wait, and why (0: none)."""
+        wait, reason = self.backoff.wait(now)
+        if wait > 0:
+            return wait, reason
         if len(self.in_flight) >= max(1, int(self.window)):
             return CONCURRENCY_POLL_SECONDS, f"at its concurrency window ({max(1, int(self.window))} calls in flight)"
-        need = {"requests": 1, "input_tokens": input_tokens, "output_tokens": max_tokens}
+        need = {"requests": 1, "input_tokens": charged, "output_tokens": max_tokens}
         for name, bucket in self.buckets.items():
             bucket.refill(now)
             wait = bucket.wait(need[name])
             if wait > 0:
                 return wait, f"the configured {name.replace('_', ' ')} per minute"
-        for name, learning in list(self.learned.items()):
-            if learning.reset_at <= now:
-                if learning.limit is None:
-                    del self.learned[name]  # what it said is over, and there is nothing to count from
-                    continue
-                learning.remaining, learning.reset_at = float(learning.limit), float("inf")  # replenished
-            if learning.remaining > 0 and learning.remaining >= min(_charge(name, input_tokens), learning.limit or 0):
-                continue
-            what = name.replace("_", " ")
-            if learning.reset_at == float("inf"):  # used up since it was full: the next response will tell
-                if self.in_flight:
-                    return CONCURRENCY_POLL_SECONDS, f"the provider's {what} are used up until a response tells more"
-                continue  # nothing in flight to tell: one call finds out
-            return learning.reset_at - now, f"the provider says no {what} remain until its reset"
-        return 0.0, ""
+        return self._learned_wait(charged, now) or (0.0, "")
+
+    def _learned_wait(self, charged: float, now: float, buckets: bool = False) -> tuple[float, str] | None:
+        """The longest wait the learned limits (``buckets``: only those paced as buckets) ask of a
+        call of ``charged`` input tokens (None: none)."""
+        waits = [w for name, learning in self.learned.items() if learning.paced() or not buckets
+                 if (w := learning.wait(_charge(name, charged), now, bool(self.in_flight))) is not None]
+        return max(waits) if waits else None
 
     # learning ---------------------------------------------------------------
 
     def done(self, grant_id: str, outcome: str, learned: Learned, usage: dict[str, Any], now: float) -> Grant | None:
         """The call of ``grant_id`` ended with ``outcome`` (:data:`OUTCOMES`), its response's
-        headers read as ``learned`` and its ``usage`` (``output`` tokens); returns its grant
-        (None if unknown: released already)."""
+        headers read as ``learned`` and its ``usage`` (``input``, ``output``, ``cache_read``
+        tokens); returns its grant (None if unknown: released already).  :attr:`began` says
+        whether it began a pause."""
         grant = self.in_flight.pop(grant_id, None)
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
         if grant is not None and "output_tokens" in self.buckets:
             unused = grant.output - int(usage.get("output") or 0) if outcome == "ok" else grant.output
             self.buckets["output_tokens"].level += max(0, unused)
         self._learn(grant, learned, now)
-        if outcome in ("rate_limited", "overloaded"):
+        refused = outcome in ("rate_limited", "overloaded")
+        seq = grant.seq if grant is not None else self.seq
+        self.began = False
+        if refused:
             self.refusals += 1
-            self._refused(outcome, learned, now)
+            self._refused(seq, outcome, learned, grant, now)
         elif outcome == "ok":
-            self.strikes = 0
+            self.backoff.succeeded(seq)
             grow = 1.0 if self.slow_start else 1.0 / max(1.0, self.window)
             self.window = min(float(self.ceiling()), self.window + grow)
+            if grant is not None:
+                self._scale(grant, usage)
+        self.backoff.ended(grant_id, refused)
         return grant
 
     def release(self, grant_id: str) -> None:
         """Forget a grant whose call will not report (its job ended)."""
         self.in_flight.pop(grant_id, None)
+        self.backoff.released(grant_id)
+
+    def _scale(self, grant: Grant, usage: dict[str, Any]) -> None:
+        """Learn the provider's input tokens per estimated one from a call's ``usage`` (cache reads
+        left out: Anthropic counts them against no input-token limit of current models)."""
+        used = int(usage.get("input") or 0) - int(usage.get("cache_read") or 0)
+        if grant.input > 0 and used > 0:
+            ratio = min(1000.0, max(0.001, used / grant.input))
+            self.input_scale = ratio if self.counts.get("ok", 0) <= 1 else 0.8 * self.input_scale + 0.2 * ratio
 
     def _learn(self, grant: Grant | None, learned: Learned, now: float) -> None:
         seq = grant.seq if grant is not None else self.seq
         since_input = self.granted_input - (grant.cumulative_input if grant is not None else self.granted_input)
         since = {"requests": self.seq - seq, "tokens": since_input, "input_tokens": since_input}
         for name, dim in learned.dims.items():
-            if dim.remaining is None or dim.reset is None:
-                continue
-            known = self.learned.get(name)
-            if known is not None and known.seq > seq and known.reset_at > now:
-                continue  # a later call already told more
-            per_unit = known.per_unit if known is not None else None
-            deficit = (dim.limit or 0) - dim.remaining
-            if dim.limit and deficit >= max(1.0, dim.limit / 4) and dim.reset > 0:
-                # the refill rate, averaged (a reset rounded up to the second overstates it, a
-                # remaining rounded down understates it)
-                seen = dim.reset / deficit
-                per_unit = seen if per_unit is None else 0.8 * per_unit + 0.2 * seen
-            learning = Learning(dim.remaining, now + dim.reset, seq, dim.limit, per_unit)
-            learning.take(since.get(name, 0))  # what the calls granted since take is refilled after
-            self.learned[name] = learning
+            learning = self.learned.setdefault(name, LearnedLimit(name))
+            learning.observe(dim, seq, since.get(name, 0), grant.at if grant is not None else now, now)
 
-    def _refused(self, outcome: str, learned: Learned, now: float) -> None:
-        wait = learned.retry_after
-        if wait is None:
-            wait = learned.exhausted_for()
-        if wait is None:
-            first, most = BACKOFF_SECONDS
-            wait = min(most, first * 2 ** self.strikes)
-            self.strikes += 1
+    def _refused(self, seq: int, outcome: str, learned: Learned, grant: Grant | None, now: float) -> None:
+        hint = None
+        if learned.retry_after is None and outcome == "rate_limited":  # the headers may say when a unit frees
+            charged = grant.input * self.input_scale if grant is not None else 0.0
+            told = self._learned_wait(charged, now, buckets=True)
+            hint = told[0] if told is not None else learned.exhausted_for()
         what = "rate limit (429)" if outcome == "rate_limited" else "overloaded"
-        if now + wait > self.paused_until:
-            self.paused_until = now + wait
-            self.pause_reason = f"the provider answered {what}" + (
-                f", retry-after {learned.retry_after:g}s" if learned.retry_after is not None else "")
-        if now - self.decreased_at >= 1.0:
-            self.window = max(1.0, self.window / 2)
-            self.decreased_at = now
-        self.slow_start = False
+        if self.backoff.refused(seq, self.seq, what, learned.retry_after, now, hint):
+            self.began = True
+            if self.backoff.strikes == 1:  # the first pause of a run of refusals (not a probe's)
+                self.window = max(1.0, self.window / 2)
+            self.slow_start = False
 
-    def pause(self, now: float) -> tuple[float, str] | None:
-        """``(until, reason)`` while the endpoint is paused for every call: a 429/529 pause (monotonic
-        ``until``), else the latest reset of a dimension the headers said has nothing left; None."""
-        if self.paused_until > now:
-            return self.paused_until, self.pause_reason
-        spent = [(learning.reset_at, name) for name, learning in self.learned.items()
-                 if learning.remaining < 1 and now < learning.reset_at < float("inf")]
-        if not spent:
-            return None
-        until, name = max(spent)
-        return until, f"the provider says no {name.replace('_', ' ')} remain until its reset"
+    def pause(self, now: float) -> tuple[float, float, str] | None:
+        """``(until, over, reason)`` while the endpoint waits for every call: a pause after a
+        refusal (``over`` = ``until``, monotonic), else a limit the headers said has nothing left
+        (``until`` its next unit is there, ``over`` when it is full again); None."""
+        if self.backoff.until > now:
+            return self.backoff.until, self.backoff.until, self.backoff.reason
+        spent = [s for learning in self.learned.values() if (s := learning.spent(now)) is not None]
+        return max(spent) if spent else None
 
     def describe(self, now: float) -> dict[str, Any]:
         """The limiter for ``status``: ``endpoint`` (label), ``in_flight``, ``concurrency`` (the
@@ -341,12 +329,12 @@ class Limiter:
                                                                 ("input_tokens_per_minute", self.itpm),
                                                                 ("output_tokens_per_minute", self.otpm),
                                                                 ("max_concurrent", self.max_concurrent)) if v}}
-        if self.paused_until > now:
-            out.update(paused_seconds=round(self.paused_until - now, 3), reason=self.pause_reason)
+        if self.backoff.until > now:
+            out.update(paused_seconds=round(self.backoff.until - now, 3), reason=self.backoff.reason)
         return out
 
 
-def _charge(name: str, input_tokens: int) -> int:
+def _charge(name: str, input_tokens: float) -> float:
     """What one granted call is counted against a learned dimension before its response tells."""
     return {"requests": 1, "tokens": input_tokens, "input_tokens": input_tokens}.get(name, 0)
 

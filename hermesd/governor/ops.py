@@ -25,9 +25,10 @@ class GovernorPlugin(Plugin):
     """The fleet's governor (see the module doc); no job kind."""
 
     events = {
-        "governor.paused": "A provider endpoint is paused for every child: a 429/529 (or an overload mid-stream) or "
-        "its rate-limit headers said nothing remains until a reset; once per pause, not again while it lasts. `data`: `endpoint` (provider, URL, key hash), `seconds`, `reason` "
-        "(group-committed).",
+        "governor.paused": "A provider endpoint is paused for every child: a 429/529 (or an overload mid-stream) — "
+        "once per pause: one for the calls refused together, one per probe refused again — or its rate-limit headers "
+        "said nothing remains (once until that limit is full again). `data`: `endpoint` (provider, URL, key hash), "
+        "`seconds`, `reason` (group-committed).",
     }
 
     def __init__(self, ctx: Any):

@@ -43,8 +43,8 @@ class Governor:
     ``(requests_per_minute, input_tokens_per_minute, output_tokens_per_minute, max_concurrent)``
     (None each when not configured); ``clock``: monotonic seconds; ``wall``: epoch seconds
     (to read reset times); ``on_pause(limiter, seconds, reason)``: called once when a pause of an
-endpoint begins (a 429/529, or headers saying nothing remains; :meth:`Limiter.pause`), not again
-while it lasts (it may be extended meanwhile).
+endpoint begins (after a refusal: once per pause, not per call refused; or headers saying nothing
+remains: once until that limit is full again; :meth:`_announce`).
     """
 
     def __init__(self, limits: Callable[[str, str], tuple[Any, Any, Any, Any]],
@@ -65,8 +65,7 @@ while it lasts (it may be extended meanwhile).
             label = f"{provider} {shown(endpoint)}" + (f" key {key[:8]}" if key else "")
             fresh = Limiter(label, *configured, now=self.clock())
             if found is not None:  # a reload changed the limits: what was learned stays
-                for name in ("in_flight", "paused_until", "pause_reason", "learned", "seq", "granted_input", "counts",
-                             "slow_start", "queue", "announced_until"):
+                for name in Limiter.STATE:
                     setattr(fresh, name, getattr(found, name))
                 fresh.window = min(found.window, float(fresh.ceiling()))
             self.limiters[(provider, endpoint, key)] = found = fresh
@@ -117,14 +116,21 @@ while it lasts (it may be extended meanwhile).
             self.ledger.settle(job, grant_id, model, usage)
 
     def _announce(self, limiter: Limiter, now: float) -> None:
-        """Call ``on_pause`` when a pause of ``limiter`` begins (none announced lasts still)."""
-        pause = limiter.pause(now)
-        if pause is None:
+        """Call ``on_pause`` when a pause of ``limiter`` begins: each pause after a refusal (one
+        per run of calls refused together, one per probe refused again), and a limit the headers
+        said has nothing left when no such pause was announced since the limit was last full."""
+        if limiter.began:
+            limiter.began = False
+            if self.on_pause is not None:
+                self.on_pause(limiter, limiter.paused_until - now, limiter.backoff.reason)
             return
-        until, reason = pause
+        pause = limiter.pause(now)
+        if pause is None or limiter.paused_until > now:
+            return
+        until, over, reason = pause
         if limiter.announced_until <= now and self.on_pause is not None:
             self.on_pause(limiter, until - now, reason)
-        limiter.announced_until = max(limiter.announced_until, until)
+        limiter.announced_until = max(limiter.announced_until, over)
 
     def forget(self, job: str) -> None:
         """``job`` ended: its grants are released and it waits no more."""
