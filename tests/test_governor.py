@@ -205,9 +205,10 @@ def test_a_headers_only_wait_counts_down_in_ps_and_status_says_why(make_daemon):
 
 @pytest.mark.slow  # over 10 s: the default run stays short; .ci/run runs it
 def test_jobs_waiting_for_the_rate_limit_are_served_in_the_order_they_asked(make_daemon):
-    """1 request per 2 s, told by the headers: four jobs started one by one (each once the one
-    before waits) make their calls in that order, whoever of them asks again first."""
-    with FakeAnthropic(limits=Limits(requests=1, window=2)) as api:
+    """1 request per 4 s, told by the headers: four jobs started one by one (each once the one
+    before waits; paced to the bucket, a job that started more slowly than a request's worth
+    refills would not wait at all) make their calls in that order, whoever of them asks again first."""
+    with FakeAnthropic(limits=Limits(requests=1, window=4)) as api:
         daemon = warm(make_daemon(_anthropic(api), env={"ANTHROPIC_API_KEY": "sk-ant-fifo-secret"}))
         jobs = []
         for i in range(4):
