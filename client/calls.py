@@ -52,6 +52,45 @@ class ClientError(Exception):
         self.lost = lost
 
 
+AWAY_POLL_SECONDS = 1.0
+"""Seconds between two looks of a follower for the daemon it lost (:class:`Away`)."""
+
+
+class Away:
+    """What a follower (``events -f``, ``logs -f``) says of a daemon it lost once it had reached
+    it: once when it goes (``WHY; following WHAT again once it is back``), once when it answers
+    again (``hermesd is back; following WHAT again``), each through ``say(text)``.  :meth:`lost`
+    takes the ``lost`` callbacks of :meth:`client.connection.Connection.follow`; :meth:`retry`
+    runs a request until the daemon answers it."""
+
+    def __init__(self, say: Callable[[str], None], what: str):
+        self.say, self.what, self.away = say, what, False
+
+    def lost(self, why: str | None) -> None:
+        """The daemon could not be reached (``why``), or answered again (None)."""
+        if why is None:
+            if self.away:
+                self.say(f"hermesd is back; following {self.what} again")
+            self.away = False
+        elif not self.away:
+            self.away = True
+            self.say(f"{why}; following {self.what} again once it is back")
+
+    def retry(self, step: Callable[[], Any]) -> Any:
+        """``step()``'s value, tried again every :data:`AWAY_POLL_SECONDS` for as long as it raises
+        :class:`ClientError` (the daemon gone, or not answering); :class:`ProtocolError` (the daemon
+        refused) goes through."""
+        while True:
+            try:
+                value = step()
+            except ClientError as err:
+                self.lost(err.message)
+                time.sleep(AWAY_POLL_SECONDS)
+                continue
+            self.lost(None)
+            return value
+
+
 def lock_pid(lock: Path) -> int | None:
     """The pid written in ``hermesd.lock`` (``None`` when missing or unreadable)."""
     try:

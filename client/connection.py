@@ -157,15 +157,19 @@ class Connection(Calls):
         published while the SUB socket was reconnecting are not missed; a
         daemon restart is survived (errors while it is down are retried).
         ``stop_after`` (seconds) ends the iteration.  ``lost(reason)`` is told once when the
-        daemon cannot be reached while following, and ``lost(None)`` once it answers again.
+        daemon cannot be reached while following, and ``lost(None)`` once it answers again:
+        also when it is gone before the subscription (between a follower's first request and
+        this call), which is tried again every ``idle`` seconds.
         """
-        sub = self.subscribe() if follow else None
+        sub = None
         last = since
         end = None if stop_after is None else time.monotonic() + stop_after
         away = False
         try:
             while True:
                 try:
+                    if follow and sub is None:
+                        sub = self.subscribe()
                     for event in self._backlog(last):
                         last = event["seq"]
                         yield event
@@ -183,6 +187,9 @@ class Connection(Calls):
                 while True:
                     if end is not None and time.monotonic() >= end:
                         return
+                    if sub is None:  # not subscribed yet: the daemon is away
+                        time.sleep(idle if end is None else max(0.0, min(idle, end - time.monotonic())))
+                        break
                     if not sub.poll(int(idle * 1000)):
                         break  # idle: look at the backlog in case something was missed
                     _topic, payload = sub.recv_multipart()

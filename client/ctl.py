@@ -21,6 +21,7 @@ from click.shell_completion import CompletionItem
 from client import approvals, batch, dashboard, kanban, render, sessions, top, usage, verbs, worktrees
 from client.common import (COMPLETION_HELP, Ctl, conn, fail, global_options, is_json, json_option, out, run, show,
                            stopped_watching)
+from client.calls import Away
 from client.connection import ClientError, Connection
 from hermesd.protocol import ProtocolError, exit_codes_text
 
@@ -146,9 +147,16 @@ RAY_ITEM_NO_LOG = "{job} left no log: it never started on a node, or it was lost
 
 
 def _print_log(job_id: str, follow: bool) -> None:
+    """Print ``job_id``'s log from its start; ``follow``: as it grows until the job ends, waiting
+    for a daemon that goes away meanwhile (said once on stderr: :class:`client.calls.Away`)."""
     offset = 0
+    away = Away(lambda text: out(f"hermesctl: {text}", err=True), f"the log of {job_id}")
+
+    def read() -> dict[str, Any]:
+        return conn().call("logs", id=job_id, offset=offset)
+
     while True:
-        chunk = conn().call("logs", id=job_id, offset=offset)
+        chunk = away.retry(read) if follow else read()
         if chunk["data"]:
             if is_json():
                 render.emit_json({"job": job_id, "offset": offset, "data": chunk["data"]})

@@ -18,7 +18,7 @@ import os
 import sys
 
 from client import render
-from client.calls import GAP_EVENT
+from client.calls import GAP_EVENT, Away
 from hermesd.protocol import EXIT_CODES
 
 TYPE_CHECKING = False  # as hermesd.protocol's: typing is not imported
@@ -337,31 +337,44 @@ def events(s: Session, since: int | None, follow: bool, lines: int | None, types
            oldest_first: bool, limit: int | None) -> None:
     """Print events from the log (each with seq, type, time, job), newest first;
     --since, -n or --oldest-first: in order.  --follow starts at the end, as
-    journalctl -f does (the last 10, or -n N).  Where retention removed events
+    journalctl -f does (the last 10, or -n N), and waits for a daemon that goes away
+    (saying so once on stderr) from its first answer on.  Where retention removed events
     a line says so (type events.removed)."""
     def emit(event: dict[str, Any]) -> None:
         render.emit_json(event) if s.json else s.out(render.event_text(event))
 
-    if since is None and (follow or lines is not None):
-        end = s.conn.call("events_since", since=0, limit=1)["last_seq"]
-        last = []
+    def wanted(event: dict[str, Any]) -> bool:
+        return not types or event["type"] in types or event["type"] == GAP_EVENT
+
+    def last(end: int) -> list[dict[str, Any]]:
+        """The last ``-n`` events (10 by default) up to seq ``end``, oldest first."""
+        found = []
         for event in s.conn.events_newest_first(list(types) or None):
-            if len(last) >= (10 if lines is None else lines):
+            if len(found) >= (10 if lines is None else lines):
                 break
             if event["seq"] <= end:
-                last.append(event)
-        for event in reversed(last):
-            emit(event)
-        if not follow:
+                found.append(event)
+        return found[::-1]
+
+    if not follow:
+        if since is None and lines is not None:
+            for event in last(s.conn.call("events_since", since=0, limit=1)["last_seq"]):
+                emit(event)
             return
+        stream = (s.conn.events_newest_first(list(types) or None) if since is None and not oldest_first
+                  else filter(wanted, s.conn.follow(since or 0, follow=False)))
+        for event in take(s, stream, limit, "events"):
+            emit(event)
+        return
+    end = s.conn.call("events_since", since=0, limit=1)["last_seq"]  # the first answer: without a daemon, exit 3
+    away = Away(lambda text: s.out(f"{s.prog}: {text}", err=True), "the events")
+    if since is None:
+        for event in away.retry(lambda: last(end)):  # the daemon may go between two requests
+            emit(event)
         since = end
-    if since is None and not follow and not oldest_first:
-        stream = s.conn.events_newest_first(list(types) or None)
-    else:
-        stream = (e for e in s.conn.follow(since or 0, follow=follow)
-                  if not types or e["type"] in types or e["type"] == GAP_EVENT)
-    for event in (stream if follow else take(s, stream, limit, "events")):
-        emit(event)
+    for event in s.conn.follow(since, lost=away.lost):  # gone before it subscribes too: it waits
+        if wanted(event):
+            emit(event)
 
 
 VERBS: dict[str, Verb] = {verb.name: verb for verb in (

@@ -50,6 +50,26 @@ def wait_for(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0
         time.sleep(interval)
 
 
+def paused_after_first(env: dict[str, str], base: Path, op: str, seconds: float = 2.0) -> dict[str, str]:
+    """``env`` for a client that pauses ``seconds`` after its first ``op`` request was answered
+    (a ``sitecustomize`` in ``base`` wraps ``Connection.call``) and touches ``base/paused`` as
+    it begins: a test kills the daemon in that window, between a follower's first answer and
+    what it does next (on a loaded machine the daemon once went just there)."""
+    (base / "sitecustomize.py").write_text(
+        "import pathlib, time\n"
+        "from client import connection\n"
+        "call, first = connection.Connection.call, []\n"
+        "def paused(self, op, _timeout=None, **args):\n"
+        "    out = call(self, op, _timeout, **args)\n"
+        f"    if op == {op!r} and not first:\n"
+        "        first.append(op)\n"
+        f"        pathlib.Path({str(base / 'paused')!r}).touch()\n"
+        f"        time.sleep({seconds!r})\n"
+        "    return out\n"
+        "connection.Connection.call = paused\n")
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, (str(base), env.get("PYTHONPATH"))))}
+
+
 def command_line(proc: psutil.Process) -> str:
     """``proc``'s command line as one string; ``""`` once it has exited (a zombie not yet reaped, or
     gone): a process can end between being listed and being read."""

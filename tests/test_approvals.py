@@ -4,13 +4,12 @@ person — approved, denied, timed out, refused with nobody to ask, across kill 
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
 
 from hermesd.protocol import ProtocolError
-from tests.harness import wait_for
+from tests.harness import paused_after_first, wait_for
 
 HELD = "echo curl-x | sh; echo ran-it"
 """A command the tripwire holds (a download piped into a shell) that does nothing when run."""
@@ -143,18 +142,7 @@ def test_a_follower_says_when_the_daemon_is_back_and_counts_again_at_once(make_d
     # follower must wait for it, not exit
     slow = tmp_path / "slow"
     slow.mkdir()
-    (slow / "sitecustomize.py").write_text(
-        "import time\n"
-        "from client import connection\n"
-        "call, first = connection.Connection.call, []\n"
-        "def paused(self, op, _timeout=None, **args):\n"
-        "    out = call(self, op, _timeout, **args)\n"
-        "    if op == 'approvals.list' and not first:\n"
-        "        first.append(op)\n"
-        "        time.sleep(2.0)\n"
-        "    return out\n"
-        "connection.Connection.call = paused\n")
-    env = {**d.env, "PYTHONPATH": os.pathsep.join(filter(None, (str(slow), d.env.get("PYTHONPATH"))))}
+    env = paused_after_first(d.env, slow, "approvals.list")
     with open(errors, "w") as err:
         follower = subprocess.Popen([sys.executable, "-m", "client", "approvals", "--follow"], env=env,
                                     stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)

@@ -16,7 +16,7 @@ import time
 
 from hermesd import __version__
 from hermesd.protocol import EXIT_CODES
-from tests.harness import wait_for
+from tests.harness import paused_after_first, wait_for
 from tests.test_batch_daemon import hermes_batch
 
 LONG = [{"text": "resting", "sleep": 60}]
@@ -97,6 +97,58 @@ def test_events_follow_starts_at_the_end_as_journalctl_does(daemon):
     finally:
         follow.kill()
         follow.wait(10)
+
+
+def _follower_losing_the_daemon_after_its_first(d, tmp_path, op: str, *args: str):
+    """``hermesctl ARGS`` (stdout and stderr to files) that pauses after its first ``op`` answer;
+    daemon ``d`` is killed in that pause, and once the follower says it waits for it, started
+    again.  Returns ``(follower, stdout file, stderr file)``."""
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    out, err = tmp_path / "follower.out", tmp_path / "follower.err"
+    with open(out, "w") as o, open(err, "w") as e:
+        follower = subprocess.Popen([sys.executable, "-m", "client", *args], stdout=o, stderr=e,
+                                    stdin=subprocess.DEVNULL, env=paused_after_first(d.env, slow, op))
+    wait_for((slow / "paused").exists, what="the follower in its window")
+    d.kill9()
+    wait_for(lambda: "again once it is back" in err.read_text(), what="the follower to say it waits")
+    assert follower.poll() is None, err.read_text()
+    d.start()
+    wait_for(lambda: "hermesd is back; following" in err.read_text(), what="the follower back")
+    return follower, out, err
+
+
+@pytest.mark.parametrize("since", [[], ["--since", "0"]], ids=["the last 10 first", "subscribing next"])
+def test_events_follow_waits_for_a_daemon_lost_between_its_first_answer_and_its_subscription(make_daemon, tmp_path,
+                                                                                               since):
+    d = make_daemon()
+    follower, out, err = _follower_losing_the_daemon_after_its_first(d, tmp_path, "events_since", "events", "-f",
+                                                                     *since)
+    try:
+        job = d.delegate("after the restart")["id"]
+        wait_for(lambda: job in out.read_text(), what="the new job's events")
+        assert follower.poll() is None and "Traceback" not in err.read_text()
+        assert "following the events again once it is back" in err.read_text()
+    finally:
+        follower.kill()
+        follower.wait(10)
+
+
+def test_logs_follow_waits_for_a_daemon_lost_after_its_first_answer(make_daemon, tmp_path):
+    d = make_daemon()
+    script = [{"tool_calls": [{"name": "terminal", "input": {"command": "echo logged"}}]}, *LONG]
+    job = d.delegate("resting", background=True, script=script, toolsets=["terminal"], resume=False)["id"]
+    wait_for(lambda: d.call("job", id=job)["status"] == "running" and d.call("logs", id=job)["size"],
+             what="the job running, its log begun")
+    follower, out, err = _follower_losing_the_daemon_after_its_first(d, tmp_path, "job", "logs", "-f", job)
+    try:
+        assert follower.wait(30) == 0, err.read_text()  # the job ended lost with the daemon: the log is whole
+    finally:
+        follower.kill()
+        follower.wait(10)
+    assert d.call("job", id=job)["status"] == "lost"
+    assert out.read_text() == (d.home / "jobs" / job / "log").read_text() and "Traceback" not in err.read_text()
+    assert f"following the log of {job} again once it is back" in err.read_text()
 
 
 def _on_a_terminal(daemon, *args: str, env: dict[str, str] | None = None) -> str:
