@@ -18,7 +18,7 @@ from typing import Any, Callable
 import click
 from click.shell_completion import CompletionItem
 
-from client import approvals, batch, dashboard, kanban, render, sessions, top, usage, verbs, worktrees
+from client import approvals, batch, dashboard, kanban, mcp, render, sessions, top, usage, verbs, worktrees
 from client.common import (COMPLETION_HELP, Ctl, conn, fail, global_options, is_json, json_option, out, run, show,
                            stopped_watching)
 from client.calls import Away
@@ -251,6 +251,7 @@ def main() -> None:
 
 
 for _family in ([verb_command(v) for v in verbs.VERBS.values()], sessions.COMMANDS, kanban.COMMANDS,
-                approvals.COMMANDS, usage.COMMANDS, worktrees.COMMANDS, dashboard.COMMANDS, (top.top_command, batch.batch_group)):
+                approvals.COMMANDS, usage.COMMANDS, worktrees.COMMANDS, dashboard.COMMANDS, mcp.COMMANDS,
+                (top.top_command, batch.batch_group)):
     for _command in _family:
         cli.add_command(_command)

@@ -154,7 +154,7 @@ def _top_level_imports(path: Path) -> set[str]:
 
 def test_clients_import_in_one_direction_and_load_nothing_heavy_at_start():
     order = ["client/ctl.py", "client/sessions.py", "client/batch.py", "client/kanban.py", "client/approvals.py",
-             "client/usage.py", "client/worktrees.py", "client/dashboard.py", "client/top.py",
+             "client/usage.py", "client/worktrees.py", "client/dashboard.py", "client/mcp.py", "client/top.py",
              "client/tui.py", "client/top_board.py", "client/common.py", "client/fast.py", "client/verbs.py",
              "client/render.py", "client/connection.py", "client/calls.py", "client/zmtp.py"]
     assert set(order) | {"client/__init__.py", "client/__main__.py"} == {m for m in modules() if m.startswith("client/")}

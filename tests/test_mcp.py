@@ -95,6 +95,12 @@ def test_a_toolset_naming_no_server_is_refused(make_daemon):
         with pytest.raises(ProtocolError) as info:
             d.delegate("x", toolsets=[toolset])
         assert why in str(info.value)
+    listed = d.ctl("mcp", "list")
+    assert listed.returncode == 0 and "mcp:time" in listed.stdout and "disabled" in listed.stdout, listed
+    tools = d.ctl("mcp", "tools", "time")
+    assert tools.returncode == 0, tools.stderr
+    assert "mcp__time__get_current_time" in tools.stdout and "2 tool(s) from MCP server time" in tools.stdout
+    assert d.ctl("mcp", "tools", "nope").returncode == 5
 
 
 def test_check_config_names_each_bad_server_key(tmp_path):
@@ -227,3 +233,32 @@ def test_a_streamable_http_server(make_daemon, http_server):
     echoed, picture = tool_results(d, job)
     assert "echo: hi" in echoed
     assert "[image: image/png, 12 bytes (base64), not shown]" in picture
+
+
+def test_the_readme_example_is_a_valid_config():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("### MCP servers"):]
+    example = section[section.index("```yaml\n") + 8:section.index("```\n", section.index("```yaml"))]
+    parsed = config.parse(example)
+    servers = parsed.mcp()
+    assert sorted(servers) == ["git", "github", "time"] and servers["github"].transport == "http"
+    assert servers["git"].include == ["git_status", "git_log", "git_diff"] and not servers["github"].enabled
+
+
+def test_a_kanban_profile_declares_servers_only_its_workers_get():
+    from hermesd.kanban import profiles
+    from hermesd.mcp.ops import OWN, known_to
+
+    checked = profiles.check({"description": "keeps time", "mcp_servers": {"clock": TIME}})
+    assert checked["mcp_servers"] == {"clock": TIME}
+    with pytest.raises(ProtocolError, match=r"mcp_servers\.clock\.url: must be an http"):
+        profiles.check({"description": "x", "mcp_servers": {"clock": {"url": "nowhere"}}})
+    cfg = config.parse("mcp_servers:\n  time:\n    command: x\n")
+    own = {"clock": config_server("clock", TIME)}
+    assert sorted(known_to(cfg, {OWN: own})) == ["clock", "time"] and sorted(known_to(cfg, {})) == ["time"]
+
+
+def config_server(name: str, entry: dict) -> dict:
+    from hermesd.mcp.config import parse_server
+
+    return parse_server(name, entry, []).to_wire()

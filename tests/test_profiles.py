@@ -107,4 +107,4 @@ def test_a_broken_file_shows_every_error_with_its_line(make_daemon):
     assert out.returncode == 7 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         f"hermesctl: {broken}:2: provider: must be one of " + ", ".join(PROVIDERS),
-        f"{broken}:3: colour: unknown key (known keys: name, description, model, provider, toolsets, worktree)"]
+        f"{broken}:3: colour: unknown key (known keys: name, description, model, provider, toolsets, worktree, mcp_servers)"]

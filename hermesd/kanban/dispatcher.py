@@ -35,7 +35,9 @@ from typing import Any
 
 from hermesd import clock, paths
 from hermesd.contract.states import TERMINAL, JobStatus
-from hermesd.contract.toolsets import WORKER_ROLE
+from hermesd.contract.toolsets import MCP_TOOLSET, WORKER_ROLE
+from hermesd.mcp.config import servers
+from hermesd.mcp.ops import OWN as OWN_MCP
 from hermesd.kanban import profiles
 from hermesd.kanban.board import Board
 from hermesd.protocol import ProtocolError, expand_toolsets
@@ -218,11 +220,14 @@ class Dispatcher:
                                       task=task["id"], title=task["title"],
                                       ttl=self.d.config.kanban.heartbeat_ttl_seconds)
         goal = f"Task {task['id']}: {task['title']}" + (f"\n\n{task['body']}" if task["body"] else "")
+        own = servers(profile.mcp_servers)  # its own MCP servers: only its workers get them
         return {"goal": goal, "context": self.context(task) or None, "role": WORKER_ROLE,
-                "toolsets": [t for t in base if t not in NOT_FOR_WORKERS] + ["kanban"],
+                "toolsets": [t for t in base if t not in NOT_FOR_WORKERS] + ["kanban"]
+                + [MCP_TOOLSET + name for name, server in own.items() if server.enabled and MCP_TOOLSET + name not in base],
                 "model": profile.model, "provider": profile.provider, "depth": 1, "parent": task["id"],
                 "cwd": task["cwd"] or str(self.workspace(task["board"])),
-                "spec": {"system_prompt": prompt, **({"worktree": True} if profile.worktree else {})}}
+                "spec": {"system_prompt": prompt, **({"worktree": True} if profile.worktree else {}),
+                         **({OWN_MCP: {n: v.to_wire() for n, v in own.items()}} if own else {})}}
 
     def context(self, task: dict[str, Any]) -> str:
         """What a worker should know besides its task: the results of the tasks it

@@ -274,10 +274,11 @@ async def profile_create(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``description`` (what it is good at; orchestrators route by it), optional
     ``model``, ``provider``, ``toolsets`` (default: the config's; ``all`` never
     includes ``kanban``), ``worktree`` (its workers run in git worktrees of their own),
-    ``replace`` (overwrite an existing profile).  Returns
+    ``mcp_servers`` (MCP servers of its own, only its workers get: ``hermesd.mcp.config``), ``replace`` (overwrite an existing profile).  Returns
     ``{name, description, model, provider, toolsets, worktree, path}``; ``invalid_state``
     when it exists and ``replace`` is off."""
-    fields = {k: args[k] for k in ("description", "model", "provider", "toolsets", "worktree") if k in args}
+    fields = {k: args[k] for k in ("description", "model", "provider", "toolsets", "worktree", "mcp_servers")
+              if k in args}
     profile = profiles.save(arg(args, "name", str), fields, replace=arg(args, "replace", bool, False))
     ctx.events.emit("profile.created", data=profile.to_dict())
     return profile.to_dict()

@@ -10,6 +10,7 @@ answers with every profile).  The file holds::
     provider: null       # null: the daemon's delegation.provider / provider
     toolsets: null       # null: the config's toolsets; `kanban` is always added for workers
     worktree: false      # true: each worker runs in a git worktree of its own (branch hermes/JOB_ID)
+    mcp_servers: {}      # MCP servers of its own (the shape of config.yaml's), which only its workers get
 
 The files are the truth: they are read on every use, so an edit by hand takes
 effect at the next dispatch, and a broken file is reported (``invalid_config``
@@ -28,6 +29,7 @@ from typing import Any, Callable
 from hermesd import config as config_mod
 from hermesd import paths
 from hermesd.contract.providers import PROVIDERS
+from hermesd.mcp.config import parse_servers
 from hermesd.protocol import ProtocolError, expand_toolsets, one_line
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -36,13 +38,15 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_DESCRIPTION = 4000
 """Longest description, in characters (it goes into every orchestrator's ``kanban_list``)."""
 
-KEYS = ("name", "description", "model", "provider", "toolsets", "worktree")
+KEYS = ("name", "description", "model", "provider", "toolsets", "worktree", "mcp_servers")
 
 
 @dataclass(frozen=True)
 class Profile:
     """One worker profile.  ``toolsets`` None means the config's toolsets; ``worktree``: its workers
-    run in git worktrees of their own (:mod:`hermesd.worktrees.plugin`); ``path`` is its file."""
+    run in git worktrees of their own (:mod:`hermesd.worktrees.plugin`); ``mcp_servers``: MCP servers
+    of its own as written (``mcp_servers:``, checked: :func:`hermesd.mcp.config.parse_servers`), which its
+    workers get besides their toolsets' (:mod:`hermesd.mcp.ops`); ``path`` is its file."""
 
     name: str
     description: str
@@ -50,6 +54,7 @@ class Profile:
     provider: str | None = None
     toolsets: list[str] | None = None
     worktree: bool = False
+    mcp_servers: dict[str, Any] | None = None
     path: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,7 +76,8 @@ def file_of(name: str) -> Path:
 
 def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None = None,
           line_of: Callable[[str], int | None] = lambda _key: None) -> dict[str, Any]:
-    """Validate profile ``fields`` (``description``, ``model``, ``provider``, ``toolsets``, ``worktree``).
+    """Validate profile ``fields`` (``description``, ``model``, ``provider``, ``toolsets``, ``worktree``,
+    ``mcp_servers``: :func:`hermesd.mcp.config.parse_servers`).
 
     Returns them normalised (toolsets expanded, ``all`` never giving ``kanban``).
     Raises ``ProtocolError`` with code ``bad`` naming every wrong field, one line each
@@ -107,6 +113,9 @@ def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None 
                 toolsets = expand_toolsets(toolsets)
             except ProtocolError as err:
                 wrong("toolsets", err.message)
+    servers, server_problems = parse_servers(fields.get("mcp_servers"))
+    for key, reason in server_problems:
+        wrong("mcp_servers" + (f".{key}" if key else ""), reason)
     if problems:
         problems.sort(key=lambda p: p["line"] or 0)
         text = [":".join(str(w) for w in (p["file"], p["line"]) if w) for p in problems]
@@ -114,7 +123,8 @@ def check(fields: dict[str, Any], *, bad: str = "bad_request", file: str | None 
                                            for where, p in zip(text, problems)),
                             {**problems[0], "problems": problems})
     return {"description": description.strip(), "model": fields.get("model") or None,
-            "provider": fields.get("provider") or None, "toolsets": toolsets, "worktree": fields.get("worktree") is True}
+            "provider": fields.get("provider") or None, "toolsets": toolsets, "worktree": fields.get("worktree") is True,
+            "mcp_servers": dict(fields["mcp_servers"]) if servers else None}
 
 
 def load(name: str) -> Profile:
@@ -182,7 +192,8 @@ def save(name: str, fields: dict[str, Any], *, replace: bool = False) -> Profile
     tmp = path.with_suffix(".tmp")
     import yaml
 
-    text = yaml.safe_dump({"name": name, **checked}, sort_keys=False, allow_unicode=True)
+    written = {k: v for k, v in checked.items() if v is not None or k != "mcp_servers"}  # none: no key
+    text = yaml.safe_dump({"name": name, **written}, sort_keys=False, allow_unicode=True)
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()

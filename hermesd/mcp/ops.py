@@ -6,7 +6,8 @@ A job picks servers by its toolsets ``mcp:NAME`` (``--toolsets terminal,mcp:time
 the job's own (a Kanban profile's, in its spec's ``own_mcp_servers``) — else the request is
 refused naming it; at ``child.hello`` (:meth:`McpPlugin.any_spec`) the spec's
 ``mcp_servers`` gets their settings.  The daemon never speaks MCP (it imports no SDK): the
-child is the client (:mod:`child.mcp`).  ``mcp.list`` answers the configured servers.
+child is the client (:mod:`child.mcp`).  ``mcp.list`` answers the configured servers, ``mcp.tools`` a
+server's tools (asked of it by a probe process, :mod:`hermesd.mcp.probe`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from hermesd.contract.toolsets import mcp_server_of
 from hermesd.contract.wire import JobSpec
 from hermesd.mcp.config import Server, servers, unknown_toolsets
 from hermesd.plugin import Plugin
-from hermesd.protocol import ProtocolError
+from hermesd.mcp.probe import probe
+from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op
 
 OWN = "own_mcp_servers"
@@ -60,3 +62,17 @@ def listing(known: dict[str, Server]) -> list[dict[str, Any]]:
 async def mcp_list(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The MCP servers of ``mcp_servers:`` (the config in force): ``{servers: [...]}`` (:func:`listing`)."""
     return {"servers": listing(servers(ctx.config.mcp_servers))}
+
+
+@op("mcp.tools")
+async def mcp_tools(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """The tools MCP server ``name`` offers, asked of the server (a probe process:
+    :func:`hermesd.mcp.probe.probe`): ``{name, state, error, seconds, tools: [{name, tool, offered,
+    description, input_schema}]}`` (``tool``: ``mcp__NAME__TOOL``; ``offered``: its ``tools:`` lets jobs
+    have it).  ``not_found`` for a name that is no server of ``mcp_servers``."""
+    name = arg(args, "name", str)
+    known = servers(ctx.config.mcp_servers)
+    if name not in known:
+        raise ProtocolError("not_found", f"no MCP server {name!r} in mcp_servers"
+                            + (f" (known: {', '.join(known)})" if known else " (it has none)"), {"server": name})
+    return await probe(ctx, known[name])

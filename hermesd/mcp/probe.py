@@ -1,0 +1,65 @@
+"""``mcp.tools``: what an MCP server offers, asked of the server itself by a probe process.
+
+The daemon imports no SDK, so :func:`probe` runs ``python -m child.mcp.probe`` (the child's
+MCP client, :mod:`child.mcp.probe`) with the server's settings on its standard input, in a
+process group of its own, awaited on the event loop (its exit status from the daemon's
+reaper, ``ProcessManager.watch``, as a hook's), its output in files under the state
+directory (never a pipe the daemon must drain), killed with its server past the server's
+``connect_timeout_seconds`` and a margin.  It dies with the daemon (its lifeline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import tempfile
+from typing import Any
+
+from hermesd.contract.launch import PYTHON
+from hermesd.mcp.config import Server
+from hermesd.system.procs import child_env
+
+MARGIN_SECONDS = 15.0
+"""Seconds a probe may take beyond its server's ``connect_timeout_seconds`` (Python and the SDK starting)."""
+
+
+async def probe(ctx: Any, server: Server) -> dict[str, Any]:
+    """The server's tools as :mod:`child.mcp.probe` prints them; when the probe itself fails or is too
+    slow, ``state`` ``failed`` and an ``error`` with the end of its stderr."""
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[int] = loop.create_future()
+    folder = ctx.config.state_dir()
+    limit = server.connect_timeout_seconds + MARGIN_SECONDS
+    with tempfile.TemporaryFile(dir=folder) as stdin, tempfile.TemporaryFile(dir=folder) as out, \
+            tempfile.TemporaryFile(dir=folder) as err:
+        stdin.write(json.dumps(server.to_wire()).encode())
+        stdin.seek(0)
+        proc = subprocess.Popen([*PYTHON, "-m", "child.mcp.probe"], stdin=stdin, stdout=out, stderr=err,
+                                cwd=folder, start_new_session=True,
+                                env=child_env(dict(os.environ), {"HERMES_DAEMON_PID": str(os.getpid())}))
+        ctx.procs.watch(proc.pid, lambda code: exited.done() or exited.set_result(code))
+        try:
+            code = await asyncio.wait_for(asyncio.shield(exited), limit)
+        except asyncio.TimeoutError:
+            _kill(proc.pid)
+            code = await exited
+        finally:
+            proc.returncode = exited.result() if exited.done() else None  # reaped by the daemon, not by Popen
+        out.seek(0)
+        err.seek(0)
+        text, errors = out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"name": server.name, "state": "failed", "tools": [], "seconds": None,
+                "error": f"the probe of it ended with exit status {code}: {errors.strip()[-600:] or 'no output'}"}
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
