@@ -22,7 +22,7 @@ from hermesd.contract.states import TERMINAL
 from hermesd.protocol import ProtocolError
 
 HERE = Path(__file__).parent
-PAGE_ROWS = 200
+PAGE_ROWS = 100
 STATUS_CODES = {"not_found": 404, "invalid_state": 409, "bad_request": 400, "too_large": 413,
                 "capacity_reached": 429, "forbidden": 403}
 

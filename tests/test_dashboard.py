@@ -10,22 +10,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from tests.browser import CHROMEDRIVER, CHROMIUM, Dashboard, chromium
 from tests.harness import ROOT, DaemonProc, wait_for
 from tests.test_approvals import HELD
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 if not (CHROMIUM.exists() and CHROMEDRIVER.exists()) and not os.environ.get("CI"):
     pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)",
                 allow_module_level=True)
@@ -38,55 +35,15 @@ PAGES = ("/", "/job/deleg_x", "/job/deleg_x/part", "/job/deleg_x/log", "/approva
 SHOTS: dict[str, Path] = {}
 
 
-class Dashboard:
-    """The dashboard process ``hermesctl dashboard`` started: its URL, token and pid."""
-
-    def __init__(self, daemon: DaemonProc):
-        out = daemon.ctl("dashboard", "--listen", "127.0.0.1:0")
-        assert out.returncode == 0, out.stderr
-        self.url = out.stdout.strip()
-        self.base, self.token = self.url.split("?token=")
-        self.base = self.base.rstrip("/")
-        self.pid = json.loads((daemon.runtime / "dashboard.json").read_text())["pid"]
-
-    def http(self, path: str, data: dict | None = None, headers: dict | None = None, token: bool = True):
-        """``(status, body)`` of one request (a POST when ``data``), with the bearer token unless not ``token``."""
-        body = None if data is None else "&".join(f"{k}={urllib.request.quote(str(v))}" for k, v in data.items()).encode()
-        heads = {**({"Authorization": f"Bearer {self.token}"} if token else {}), **(headers or {})}
-        if body is not None:
-            heads["Content-Type"] = "application/x-www-form-urlencoded"
-        request = urllib.request.Request(self.base + path, data=body, headers=heads)
-        try:
-            with urllib.request.urlopen(request, timeout=15) as answer:
-                return answer.status, answer.read(200_000).decode()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read().decode()
-
-    def stop(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """One daemon (approvals wait for a person), one dashboard, one headless Chromium."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     daemon = DaemonProc(tmp_path_factory.mktemp("dash"), {"delegation": {"stale_after_seconds": 60}})
     dashboard = driver = None
     try:
         daemon.start()
         dashboard = Dashboard(daemon)
-        options = webdriver.ChromeOptions()
-        options.binary_location = str(CHROMIUM)
-        for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1200,900", "--disable-extensions", "--no-first-run"):
-            options.add_argument(flag)
-        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-        driver.set_page_load_timeout(30)
+        driver = chromium()
         driver.get(dashboard.url)  # the token once: the cookie from then on
         yield daemon, dashboard, driver
     finally:
@@ -158,6 +115,8 @@ def test_without_the_token_every_page_and_action_is_refused(site):
     assert dashboard.http(f"/job/{job}/cancel", {"csrf": "x"}, {"Sec-Fetch-Site": "cross-site"})[0] == 403
     assert dashboard.http(f"/job/{job}/cancel", {"csrf": "wrong"})[0] == 403
     assert daemon.call("job", id=job)["status"] in ("queued", "starting", "running")
+    again = daemon.ctl("dashboard")  # the running one is found, not a second started
+    assert again.returncode == 0 and again.stdout.strip() == dashboard.url
     token_file = daemon.home / "dashboard.token"
     assert token_file.stat().st_mode & 0o777 == 0o600
     status, head = dashboard.http("/")
