@@ -80,8 +80,8 @@ class Sample:
 
     @functools.cached_property
     def stats(self) -> dict[str, dict[str, int]]:
-        """``tool_stats`` of the trace (:func:`batch.trajectories.tool_stats`)."""
-        return trajectories.tool_stats(self.trace)
+        """``tool_stats`` of the trace (:func:`batch.trajectories.tool_stats`), the sample's MCP tools included."""
+        return trajectories.tool_stats(self.trace, trajectories.offered_tools({"tools": self.trajectory.get("tools") or []}))
 
     def meta(self, key: str) -> Any:
         """The metadata value ``key`` (None when missing)."""
@@ -144,7 +144,8 @@ LINE: tuple[Key, ...] = (
     Key("api_calls", "int64", "Hermes: model calls made.", lambda s: s.api_calls),
     Key("toolsets_used", ListOf("string"), "Hermes: the toolsets the sample was offered.",
         lambda s: [str(t) for t in s.toolsets]),
-    Key("tool_stats", "json", "Hermes: `{tool: {count, success, failure}}` for every known tool, zeros included.",
+    Key("tool_stats", "json", "Hermes: `{tool: {count, success, failure}}` for every known tool, zeros included, and "
+        "the sample's MCP tools (`mcp__NAME__TOOL`).",
         lambda s: s.stats),
     Key("tool_error_counts", "json", "Hermes: `{tool: failures}` for every known tool.",
         lambda s: trajectories.tool_error_counts(s.stats)),

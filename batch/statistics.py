@@ -63,6 +63,7 @@ from typing import Any
 from batch import groups, trajectories
 from batch.checkpoint import Checkpoint
 from hermesd import clock
+from hermesd.contract.toolsets import MCP_TOOL
 
 
 def _rate(part: int, whole: int) -> float:
@@ -96,8 +97,8 @@ class Tally:
         self.turns_with_reasoning += reasoning
         self.samples_with_reasoning += reasoning > 0
         for name, entry in (line.get("tool_stats") or {}).items():
-            if name in self.tools:
-                self.tools[name].update({k: int(entry.get(k) or 0) for k in ("count", "success", "failure")})
+            if name in self.tools or name.startswith(MCP_TOOL):  # an MCP tool counts from its first sample
+                self.tools.setdefault(name, Counter()).update({k: int(entry.get(k) or 0) for k in ("count", "success", "failure")})
         self.tokens.update({k: int((meta.get("tokens") or {}).get(k) or 0) for k in ("input", "output")})
         self.api_calls += int(line.get("api_calls") or 0)
         self.seconds += float(meta.get("duration_seconds") or 0.0)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from batch import files
-from hermesd.contract.toolsets import TOOL_NAMES
+from hermesd.contract.toolsets import MCP_TOOL, TOOL_NAMES
 
 KNOWN_TOOLS: tuple[str, ...] = TOOL_NAMES
 """Every tool a child can have, sorted (:data:`hermesd.contract.toolsets.TOOL_NAMES`, which the child's
@@ -66,10 +66,12 @@ def batch_files(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def tool_stats(trace: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """``{tool: {count, success, failure}}`` for every tool of :data:`KNOWN_TOOLS`,
-    from a child's tool trace (``[{"name", "ok", "bytes"}]``); unknown names are not counted."""
-    stats = {name: {"count": 0, "success": 0, "failure": 0} for name in KNOWN_TOOLS}
+def tool_stats(trace: list[dict[str, Any]], offered: list[str] | tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
+    """``{tool: {count, success, failure}}`` for every tool of :data:`KNOWN_TOOLS` and of ``offered``
+    (the sample's own: its MCP servers' ``mcp__NAME__TOOL``), from a child's tool trace
+    (``[{"name", "ok", "bytes", "seconds"}]``); other names are not counted."""
+    stats = {name: {"count": 0, "success": 0, "failure": 0}
+             for name in (*KNOWN_TOOLS, *(n for n in offered if n.startswith(MCP_TOOL)))}
     for call in trace:
         entry = stats.get(str(call.get("name")))
         if entry is not None:

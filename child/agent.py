@@ -478,7 +478,8 @@ class Agent:
             synthetic=bool(getattr(self.provider, "synthetic", False)),
             provider=getattr(self.provider, "name", self.spec.provider),
             model=getattr(self.provider, "model", self.spec.model),
-            messages=list(self.new), trajectory=self.trajectory() if self.spec.record_trajectory else None)
+            messages=list(self.new), trajectory=self.trajectory() if self.spec.record_trajectory else None,
+            mcp=self.mcp.states() if self.mcp is not None else None)
 
     def trajectory(self) -> dict[str, Any]:
         """The whole conversation as training data (:mod:`child.trajectory`):

@@ -170,7 +170,7 @@ def jobs_table(records: Iterable[dict[str, Any]]) -> None:
         status = (rec.get("status") or "") + (f" (resumed {rec['resumes']})" if rec.get("resumes") else "")
         rows.append(((rec["id"], rec.get("kind") or "", status,
                       f"{dur:.1f}s" if dur is not None else "-", str(rec.get("api_calls") or 0), cost_text(rec)),
-                     waiting_text(rec) + worktree_tag(rec) + (rec.get("goal") or "")))
+                     waiting_text(rec) + worktree_tag(rec) + mcp_tag(rec) + (rec.get("goal") or "")))
     widths = [max([len(col), *(len(cells[i]) for cells, _ in rows)]) for i, col in enumerate(head)]
     columns = terminal_columns()
     goal_width = max(20, columns - sum(widths) - 2 * len(widths) - 1) if columns else None
@@ -295,6 +295,7 @@ def job_text(rec: dict[str, Any]) -> str:
         tree = rec["tree_usage"]
         lines.append(f"  with its subagents: tokens: {tokens_text(tree)}  cost: {cost_text(tree)}")
     lines += [f"  {line}" for line in worktree_lines(rec.get("worktree"))]
+    lines += [f"  {line}" for line in mcp_lines(rec.get("mcp"))]
     if rec.get("error"):
         lines.append(f"  error: {rec['error']}")
     if rec.get("summary"):
@@ -303,6 +304,24 @@ def job_text(rec: dict[str, Any]) -> str:
     if "trajectory" in rec:
         lines += ["  trajectory:", trajectory_text(rec["trajectory"])]
     return "\n".join(lines)
+
+
+def mcp_lines(servers: Any) -> list[str]:
+    """The MCP servers a job used (its record's ``mcp``), one line each: ``mcp: time (stdio) ready,
+    2 tool(s), 3 call(s), 1 failed``, then why one failed."""
+    if not isinstance(servers, dict):
+        return []
+    return [f"mcp: {one_line(name)} ({s.get('transport')}) {s.get('state')}, {s.get('tools') or 0} tool(s), "
+            f"{s.get('calls') or 0} call(s)" + (f", {s['failures']} failed" if s.get("failures") else "")
+            + (f": {one_line(s['error'], 200)}" if s.get("error") else "")
+            for name, s in servers.items() if isinstance(s, dict)]
+
+
+def mcp_tag(rec: dict[str, Any]) -> str:
+    """``[mcp git failed] `` before the goal in ``ps`` for each MCP server of the job that was not ready."""
+    servers = rec.get("mcp") if isinstance(rec.get("mcp"), dict) else {}
+    bad = [f"{name} {s.get('state')}" for name, s in servers.items() if isinstance(s, dict) and s.get("state") != "ready"]
+    return f"[mcp {', '.join(bad)}] " if bad else ""
 
 
 def worktree_lines(worktree: Any) -> list[str]:

@@ -75,6 +75,11 @@ def test_a_delegation_calls_the_tools_of_real_stdio_servers(make_daemon, tmp_pat
     assert recorded["tool_stats"]["mcp__time__get_current_time"] == {"count": 2, "success": 1, "failure": 1}
     log = (d.home / "jobs" / job / "log").read_text()
     assert "mcp time: ready" in log and "mcp git: ready" in log
+    used = d.call("result", id=job)["mcp"]
+    assert used["time"] == {"transport": "stdio", "state": "ready", "tools": 2, "calls": 2, "failures": 1,
+                            "error": None} and used["git"]["tools"] == 1
+    shown = d.ctl("result", job)
+    assert "mcp: time (stdio) ready, 2 tool(s), 2 call(s), 1 failed" in shown.stdout, shown
 
 
 def test_a_server_that_exits_at_start_is_an_error_naming_it_and_the_job_goes_on(make_daemon):
@@ -86,6 +91,7 @@ def test_a_server_that_exits_at_start_is_an_error_naming_it_and_the_job_goes_on(
     (result,) = tool_results(d, job)
     assert "MCP server 'broken' is failed" in result and "exit status 3" in result
     assert "MCP server broken is unavailable" in trajectory(d, job)["messages"][0]["content"]
+    assert "[mcp broken failed]" in d.ctl("ps", "--all").stdout
 
 
 def test_a_toolset_naming_no_server_is_refused(make_daemon):

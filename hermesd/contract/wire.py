@@ -171,3 +171,6 @@ class JobResult(Wire):
                                            "ended, ``{path, branch, changed, changed_files, changes, commit_count, "
                                            "commits}`` (``hermesd.worktrees.git.inspect``), or ``{path, branch, "
                                            "error}`` when git could not tell.")
+    mcp: dict[str, Any] | None = _doc("The MCP servers the job used (``mcp:NAME`` toolsets) and how each was as the run "
+                                      "ended: ``{NAME: {transport, state, tools, calls, failures, error}}`` (``state``: "
+                                      "``ready``, ``failed``, ``crashed``: ``child.mcp.client``); none without any.")

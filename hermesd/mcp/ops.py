@@ -5,7 +5,8 @@ A job picks servers by its toolsets ``mcp:NAME`` (``--toolsets terminal,mcp:time
 (:meth:`McpPlugin.admit`) each must name an enabled server of ``mcp_servers:`` — or one of
 the job's own (a Kanban profile's, in its spec's ``own_mcp_servers``) — else the request is
 refused naming it; at ``child.hello`` (:meth:`McpPlugin.any_spec`) the spec's
-``mcp_servers`` gets their settings.  The daemon never speaks MCP (it imports no SDK): the
+``mcp_servers`` gets their settings; the child's report of how each was (``JobResult.mcp``) is kept
+with the job (:meth:`McpPlugin.any_result`), which ``result`` and ``ps`` show.  The daemon never speaks MCP (it imports no SDK): the
 child is the client (:mod:`child.mcp`).  ``mcp.list`` answers the configured servers, ``mcp.tools`` a
 server's tools (asked of it by a probe process, :mod:`hermesd.mcp.probe`).
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 from hermesd.context import Context
 from hermesd.contract.toolsets import mcp_server_of
-from hermesd.contract.wire import JobSpec
+from hermesd.contract.wire import JobResult, JobSpec
 from hermesd.mcp.config import Server, servers, unknown_toolsets
 from hermesd.plugin import Plugin
 from hermesd.mcp.probe import probe
@@ -48,6 +49,13 @@ class McpPlugin(Plugin):
         picked = {name: known[name].to_wire() for name in filter(None, map(mcp_server_of, spec.toolsets))
                   if name in known and known[name].enabled}
         spec.mcp_servers = picked or None
+
+    def any_result(self, row: dict[str, Any], result: JobResult) -> None:
+        """The child's report of its servers, kept in the job's ``spec.mcp`` before the terminal
+        transition (``result`` and ``ps`` show it: ``hermesd.handlers.jobs.public``)."""
+        if isinstance(result.mcp, dict) and result.mcp:
+            spec = (self.ctx.jobs.get(row["id"]) or row).get("spec") or {}  # as another plugin's hook left it
+            self.ctx.jobs.update(row["id"], spec={**spec, "mcp": result.mcp})
 
 
 def listing(known: dict[str, Server]) -> list[dict[str, Any]]:
