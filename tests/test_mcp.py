@@ -268,3 +268,20 @@ def config_server(name: str, entry: dict) -> dict:
     from hermesd.mcp.config import parse_server
 
     return parse_server(name, entry, []).to_wire()
+
+
+def test_a_call_running_at_a_restart_gets_effect_unknown_and_the_server_starts_again(make_daemon, tmp_path):
+    script_file = tmp_path / "hang.py"
+    script_file.write_text(HANGING)
+    d = make_daemon(config={"mcp_servers": {"slow": {"command": sys.executable, "args": [str(script_file)]}}})
+    job = d.delegate("nap", script=[call("mcp__slow__nap", seconds=600), {"text": "after the restart"}],
+                     toolsets=["mcp:slow"])["id"]
+    journal = d.home / "jobs" / job / "journal.jsonl"
+    wait_for(lambda: journal.exists() and '"tool_started"' in journal.read_text(), what="the call to start")
+    d.kill9()
+    d.start()
+    row = d.wait_job(job)
+    assert row["status"] == "completed" and row["summary"] == "after the restart", row
+    (result,) = tool_results(d, job)
+    assert "hermesd restarted while this tool call ran, so its effect is unknown" in result
+    assert (d.home / "jobs" / job / "log").read_text().count("mcp slow: ready") == 2
