@@ -27,7 +27,18 @@ class Batch:
 
 
 @dataclass(frozen=True)
+class Ray:
+    """``ray:`` — the Ray executor.  ``idle_seconds``: how long a batch's driver and its item
+    hosts stay up after the batch ended, warm for the next batch on the same cluster with the
+    same reservation (``batch.ray_pool``); 0: each batch's driver ends with it.  The default
+    is five minutes, as the Ray cluster launcher's ``idle_timeout_minutes``."""
+
+    idle_seconds: float = field(default=300.0, metadata=at_least(0.0))
+
+
+@dataclass(frozen=True)
 class Sections:
     """The batch plugin's part of ``config.yaml`` (:data:`hermesd.paths.PLUGIN_ROOTS`)."""
 
     batch: Batch = section(Batch)
+    ray: Ray = section(Ray)

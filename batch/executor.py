@@ -134,8 +134,8 @@ class ItemExecutor(Protocol):
     def open(self, owner: ItemOwner, workers: int) -> None:
         """Start serving ``owner`` with at most ``workers`` items at once."""
 
-    def close(self, owner: ItemOwner) -> None:
-        """Stop serving ``owner`` (its live items are left to :meth:`cancel_all`)."""
+    def close(self, owner: ItemOwner, status: str | None = None) -> None:
+        """Stop serving ``owner``, whose run ended ``status`` (its live items are left to :meth:`cancel_all`)."""
 
     def accepting(self) -> bool:
         """False once the executor is stopping: submit nothing more."""

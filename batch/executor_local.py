@@ -44,7 +44,7 @@ class SupervisorExecutor:
         """Create (or resize) the owner's pool."""
         self.d.runner.open_pool(self.pool(owner), workers)
 
-    def close(self, owner: ItemOwner) -> None:
+    def close(self, owner: ItemOwner, status: str | None = None) -> None:
         """Forget the owner's pool (queued items of it no longer wait for it)."""
         self.d.runner.close_pool(self.pool(owner))
 

@@ -44,7 +44,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from batch import ray_pool
 from batch.executor import ItemOutcome, ItemOwner, ItemRequest, SubmitError, guarded, item_spec
+from batch.ray_pool import Pool
 from batch.settings import Settings
 from hermesd import clock, private
 from hermesd.billing import ops as billing
@@ -115,11 +117,13 @@ class _Item:
 
 @dataclass
 class _Driver:
-    """The driver of batch ``batch`` and its items (by handle)."""
+    """A driver and the items (by handle) of batch ``batch``, the one it serves (None: idle in
+    the pool, :mod:`batch.ray_pool`); ``key``: what it is made for (:func:`batch.ray_pool.key`)."""
 
-    batch: str
+    batch: str | None
     settings: Settings
     ready: asyncio.Future
+    key: tuple[Any, ...]
     owner: ItemOwner | None = None
     job: str | None = None
     cluster: dict[str, Any] | None = None
@@ -131,6 +135,7 @@ class _Driver:
     closing: bool = False
     timer: Any = None
     refused: bool = False  # it looked for a run that was refused: its job is forgotten once it ends
+    warm: bool = False  # its batch took it from the pool, its hosts up
 
 
 class RayExecutor:
@@ -144,13 +149,27 @@ class RayExecutor:
         self.d = ctx
         self.drivers: dict[str, _Driver] = {}  # batch job id -> its driver
         self.by_job: dict[str, _Driver] = {}  # driver job id -> its driver
+        self.pool = Pool(ctx.loop)  # the idle drivers
 
     # the driver process ----------------------------------------------------
 
     def _driver(self, batch: str, settings: Settings) -> _Driver:
+        """The driver of ``batch``: its own, else an idle one made for its settings, else a new one
+        (the idle ones on its cluster ended first: they hold room it may need)."""
         drv = self.drivers.get(batch)
-        if drv is None:
-            drv = self.drivers[batch] = _Driver(batch, settings, self.d.loop.create_future())
+        if drv is not None:
+            return drv
+        key = ray_pool.key(settings, self.d.config.supervisor.interrupt_grace_seconds)
+        drv = self.pool.take(key)
+        if drv is not None:
+            drv.batch, drv.settings, drv.warm, drv.starts, drv.failures = batch, settings, True, 0, 0
+            guarded(lambda: self.d.jobs.update(drv.job, parent=batch))
+        else:
+            for idle in self.pool.on(key[0]):
+                self._stop(idle)
+            drv = _Driver(batch, settings, self.d.loop.create_future(), key)
+        self.drivers[batch] = drv
+        if drv.job is None:
             self._start(drv)
         return drv
 
@@ -158,14 +177,13 @@ class RayExecutor:
         drv.timer = None
         if drv.closing or drv.job is not None or self.drivers.get(drv.batch) is not drv:
             return
-        s = drv.settings
-        ray = {"address": s.ray_address, "num_cpus": s.ray_num_cpus, "memory_mb": s.ray_memory_mb,
-               "grace": self.d.config.supervisor.interrupt_grace_seconds}
+        address, num_cpus, memory_mb, grace = drv.key
+        ray = {"address": address, "num_cpus": num_cpus, "memory_mb": memory_mb, "grace": grace}
         drv.starts += 1
         self._again(drv)
         try:
-            row = self.d.runner.submit(KIND, parent=drv.batch, goal=f"Ray driver of {drv.batch}", toolsets=[],
-                                       spec={"timeout_seconds": DRIVER_TIMEOUT_SECONDS, "ray": ray})
+            row = self.d.runner.submit(KIND, parent=drv.batch, goal=f"Ray driver on {drv.settings.cluster}",
+                                       toolsets=[], spec={"timeout_seconds": DRIVER_TIMEOUT_SECONDS, "ray": ray})
         except ProtocolError as err:
             self._failed(drv, err.message)
             return
@@ -222,13 +240,17 @@ class RayExecutor:
         drv.timer = self.d.loop.call_later(delay, self._start, drv)
 
     def on_exit(self, row: dict[str, Any] | None) -> None:
-        """A job ended and was reaped: when it was a driver of a live batch, start it again or give up."""
+        """A job ended and was reaped: when it was a driver of a live batch, start it again or give
+        up; an idle one leaves the pool."""
         drv = self.by_job.pop(row["id"], None) if row else None
         if drv is None:
             return
         drv.job, drv.ended = None, row["id"]
         if drv.refused:
             self._forget(row["id"])
+        if self.pool.drop(drv):
+            log.info("idle Ray driver %s ended %s", row["id"], row["status"])
+            return
         self._failed(drv, row.get("error") or f"the driver ended {row['status']}")
 
     def _forget(self, job: str) -> None:
@@ -257,7 +279,7 @@ class RayExecutor:
         drv = self._driver(batch, settings)
         field = "executor"
         try:
-            cluster = await asyncio.wait_for(asyncio.shield(drv.ready), CONNECT_SECONDS)
+            cluster = drv.cluster or await asyncio.wait_for(asyncio.shield(drv.ready), CONNECT_SECONDS)
             if cluster.get("fits") is not False:
                 return cluster
             field, error = no_room(settings, cluster)
@@ -271,21 +293,47 @@ class RayExecutor:
         raise ProtocolError("bad_request", f"--executor ray: {error}", {"field": field})
 
     def discard(self, batch: str) -> None:
-        """Stop the driver of ``batch`` if no run owns it (a ``batch.run`` refused after it
-        connected, or while it did): its job is forgotten once it has ended (:meth:`_forget`)."""
+        """Let go of the driver of ``batch`` if no run owns it (a ``batch.run`` refused after it
+        connected, or while it did): one that joined a cluster with room goes idle into the pool
+        (the run was refused for something else); any other is stopped, and its job forgotten
+        once it has ended (:meth:`_forget`)."""
         drv = self.drivers.get(batch)
-        if drv is not None and drv.owner is None:
-            drv.refused = True
-            if drv.job is None and drv.ended:
-                self._forget(drv.ended)
+        if drv is None or drv.owner is not None:
+            return
+        if self._usable(drv):
+            self._park(drv)
+            return
+        drv.refused = True
+        if drv.job is None and drv.ended:
+            self._forget(drv.ended)
+        self._stop(drv)
+
+    @staticmethod
+    def _usable(drv: _Driver) -> bool:
+        """Whether ``drv`` runs, has joined its cluster, and found room there for an item."""
+        joined = drv.ready.done() and drv.ready.exception() is None
+        return drv.job is not None and joined and not drv.closing and (drv.cluster or {}).get("fits") is not False
+
+    def _park(self, drv: _Driver) -> None:
+        """Its batch is done with ``drv``: idle into the pool for ``ray.idle_seconds`` (its hosts
+        kept), or stopped when there is no pool (0), it is not usable, or hermesd stops."""
+        idle = float(self.d.config.ray.idle_seconds)
+        if not idle or not self._usable(drv) or not self.accepting():
             self._stop(drv)
+            return
+        if self.drivers.get(drv.batch) is drv:
+            del self.drivers[drv.batch]
+        drv.batch, drv.owner = None, None
+        self.pool.put(drv, idle, self._stop)
 
     def _stop(self, drv: _Driver) -> None:
         """End the driver: one that has joined its cluster is told ``stop`` at its next sync (it
         stops the items it still runs and ends ``completed``), and cancelled only if it has not
         ended :data:`STOP_SECONDS` after the supervisor's grace; any other is cancelled now."""
         drv.closing = True
-        self.drivers.pop(drv.batch, None)
+        if self.drivers.get(drv.batch) is drv:
+            del self.drivers[drv.batch]
+        self.pool.drop(drv)
         if drv.timer is not None:
             drv.timer.cancel()
         joined = drv.ready.done() and drv.ready.exception() is None
@@ -316,11 +364,12 @@ class RayExecutor:
         """Own the batch's driver (started now unless a connect started it)."""
         self._driver(owner.job_id, owner.settings).owner = owner
 
-    def close(self, owner: ItemOwner) -> None:
-        """Stop the batch's driver (it cancels the tasks it still has)."""
+    def close(self, owner: ItemOwner, status: str | None = None) -> None:
+        """The run ended ``status``: its driver (which cancels the tasks it still has) goes idle into
+        the pool (:mod:`batch.ray_pool`), or is stopped when the run was ``cancelled``."""
         drv = self.drivers.get(owner.job_id)
         if drv is not None and drv.owner is owner:
-            self._stop(drv)
+            (self._stop if status == JobStatus.CANCELLED else self._park)(drv)
 
     def accepting(self) -> bool:
         """False while the daemon shuts down."""
@@ -366,15 +415,16 @@ class RayExecutor:
         return set()
 
     def describe(self, batch: str) -> dict[str, Any] | None:
-        """``{name: "ray", driver, driver_starts, in_flight, waiting}`` and the cluster as the
-        driver last saw it (:data:`CLUSTER_KEYS`) for a live batch, else None; ``waiting`` says
-        why its items wait while no node can hold one (:func:`no_room`), else None."""
+        """``{name: "ray", driver, driver_starts, warm, in_flight, waiting}`` and the cluster as the
+        driver last saw it (:data:`CLUSTER_KEYS`) for a live batch, else None; ``warm``: its
+        driver came from the pool; ``waiting`` says why its items wait while no node can hold one
+        (:func:`no_room`), else None."""
         drv = self.drivers.get(batch)
         if drv is None:
             return None
         cluster = drv.cluster or {}
         return {"name": self.name, "address": drv.settings.ray_address, **cluster, "driver": drv.job,
-                "driver_starts": drv.starts, "in_flight": sum(1 for i in drv.items.values() if i.sent),
+                "driver_starts": drv.starts, "warm": drv.warm, "in_flight": sum(1 for i in drv.items.values() if i.sent),
                 "waiting": no_room(drv.settings, cluster)[1] if cluster.get("fits") is False else None}
 
     # the driver's reports --------------------------------------------------------
@@ -460,10 +510,11 @@ class RayExecutor:
     def on_sync(self, job: str, args: dict[str, Any]) -> dict[str, Any]:
         """``child.batch_sync`` of driver ``job``: record its outcomes (each live attempt
         once; others dropped) and cluster; returns ``{run: [{handle, index, spec}],
-        cancel: [handle], stop: bool}``."""
+        cancel: [handle], stop: bool, keep: bool}`` (``keep``: it is idle in the pool, its
+        hosts are kept)."""
         drv = self.by_job.get(job)
         if drv is None or drv.closing:
-            return {"run": [], "cancel": [], "stop": True}
+            return {"run": [], "cancel": [], "stop": True, "keep": False}
         if isinstance(args.get("cluster"), dict):
             drv.cluster = {k: args["cluster"].get(k) for k in CLUSTER_KEYS}
             if not drv.ready.done():
@@ -502,4 +553,4 @@ class RayExecutor:
                         self.d.jobs.create(ITEM_KIND, **{k: v for k, v in item.row.items() if k != "kind"})
                     run.append({"handle": handle, "index": item.index, "spec": item.spec})
         cancel, drv.cancel = drv.cancel, []
-        return {"run": run, "cancel": cancel, "stop": drv.closing}
+        return {"run": run, "cancel": cancel, "stop": drv.closing, "keep": drv.batch is None}

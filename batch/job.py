@@ -346,7 +346,7 @@ class BatchRun:
             return
         self.closed = True
         self.executor.cancel_all(self, None if status == "cancelled" else f"its batch ended {status}: {error}")
-        self.executor.close(self)
+        self.executor.close(self, status)
 
         def report(stats: dict[str, Any] | None, exc: BaseException | None) -> None:
             if exc is not None:

@@ -12,7 +12,9 @@ when it dies (``batch.executor_ray``).  The driver
 2. loops on ``child.batch_sync``: it tells the daemon which items ended (their
    outcomes, at most :data:`OUTCOMES_PER_SYNC` a message) and, every
    :data:`CLUSTER_EVERY` seconds, what the cluster looks like; the reply names
-   the items to start (``handle, index, spec``) and to cancel, or says stop;
+   the items to start (``handle, index, spec``) and to cancel, or says stop, or that the
+   driver is idle (``keep``: its batch ended and the daemon keeps it for the next one,
+   :mod:`batch.ray_pool`; it keeps its hosts up meanwhile);
 3. runs each item on a host (:mod:`child.item_host`: a Ray actor of several item
    slots on a worker node, which starts the item as a process of its own,
    :func:`child.item.run_item`), the hosts started as the items need them, where the
@@ -159,6 +161,7 @@ class Driver:
         self.stopping: dict[Any, Host] = {}  # cancelled items, until their slot is free
         self.outcomes: list[dict[str, Any]] = []
         self.reported = 0
+        self.keep = False  # idle in the daemon's pool: the hosts are kept, warm, for the next batch
         self._cluster_at = 0.0
 
     def sync(self) -> bool:
@@ -167,10 +170,11 @@ class Driver:
         info = None
         if time.monotonic() - self._cluster_at >= CLUSTER_EVERY:
             info, self._cluster_at = cluster(self.ray, self.hosts), time.monotonic()
-            self.hosts.tidy(waiting=bool(self.queue))
+            self.hosts.tidy(waiting=bool(self.queue), keep=self.keep)
         sent, self.outcomes = self.outcomes[:OUTCOMES_PER_SYNC], self.outcomes[OUTCOMES_PER_SYNC:]
         reply = self.channel.call("child.batch_sync", outcomes=sent, cluster=info, running=len(self.live))
         self.reported += len(sent)
+        self.keep = bool(reply.get("keep"))
         self.queue += [{k: item[k] for k in ("handle", "index", "spec")} for item in reply.get("run") or []]
         if cancel := set(reply.get("cancel") or []):
             self.cancel(cancel)

@@ -9,7 +9,8 @@ its node (``NodeAffinitySchedulingStrategy``, not soft: its reservation is what 
 there).  A host not up within :data:`HOST_START_SECONDS` (its node's room taken meanwhile,
 or its node lost) is ended and its slots planned again; a lost one (its node or process
 died) is dropped; one with every slot empty for :data:`IDLE_SECONDS` while no item waits
-is ended, so a batch holds no more of the cluster than it uses.
+is ended, so a batch holds no more of the cluster than it uses — but while the driver is idle
+between batches (the daemon's pool, :mod:`batch.ray_pool`) its hosts are kept, warm.
 """
 
 from __future__ import annotations
@@ -159,11 +160,17 @@ class HostPool:
             except Exception:  # noqa: BLE001 - already gone
                 pass
 
-    def tidy(self, waiting: bool) -> None:
-        """End the hosts that did not come up in time, and (unless items are ``waiting``) those idle too long."""
+    def tidy(self, waiting: bool, keep: bool = False) -> None:
+        """End the hosts that did not come up in time, and (unless items are ``waiting``) those idle
+        too long; ``keep``: the driver is idle in the daemon's pool, its idle hosts are kept (their
+        idle time starts again when the next batch comes)."""
         now = time.monotonic()
         for host in list(self.hosts):
             late = host.up is not None and now - host.since > HOST_START_SECONDS
             idle = host.up is None and not host.busy and not waiting and now - host.since > IDLE_SECONDS
-            if late or idle:
+            if late:
+                self.lost(host)
+            elif idle and keep:
+                host.since = now
+            elif idle:
                 self.lost(host)

@@ -230,7 +230,8 @@ def record_text(rec: dict[str, Any]) -> str:
         where = f"Ray cluster {ex.get('address') or s.get('ray_address') or 'RAY_ADDRESS/auto'}"
         if ex.get("nodes") is not None:
             where += f": {ex['nodes']} node(s), {ex.get('cpus') or 0:g} CPUs ({ex.get('cpus_free') or 0:g} free)"
-        lines.append(f"  executor: {where}" + (f" · driver {ex['driver']}" if ex.get("driver") else ""))
+        driver = f" · driver {ex['driver']}" + (" (warm: from the pool)" if ex.get("warm") else "") if ex.get("driver") else ""
+        lines.append(f"  executor: {where}{driver}")
         if ex.get("waiting"):
             lines.append(f"  waiting: {ex['waiting']}")
     elif ex:

@@ -376,7 +376,7 @@ def on_cluster(fn):
 @on_cluster
 def test_forty_prompts_each_index_once_items_on_workers_and_the_key_nowhere(make_daemon, cluster, tmp_path):
     with Model(delay=0.3) as model:
-        daemon = ray_daemon(make_daemon, model.api.url)
+        daemon = ray_daemon(make_daemon, model.api.url, ray={"idle_seconds": 1})  # its driver ends soon after
         record = run_ray(daemon, cluster, prompts(tmp_path / "p.jsonl", 40), "forty", num_workers=4,
                          distribution="no_web")
         ex = record["executor"]
@@ -413,7 +413,7 @@ def test_forty_prompts_each_index_once_items_on_workers_and_the_key_nowhere(make
     no_secret_in(daemon.base, cluster.temp)
     assert SECRET not in json.dumps(events)
     wait_for(lambda: daemon.call("job", id=ex["driver"])["status"] != "running", 30, 0.2, "the driver to end")
-    assert daemon.call("job", id=ex["driver"])["status"] == "completed"  # told to stop at the end, not cancelled
+    assert daemon.call("job", id=ex["driver"])["status"] == "completed"  # told to stop once idle, not cancelled
     assert f"executor: Ray cluster {cluster.address}" in daemon.ctl("batch", "status", "forty").stdout
     pid = daemon.proc.pid  # the daemon never imported Ray: no Ray library mapped in its memory
     assert not [m.path for m in psutil.Process(pid).memory_maps() if "-packages/ray/" in m.path or "_raylet" in m.path]
@@ -505,6 +505,40 @@ def test_an_item_no_node_can_hold_is_refused_before_anything_starts(make_daemon,
         assert not (daemon.base / "out" / f"nofit_{field}").exists()
     wait_for(lambda: not driver_pids(daemon), 30, 0.2, "the drivers to end")
     assert daemon.call("batch.list")["batches"] == []
+
+
+@on_cluster
+def test_a_second_batch_runs_warm_on_the_first_ones_driver_and_hosts_and_the_idle_driver_ends(
+        make_daemon, cluster, tmp_path):
+    """Ray hosts kept warm across batches: the second batch on the same cluster with the same
+    reservation takes the first one's driver, idle in the pool, and runs its items on the same
+    hosts (the same Ray worker processes); the idle driver is told to stop ``ray.idle_seconds``
+    after the last batch ended, and its hosts end with it."""
+    idle = 20.0
+    daemon = make_daemon({"ray": {"idle_seconds": idle}})
+    probe = "echo host=$(ps -o ppid= -p $PPID | xargs)"  # the item's parent: its host
+    script = [{"tool_calls": [{"name": "terminal", "input": {"command": probe}}]}, {"thinking": "the host answered", "text": "done"}]
+    hosts, records = [], []
+    for name in ("first", "second"):
+        data = write_dataset(tmp_path / f"{name}.jsonl", [{"prompt": f"{name} {i}", "script": script} for i in range(8)])
+        records.append(run_ray(daemon, cluster, data, name, num_workers=4, distribution="terminal_only",
+                               allow_synthetic=True))
+        daemon.wait_job(records[-1]["id"], timeout=600)
+        run = read_run(Path(records[-1]["run_dir"]))
+        assert indices(run) == list(range(8)), run
+        tools = [c["value"] for lines in run["batches"].values() for line in lines for c in line["conversations"]
+                 if c["from"] == "tool"]
+        texts = [json.loads(t.split("<tool_response>")[1].split("</tool_response>")[0])["content"] for t in tools]
+        hosts.append({int(text.split("host=")[1].split()[0]) for text in texts})
+    first, second = (r["executor"] for r in records)
+    assert not first["warm"] and first["driver_starts"] == 1, first
+    assert second["warm"] and second["driver"] == first["driver"] and second["driver_starts"] == 0, second
+    assert hosts[1] <= hosts[0], hosts  # the second batch's items ran on the first one's hosts
+    assert daemon.call("job", id=first["driver"])["status"] == "running"  # idle, kept
+    wait_for(lambda: daemon.call("job", id=first["driver"])["status"] != "running", idle + 60, 0.5,
+             "the idle driver to be ended")
+    assert daemon.call("job", id=first["driver"])["status"] == "completed"  # told to stop, not cancelled
+    wait_for(lambda: not any(psutil.pid_exists(pid) for pid in hosts[0]), 60, 0.2, "its hosts to end with it")
 
 
 @on_cluster
