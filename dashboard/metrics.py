@@ -98,6 +98,10 @@ class DaemonCollector:
                     [(key(e), len(e.get("waiting") or [])) for e in limiters])
         yield gauge("hermesd_governor_paused_seconds", "Seconds until the endpoint's pause ends (0: none).",
                     ("provider", "endpoint"), [(key(e), e.get("paused_seconds") or 0) for e in limiters])
+        yield gauge("hermesd_governor_remaining", "What the provider's rate-limit headers said is left, by "
+                    "dimension (requests, tokens, input_tokens, output_tokens).", ("provider", "endpoint", "dimension"),
+                    [((*key(e), d), left.get("remaining") or 0) for e in limiters
+                     for d, left in sorted((e.get("remaining") or {}).items())])
         yield counter("hermesd_governor_calls", "Model calls reported, by outcome.", ("provider", "endpoint", "outcome"),
                       [((*key(e), o), n) for e in limiters for o, n in sorted((e.get("calls") or {}).items())])
         yield counter("hermesd_provider_http_errors", "The provider's 429 (rate limited) and 529 (overloaded) answers.",

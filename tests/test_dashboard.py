@@ -74,26 +74,28 @@ def find(driver, css: str, timeout: float = 30.0, what: str | None = None):
     return wait_for(lambda: (driver.find_elements(By.CSS_SELECTOR, css) or [None])[0], timeout, 0.1, what or css)
 
 
-def click(driver, element_id: str) -> None:
-    """Click element ``element_id`` — found again when a live update replaced it meanwhile (a person's
-    click lands on the new one; Selenium's reference to the old one goes stale)."""
+def click(driver, element_id: str, keys: str | None = None) -> None:
+    """Click element ``element_id`` (or type ``keys`` into it) — found again when a live update
+    replaced it meanwhile (a person's click lands on the new one; Selenium's reference to the old
+    one goes stale)."""
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    def clicked() -> bool:
+    def done() -> bool:
         try:
-            driver.find_element(By.ID, element_id).click()
+            element = driver.find_element(By.ID, element_id)
+            element.send_keys(keys) if keys is not None else element.click()
             return True
         except StaleElementReferenceException:
             return False
 
-    wait_for(clicked, 10, 0.05, f"a click on #{element_id}")
+    wait_for(done, 10, 0.05, f"#{element_id}")
 
 
 def text_of(driver, css: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    return " ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, css))
+    """The text of every element matching ``css``, read in one go (a live update may replace them)."""
+    return driver.execute_script("return Array.from(document.querySelectorAll(arguments[0]))"
+                                 ".map(e => e.innerText).join(' ')", css)
 
 
 def test_without_the_token_every_page_and_action_is_refused(site):
@@ -162,14 +164,15 @@ def test_a_job_appears_live_and_its_page_shows_the_tool_calls(site, tmp_path):
     find(driver, "table#jobs")
     driver.execute_script("window.notReloaded = true")
     job = daemon.delegate("count the files", script=SLOW, toolsets=["terminal"])["id"]
-    row = find(driver, f"tr#job-{job}", what="the new job's row, live")
+    find(driver, f"tr#job-{job}", what="the new job's row, live")
     assert driver.execute_script("return window.notReloaded === true"), "the page reloaded instead of updating"
-    assert "count the files" in row.text
+    assert "count the files" in text_of(driver, f"tr#job-{job}")
     wait_for(lambda: "completed" in text_of(driver, f"tr#job-{job} .state"), 60, 0.1, "the row to say completed")
     shot(driver, "jobs", tmp_path)
     driver.get(f"{dashboard.base}/job/{job}")
-    call = find(driver, ".conversation .call")
-    assert "terminal" in call.text and "sleep 2; echo slept-well" in call.text
+    find(driver, ".conversation .call")
+    call = text_of(driver, ".conversation .call")
+    assert "terminal" in call and "sleep 2; echo slept-well" in call
     assert "slept-well" in text_of(driver, ".conversation .result")
     wait_for(lambda: "finished: completed" in text_of(driver, "#log") or "completed" in text_of(driver, "#log"),
              30, 0.2, "the log to be followed")
@@ -193,8 +196,8 @@ def test_approve_and_deny_from_the_page_and_the_job_goes_on(site, tmp_path):
     shot(driver, "approvals", tmp_path)
     click(driver, f"approve-{requests[approved]}")
     assert daemon.wait_job(approved)["status"] == "completed"
-    reason = find(driver, f"#reason-{requests[denied]}")
-    reason.send_keys("not on this machine")
+    find(driver, f"#reason-{requests[denied]}")
+    click(driver, f"reason-{requests[denied]}", keys="not on this machine")
     click(driver, f"deny-{requests[denied]}")
     assert daemon.wait_job(denied)["status"] == "completed"  # the model was told and went on
     answered = {r["id"]: r for r in daemon.call("approvals.list", state="all")["approvals"]}

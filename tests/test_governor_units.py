@@ -103,6 +103,8 @@ def test_headers_with_nothing_remaining_wait_for_the_next_unit_not_the_reset_cou
     limiter.done(first.id, "ok", headers.Learned(dims={"requests": headers.Dim(20, 1, 10.0, 1.0)}), {}, 0.1)
     wait, reason = limiter.ask("a", "g3", 1, 1, 0.1)
     assert 0.5 <= wait <= 0.6 and "no requests remain until its bucket refills" in reason
+    told = limiter.describe(0.1)["remaining"]["requests"]  # status (and the dashboard) shows what is left
+    assert told["limit"] == 20 and told["remaining"] == 0
     assert isinstance(limiter.ask("a", "g3", 1, 1, 0.1 + wait), Grant) and second.id in limiter.in_flight
     assert not isinstance(limiter.ask("a", "g4", 1, 1, 0.2 + wait), Grant)  # the unit it took
 

@@ -322,13 +322,19 @@ class Limiter:
     def describe(self, now: float) -> dict[str, Any]:
         """The limiter for ``status``: ``endpoint`` (label), ``in_flight``, ``concurrency`` (the
         window), ``paused_seconds`` and ``reason`` while paused, ``calls`` by outcome,
-        ``configured`` limits."""
+        ``configured`` limits, and ``remaining``: what the provider's headers said is left of
+        each dimension (``{name: {remaining, limit, reset_seconds}}``, as counted since)."""
         out: dict[str, Any] = {"endpoint": self.label, "in_flight": len(self.in_flight),
                                "concurrency": round(self.window, 2), "calls": dict(self.counts),
                                "configured": {k: v for k, v in (("requests_per_minute", self.rpm),
                                                                 ("input_tokens_per_minute", self.itpm),
                                                                 ("output_tokens_per_minute", self.otpm),
                                                                 ("max_concurrent", self.max_concurrent)) if v}}
+        told = {name: {"remaining": int(max(0.0, dim.level(now))), "limit": dim.limit,
+                       "reset_seconds": round(max(0.0, dim.reset_at - now), 3) if dim.reset_at > now else 0.0}
+                for name, dim in self.learned.items() if dim.limit is not None}
+        if told:
+            out["remaining"] = told
         if self.backoff.until > now:
             out.update(paused_seconds=round(self.backoff.until - now, 3), reason=self.backoff.reason)
         return out

@@ -36,7 +36,7 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     governor (``governor``: per provider endpoint and key, ``in_flight``, ``concurrency``,
     ``paused_seconds``, ``paused_until`` (epoch seconds) and ``reason`` while paused or a job
     waits for it (the longest wait), ``calls`` by outcome, ``configured``
-    limits, ``waiting`` jobs), and the bill (``spend``: ``today``'s calls, tokens and cost,
+    limits, ``remaining``: what the provider's headers said is left of each dimension, ``waiting`` jobs), and the bill (``spend``: ``today``'s calls, tokens and cost,
     UTC, and the daily limits ``daily_cost_usd``, ``daily_tokens``).  Only reads."""
     ctx.events.flush()  # buffered progress events count in last_seq
     counts, last_seq, added = ctx.store.memo("status", lambda: (
