@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
 
 from hermesd.protocol import ProtocolError
 from tests.fakes.anthropic_server import DEFAULT_USAGE, FakeAnthropic, Message, last_user_text, text_block, thinking_block
@@ -508,21 +509,24 @@ def test_an_item_no_node_can_hold_is_refused_before_anything_starts(make_daemon,
 
 
 @on_cluster
-def test_a_second_batch_runs_warm_on_the_first_ones_driver_and_hosts_and_the_idle_driver_ends(
+def test_a_second_batch_runs_warm_on_the_first_ones_driver_and_hosts_and_idle_drivers_end(
         make_daemon, cluster, tmp_path):
     """Ray hosts kept warm across batches: the second batch on the same cluster with the same
     reservation takes the first one's driver, idle in the pool, and runs its items on the same
-    hosts (the same Ray worker processes); the idle driver is told to stop ``ray.idle_seconds``
-    after the last batch ended, and its hosts end with it."""
-    idle = 20.0
-    daemon = make_daemon({"ray": {"idle_seconds": idle}})
+    hosts (the same Ray worker processes).  A third batch with another reservation needs a new
+    driver: the idle one is ended at once (it holds room there), its hosts with it.  The third
+    one's driver is told to stop ``ray.idle_seconds`` after its batch (as the config says once
+    reloaded)."""
+    daemon = make_daemon({"ray": {"idle_seconds": 300}})
     probe = "echo host=$(ps -o ppid= -p $PPID | xargs)"  # the item's parent: its host
-    script = [{"tool_calls": [{"name": "terminal", "input": {"command": probe}}]}, {"thinking": "the host answered", "text": "done"}]
+    script = [{"tool_calls": [{"name": "terminal", "input": {"command": probe}}]},
+              {"thinking": "the host answered", "text": "done"}]
     hosts, records = [], []
-    for name in ("first", "second"):
+
+    def batch(name: str, **args: Any) -> None:
         data = write_dataset(tmp_path / f"{name}.jsonl", [{"prompt": f"{name} {i}", "script": script} for i in range(8)])
         records.append(run_ray(daemon, cluster, data, name, num_workers=4, distribution="terminal_only",
-                               allow_synthetic=True))
+                               allow_synthetic=True, **args))
         daemon.wait_job(records[-1]["id"], timeout=600)
         run = read_run(Path(records[-1]["run_dir"]))
         assert indices(run) == list(range(8)), run
@@ -530,15 +534,29 @@ def test_a_second_batch_runs_warm_on_the_first_ones_driver_and_hosts_and_the_idl
                  if c["from"] == "tool"]
         texts = [json.loads(t.split("<tool_response>")[1].split("</tool_response>")[0])["content"] for t in tools]
         hosts.append({int(text.split("host=")[1].split()[0]) for text in texts})
+
+    def status(driver: str) -> str:
+        return daemon.call("job", id=driver)["status"]
+
+    batch("first")
+    batch("second")
     first, second = (r["executor"] for r in records)
     assert not first["warm"] and first["driver_starts"] == 1, first
     assert second["warm"] and second["driver"] == first["driver"] and second["driver_starts"] == 0, second
     assert hosts[1] <= hosts[0], hosts  # the second batch's items ran on the first one's hosts
-    assert daemon.call("job", id=first["driver"])["status"] == "running"  # idle, kept
-    wait_for(lambda: daemon.call("job", id=first["driver"])["status"] != "running", idle + 60, 0.5,
-             "the idle driver to be ended")
-    assert daemon.call("job", id=first["driver"])["status"] == "completed"  # told to stop, not cancelled
+    assert status(first["driver"]) == "running"  # idle, kept
+
+    daemon.config["ray"] = {"idle_seconds": 3}
+    (daemon.home / "config.yaml").write_text(yaml.safe_dump(daemon.config))
+    assert daemon.call("reload")["reloaded"]
+    batch("third", ray_num_cpus=0.5)
+    third = records[-1]["executor"]
+    assert not third["warm"] and third["driver"] != first["driver"], third
+    wait_for(lambda: status(first["driver"]) != "running", 60, 0.5, "the idle driver to be ended for the room")
+    assert status(first["driver"]) == "completed"  # well before its 300 s, told to stop, not cancelled
     wait_for(lambda: not any(psutil.pid_exists(pid) for pid in hosts[0]), 60, 0.2, "its hosts to end with it")
+    wait_for(lambda: status(third["driver"]) != "running", 60, 0.5, "the third batch's idle driver to be ended")
+    assert status(third["driver"]) == "completed"  # told to stop, not cancelled
 
 
 @on_cluster
