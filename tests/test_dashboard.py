@@ -78,7 +78,7 @@ def click(driver, element_id: str, keys: str | None = None) -> None:
     """Click element ``element_id`` (or type ``keys`` into it) — found again when a live update
     replaced it meanwhile (a person's click lands on the new one; Selenium's reference to the old
     one goes stale)."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import ElementNotInteractableException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     def done() -> bool:
@@ -86,7 +86,7 @@ def click(driver, element_id: str, keys: str | None = None) -> None:
             element = driver.find_element(By.ID, element_id)
             element.send_keys(keys) if keys is not None else element.click()
             return True
-        except StaleElementReferenceException:
+        except (StaleElementReferenceException, ElementNotInteractableException):  # replaced, or the page going
             return False
 
     wait_for(done, 10, 0.05, f"#{element_id}")
@@ -196,6 +196,8 @@ def test_approve_and_deny_from_the_page_and_the_job_goes_on(site, tmp_path):
     shot(driver, "approvals", tmp_path)
     click(driver, f"approve-{requests[approved]}")
     assert daemon.wait_job(approved)["status"] == "completed"
+    wait_for(lambda: not driver.find_elements(By.ID, f"approve-{requests[approved]}"), 30, 0.1,
+             "the page back from the answer")
     find(driver, f"#reason-{requests[denied]}")
     click(driver, f"reason-{requests[denied]}", keys="not on this machine")
     click(driver, f"deny-{requests[denied]}")
@@ -206,6 +208,37 @@ def test_approve_and_deny_from_the_page_and_the_job_goes_on(site, tmp_path):
     assert "not on this machine" in answered[requests[denied]]["reason"]
     assert answered[requests[denied]]["answered_by"] == "the dashboard"
     find(driver, "#none-pending", what="the page to show nothing pending")
+
+
+def test_steer_from_the_page_reaches_the_running_job(site):
+    daemon, dashboard, driver = site
+    job = daemon.delegate("wait then answer", script=SLOW, toolsets=["terminal"])["id"]
+    wait_for(lambda: any(e["t"] == "tool_started" for e in daemon.call("journal", id=job)["entries"]), 30, 0.05,
+             "the tool call to start")
+    driver.get(f"{dashboard.base}/job/{job}")
+    click(driver, "steer-message", keys="mind the README")
+    click(driver, "steer")
+    assert daemon.wait_job(job)["status"] == "completed"
+    wait_for(lambda: "Message from a person" in text_of(driver, ".conversation .note"), 30, 0.2,
+             "the steer message in the conversation")
+    assert "mind the README" in text_of(driver, ".conversation .note")
+
+
+def test_kanban_columns_are_live_and_approvals_fit_a_phone(site):
+    daemon, dashboard, driver = site
+    driver.get(f"{dashboard.base}/kanban")
+    find(driver, "#col-triage")
+    daemon.call("profile.create", name="writer", description="writes", toolsets=["file"])
+    task = daemon.call("kanban.create", title="write the changelog", assignee="writer", triage=True)
+    wait_for(lambda: "write the changelog" in text_of(driver, "#col-triage"), 30, 0.2, "the new card, live")
+    assert task["id"] in text_of(driver, "#col-triage")
+    driver.set_window_size(400, 850)  # a phone's width: nothing wider than the screen
+    try:
+        driver.get(f"{dashboard.base}/approvals")
+        find(driver, "#approvals")
+        assert driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+    finally:
+        driver.set_window_size(1200, 900)
 
 
 def test_cancel_ends_a_job_and_the_page_says_so(site):
@@ -287,6 +320,16 @@ def test_read_only_port_in_use_and_remote_addresses(site, tmp_path):
     remote = subprocess.run([sys.executable, "-m", "dashboard", "--listen", "0.0.0.0:0", "--runtime-dir", str(tmp_path)],
                             env=daemon.env, capture_output=True, text=True, timeout=60)
     assert remote.returncode == 2 and "allow_remote" in remote.stderr
+    loud = tmp_path / "remote.yaml"
+    loud.write_text("provider: scripted\ndashboard:\n  allow_remote: true\n")
+    remote = subprocess.Popen([sys.executable, "-m", "dashboard", "--listen", "0.0.0.0:0", "--config", str(loud),
+                               "--runtime-dir", str(tmp_path)], env=daemon.env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert "WARNING" in remote.stderr.readline()  # said loudly, before it serves
+    finally:
+        remote.terminate()
+        remote.wait(10)
     config = tmp_path / "ro.yaml"
     config.write_text("provider: scripted\ndashboard:\n  read_only: true\n  metrics_public: true\n")
     with socket.socket() as probe:
