@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from batch import distributions
 from hermesd.config import at_least, one_of, section
+from hermesd.mcp.config import servers, unknown_toolsets
 
 EXECUTORS = ("local", "ray")
 """Where a batch's items run: children of this daemon, or tasks on a Ray cluster."""
@@ -15,7 +18,9 @@ class Batch:
     """``batch:`` — defaults of the batch job type.  ``executor``: where items run
     (``local`` children, or ``ray``: tasks on the Ray cluster at ``ray_address``,
     else ``RAY_ADDRESS``); ``ray_num_cpus`` and ``ray_memory_mb``: what each item
-    reserves on a Ray node (``ray_memory_mb`` None: nothing)."""
+    reserves on a Ray node (``ray_memory_mb`` None: nothing); ``distributions``: toolset
+    distributions of the config's own, name → ``{toolset: probability}``, MCP servers'
+    ``mcp:NAME`` among them (:func:`batch.distributions.parse`)."""
 
     output_dir: str = "data"
     num_workers: int = field(default=4, metadata=at_least(1))
@@ -24,6 +29,7 @@ class Batch:
     ray_address: str | None = None
     ray_num_cpus: float = field(default=1.0, metadata=at_least(0.0))
     ray_memory_mb: int | None = field(default=None, metadata=at_least(1))
+    distributions: dict[str, Any] = field(default_factory=dict, metadata={"check": distributions.parse})
 
 
 @dataclass(frozen=True)
@@ -42,3 +48,9 @@ class Sections:
 
     batch: Batch = section(Batch)
     ray: Ray = section(Ray)
+
+    def check(self: Any) -> list[tuple[str, str]]:
+        """Every ``mcp:NAME`` of a distribution names an enabled server of ``mcp_servers:``."""
+        known = servers(self.mcp_servers)
+        return [(f"batch.distributions.{name}", why) for name, probs in self.batch.distributions.items()
+                for why in unknown_toolsets(list(probs), known)]

@@ -156,7 +156,7 @@ class BatchRun:
         sample = {"prompt_index": prompt.index, "group_id": prompt.group, "attempt": prompt.attempt,
                   "run_name": s.run_name, "fields": prompt.extra}
         return ItemRequest(index=prompt.index, batch=prompt.index // s.batch_size, prompt=prompt.prompt,
-                           cwd=prompt.cwd, toolsets=distributions.sample(s.distribution, prompt.group),
+                           cwd=prompt.cwd, toolsets=distributions.sample(s.distribution, prompt.group, s.distribution_toolsets),
                            verifier=verify.item_verifier(prompt.verifier or s.verifier, s.verifier_timeout, sample),
                            model=s.model, max_turns=s.max_turns, reasoning_effort=s.effort,
                            script=prompt.script, max_tokens=s.max_tokens,

@@ -142,14 +142,20 @@ def settings_from(ctx: Context, args: dict[str, Any]) -> Settings:
     if arg(args, "resume", bool, False):  # what the request leaves out of the run's fixed settings: the run's own
         args = resume_args(args, run_name, Path(output_dir) / run_name)
     distribution = arg(args, "distribution", str, distributions.DEFAULT)
+    own = args.get("distribution_toolsets") or ctx.config.batch.distributions.get(distribution)  # the run's, the config's
+    if own is not None and (distributions.parse({"run": own})[1] or distribution in distributions.DISTRIBUTIONS):
+        raise ProtocolError("bad_request", f"distribution_toolsets {own!r} is no distribution of the run's own",
+                            {"field": "distribution_toolsets"})
     try:
-        distributions.get(distribution)
+        distributions.get(distribution, own)
     except distributions.UnknownDistribution as exc:
-        raise ProtocolError("bad_request", str(exc), {"field": "distribution"}) from None
+        mine = f"; the config's: {', '.join(ctx.config.batch.distributions)}" if ctx.config.batch.distributions else ""
+        raise ProtocolError("bad_request", f"{exc}{mine}", {"field": "distribution"}) from None
     return Settings(run_name=run_name, dataset_file=_absolute(args, "dataset_file"), output_dir=output_dir,
                     batch_size=_positive(args, "batch_size"),
                     num_workers=_positive(args, "num_workers", ctx.config.batch.num_workers),
                     max_turns=_positive(args, "max_turns", ctx.config.batch.max_turns), distribution=distribution,
+                    distribution_toolsets=own,
                     reasoning_effort=arg(args, "reasoning_effort", str, None, choices=config_mod.REASONING_EFFORTS),
                     max_samples=_positive(args, "max_samples"), model=arg(args, "model", str, None),
                     executor=arg(args, "executor", str, ctx.config.batch.executor, choices=EXECUTORS),

@@ -164,7 +164,8 @@ class BatchService:
         if refiltered:
             log.warning("batch %s: %s", s.run_name, refiltered)
         self.d.jobs.create("batch", id=job_id, replace_ended=True, goal=f"batch {s.run_name}: {s.dataset_file}",
-                           model=s.model, toolsets=list(distributions.get(s.distribution)), spec=s.to_dict(),
+                           model=s.model, toolsets=list(distributions.get(s.distribution, s.distribution_toolsets)),
+                           spec=s.to_dict(),
                            idempotency_key=idempotency_key)
         self._go(run)
         return {**self.record(job_id), "warnings": [refiltered] if refiltered else []}

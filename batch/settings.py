@@ -20,7 +20,8 @@ FIXED = ("dataset_file", "batch_size", "distribution", "samples_per_prompt")
 prompts are the dataset's lines, toolsets are drawn by the distribution, and
 samples are numbered by ``samples_per_prompt`` (``batch.groups``)."""
 
-RESUMED = ("dataset_file", "batch_size", "num_workers", "max_turns", "distribution", "reasoning_effort",
+RESUMED = ("dataset_file", "batch_size", "num_workers", "max_turns", "distribution", "distribution_toolsets",
+           "reasoning_effort",
            "max_samples", "model", "ephemeral_system_prompt", "prefill_messages_file", "max_tokens",
            "reasoning_disabled", "provider", "base_url", "allow_synthetic", "exclude_partial", "verifier",
            "verifier_timeout", "min_reward", "samples_per_prompt", "executor", "ray_address", "ray_num_cpus",
@@ -204,7 +205,8 @@ def flag_options(args: dict[str, Any]) -> dict[str, Any]:
 class Settings:
     """``run_name``; ``dataset_file`` and ``output_dir`` (absolute paths);
     ``batch_size``, ``num_workers``, ``max_turns`` (>= 1); ``distribution``
-    (a name of ``batch.distributions``); ``reasoning_effort``, ``max_samples``
+    (a name of ``batch.distributions``, or of the config's ``batch.distributions:``, whose
+    probabilities the run keeps as it started in ``distribution_toolsets``); ``reasoning_effort``, ``max_samples``
     and ``model`` (None: the daemon's default / the whole dataset).
 
     batch_runner's other flags: ``ephemeral_system_prompt`` (the model sees it,
@@ -255,6 +257,7 @@ class Settings:
     ray_num_cpus: float = 1.0
     ray_memory_mb: int | None = None
     budget: dict[str, Any] | None = None
+    distribution_toolsets: dict[str, float] | None = None
 
     @property
     def cluster(self) -> str:

@@ -285,3 +285,26 @@ def test_a_call_running_at_a_restart_gets_effect_unknown_and_the_server_starts_a
     (result,) = tool_results(d, job)
     assert "hermesd restarted while this tool call ran, so its effect is unknown" in result
     assert (d.home / "jobs" / job / "log").read_text().count("mcp slow: ready") == 2
+
+
+def test_a_batch_distribution_of_the_config_gives_items_an_mcp_server(make_daemon, tmp_path):
+    d = make_daemon(config={"mcp_servers": {"time": TIME},
+                            "batch": {"distributions": {"clock": {"file": 1.0, "mcp:time": 1.0}}}})
+    script = [{"thinking": "I ask the clock what time it is.",
+               "tool_calls": [{"name": "mcp__time__get_current_time", "input": {"timezone": "UTC"}}]}, {"text": "ok"}]
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text(json.dumps({"prompt": "time?", "script": script}) + "\n")
+    record = d.call("batch.run", dataset_file=str(dataset), run_name="clock", batch_size=5, distribution="clock",
+                    allow_synthetic=True, output_dir=str(tmp_path / "out"))
+    d.wait_job(record["id"], timeout=120)
+    (line,) = [json.loads(x) for x in (tmp_path / "out" / "clock" / "batch_0.jsonl").read_text().splitlines()]
+    assert line["toolsets_used"] == ["file", "mcp:time"]
+    assert line["tool_stats"]["mcp__time__get_current_time"] == {"count": 1, "success": 1, "failure": 0}
+    assert "mcp__time__convert_time" in {t["function"]["name"] for t in line["tools"]}
+    stats = json.loads((tmp_path / "out" / "clock" / "statistics.json").read_text())
+    assert stats["tool_statistics"]["mcp__time__get_current_time"]["count"] == 1
+    with pytest.raises(ProtocolError, match="the config's: clock"):
+        d.call("batch.run", dataset_file=str(dataset), run_name="x", distribution="nope", output_dir=str(tmp_path))
+    bad = config.parse  # a distribution naming no server is the config's mistake
+    with pytest.raises(config.ConfigError, match=r"batch.distributions.clock: 'mcp:gone' names no server"):
+        bad("batch:\n  distributions:\n    clock: {mcp:gone: 0.5}\n")
