@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from batch import distributions
 from batch.settings import Settings, flag_options, job_id_of, resume_args
+from batch.spec import DriverSpec, ItemSpec
 from hermesd import config as config_mod, idempotency
 from hermesd.context import Context
 from batch.config import EXECUTORS
 from hermesd.contract.states import LIVE
 from hermesd.contract.wire import JobResult
-from hermesd.delegation.rules import SubagentRules
+from hermesd.subagents import SubagentRules
 from hermesd.governor.ops import child_grant, child_grant_done
 from hermesd.handlers.children import child_progress
 from hermesd.handlers.jobs import ended
@@ -58,9 +59,12 @@ class BatchPlugin(SubagentRules):
         "`data`: `error` (the budget, what was spent, the limit), `pending` (prompts not started).",
     }
 
-    kinds = (JobKind("batch", "batch", process=False, at_restart="resume"), JobKind("batch_item", "item"),
-             JobKind("batch_driver", "raydrv", process=True, at_restart="lost"),
-             JobKind("ray_item", "rayitem", process=False, at_restart="lost"))
+    kinds = (JobKind("batch", "batch", process=False, at_restart="resume", budget="run"),
+             JobKind("batch_item", "item", entry="child.agent:run_item", spec=ItemSpec),
+             JobKind("batch_driver", "raydrv", process=True, at_restart="lost", entry="child.ray_driver:run",
+                     spec=DriverSpec),
+             JobKind("ray_item", "rayitem", process=False, at_restart="lost", entry="child.agent:run_item",
+                     spec=ItemSpec))
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)

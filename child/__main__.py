@@ -4,8 +4,8 @@ Order matters: put the output under the log's cap (:mod:`child.logwriter`), arm
 the lifeline (PDEATHSIG + parent check), then name
 the process, then install the interrupt handlers, then fetch the job spec, make
 the job's git worktree when it has one (:mod:`child.worktree`), and
-run the agent (or, for a ``batch_driver`` job, the Ray driver of a batch:
-:mod:`child.ray_driver`).  Whatever happens, one ``child.result`` is sent
+run the entry point its kind names (``JobSpec.entry``, from ``hermesd.jobs.JobKind.entry``:
+the agent, :mod:`child.agent`; a batch's Ray driver, :mod:`child.ray_driver`…).  Whatever happens, one ``child.result`` is sent
 before exit: to hermesd on ``children.sock``, or, for a batch item started by a
 Ray task (``HERMES_ITEM_DIR``, :mod:`child.item`), into that directory.
 """
@@ -13,13 +13,14 @@ Ray task (``HERMES_ITEM_DIR``, :mod:`child.item`), into that directory.
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import os
 import signal
 import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from child import lifeline, logwriter, redact, worktree
 from hermesd.contract.wire import JobResult, JobSpec
@@ -59,6 +60,15 @@ def _title(job: str, spec: JobSpec | None = None) -> None:
 
     goal = one_line(spec.goal)[:80]
     setproctitle.setproctitle(f"hermes-child {job} {spec.kind} {goal}".rstrip())
+
+
+def entry_point(entry: str) -> Callable[[JobSpec, Any, StopFlag], JobResult]:
+    """The function ``module:function`` names (a kind's ``JobKind.entry``), imported.  Raises
+    ``ValueError`` for a name of another form, ``ImportError``/``AttributeError`` for one that is not there."""
+    module, sep, name = entry.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"entry point {entry!r} is not module:function")
+    return getattr(importlib.import_module(module), name)
 
 
 def prepare() -> None:
@@ -117,12 +127,7 @@ def _run(crash_log: Any) -> int:
         spec = JobSpec.from_wire(channel.call("child.hello", pid=os.getpid()))
         _title(job, spec)
         worktree.enter(spec)
-        if spec.kind == "batch_driver":
-            from child.ray_driver import run
-        else:
-            from child.agent import run
-
-        result = run(spec, channel, stop)
+        result = entry_point(spec.entry)(spec, channel, stop)
     except BaseException as exc:  # noqa: BLE001 - report every failure, then exit
         interrupted = stop.is_set() or isinstance(exc, KeyboardInterrupt)
         result = JobResult(status="interrupted" if interrupted else "failed",

@@ -40,9 +40,11 @@ from child.governor import PACED, BudgetExceeded, Grants, estimate_tokens
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
 from child.window import Window
+from batch.spec import ItemSpec
 from hermesd.contract.providers import context_window
 from hermesd.contract.tokens import TOKEN_KEYS
 from hermesd.contract.wire import JobResult, JobSpec
+from hermesd.sessions.spec import TurnSpec
 from hermesd.protocol import one_line, timed_out_text
 
 def log(text: str) -> None:
@@ -80,26 +82,32 @@ def run(spec: JobSpec, channel: Any, stop: Any) -> JobResult:
     ``None``); ``stop``: :class:`child.__main__.StopFlag`.  The result has every
     field of :class:`hermesd.contract.wire.JobResult` but ``traceback``; ``trajectory``
     only with ``record_trajectory``.  Failures are reported in the result, not raised.
-
-    Of the spec, batch items (``batch.executor``) also set: ``ephemeral_system_prompt``
-    (added to the system prompt the model sees, never to the trajectory),
-    ``prefill_messages`` (``[{"role": "system"|"user"|"assistant", "content": str}]``:
-    user and assistant ones put before the conversation at every model call, system
-    ones added to the system prompt; never recorded — Hermes' prefill),
-    ``workdir_placeholder`` (shown instead of the working directory, and the tool
-    list left to the API's tool definitions, so every sample's system prompt is the
-    same) and ``invalid_tool_call_retries`` (see :meth:`Agent.loop`).
+    The entry point of most kinds (``hermesd.jobs.JobKind.entry``); :func:`run_turn` and
+    :func:`run_item` read their kind's part of the spec too.
     """
     return Agent(spec, channel, stop).run()
+
+
+def run_turn(spec: JobSpec, channel: Any, stop: Any) -> JobResult:
+    """:func:`run` for a session turn: its part (:class:`hermesd.sessions.spec.TurnSpec`) gives
+    the session's earlier messages, which the run continues."""
+    return Agent(spec, channel, stop, history=TurnSpec.from_wire(spec.part or {}).history).run()
+
+
+def run_item(spec: JobSpec, channel: Any, stop: Any) -> JobResult:
+    """:func:`run` for a batch item: its part (:class:`batch.spec.ItemSpec`: the ephemeral system
+    prompt, prefill messages, working directory placeholder, invalid tool call retries, verifier)."""
+    return Agent(spec, channel, stop, item=ItemSpec.from_wire(spec.part or {})).run()
 
 
 class Agent:
     """One run of the loop; see :func:`run`."""
 
-    def __init__(self, spec: JobSpec, channel: Any, stop: Any):
-        self.spec = spec
+    def __init__(self, spec: JobSpec, channel: Any, stop: Any, *, history: list[dict] | None = None,
+                 item: ItemSpec | None = None):
+        self.spec, self.item = spec, item or ItemSpec()
         self.channel, self.stop = channel, stop
-        self.history: list[dict] = list(self.spec.history or [])
+        self.history: list[dict] = list(history or [])
         self.new: list[dict] = []
         self.api_calls, self.tokens, self.trace = 0, dict.fromkeys(TOKEN_KEYS, 0), []
         self.provider: Any = None
@@ -107,7 +115,7 @@ class Agent:
         self.window = Window(None)
         self.container: Any = None
         self.system, self.model_system, self.tools = "", "", []
-        prefill = [p for p in self.spec.prefill_messages or [] if isinstance(p, dict)]
+        prefill = [p for p in self.item.prefill_messages or [] if isinstance(p, dict)]
         self.prefill = [m.user(str(p["content"])) if p.get("role") == "user" else m.assistant([m.text(str(p["content"]))])
                         for p in prefill if p.get("role") in ("user", "assistant")]
         self.prefill_system = "\n\n".join(str(p["content"]) for p in prefill if p.get("role") == "system")
@@ -146,7 +154,7 @@ class Agent:
                 try:
                     self.start_mcp(registry)
                     result = self.loop(registry)
-                    if self.spec.verifier and verifiable(result):
+                    if self.item.verifier and verifiable(result):
                         result.verifier = self.verify(registry)
                     return result
                 finally:
@@ -165,9 +173,10 @@ class Agent:
     def prompt(self) -> None:
         """The system prompt of the tools offered (:func:`system_prompt`, the MCP servers' notes),
         and what the model is sent besides, unrecorded."""
-        self.system = system_prompt(self.spec, self.tools, importlib.import_module("child.tools.mcp").notes(self.mcp))
-        unrecorded = [str(self.spec.ephemeral_system_prompt or "").strip(), self.prefill_system.strip(),
-                      container_note(self.spec, self.tools) if self.spec.workdir_placeholder else ""]
+        self.system = system_prompt(self.spec, self.tools, importlib.import_module("child.tools.mcp").notes(self.mcp),
+                                    placeholder=self.item.workdir_placeholder)
+        unrecorded = [str(self.item.ephemeral_system_prompt or "").strip(), self.prefill_system.strip(),
+                      container_note(self.spec, self.tools) if self.item.workdir_placeholder else ""]
         self.model_system = "\n\n".join([self.system, *(u for u in unrecorded if u)])
 
     def start_mcp(self, registry: Any) -> None:
@@ -194,7 +203,7 @@ class Agent:
         it, such calls get an error result and the model may correct itself.
         """
         ctx = self.tool_context(registry)
-        retries, invalid = self.spec.invalid_tool_call_retries, 0
+        retries, invalid = self.item.invalid_tool_call_retries, 0
         turns, repaired = int(self.spec.max_turns), False
         ended = self.resume(registry, ctx)
         if ended is not None:
@@ -338,11 +347,12 @@ class Agent:
                                     extra_tools=self.mcp_tools, mcp=self.mcp)
 
     def verify(self, registry: Any) -> dict[str, Any]:
-        """Run the spec's ``verifier`` where the agent worked (:mod:`child.verify`); its
+        """Run the item's ``verifier`` where the agent worked (:mod:`child.verify`); its
         output shows the working directory as the placeholder, as the trajectory does."""
         verify = importlib.import_module("child.verify")
-        self.doing(self.turn, f"running the verifier: {one_line(self.spec.verifier.get('command'), 60)}")
-        outcome = verify.run(self.spec.verifier, self.tool_context(registry), self.masked)
+        verifier = self.item.verifier or {}
+        self.doing(self.turn, f"running the verifier: {one_line(verifier.get('command'), 60)}")
+        outcome = verify.run(verifier, self.tool_context(registry), self.masked)
         log(f"verifier: reward {outcome['reward']}, passed {outcome['passed']}, exit status {outcome['exit_status']}"
             + (f": {outcome['error']}" if outcome["error"] else "") + f" ({outcome['seconds']:.1f}s)")
         return outcome
@@ -351,11 +361,11 @@ class Agent:
     def host_mask(self) -> Any:
         """With a ``workdir_placeholder`` (batch items): the :class:`child.hostmask.HostMask`
         of what is recorded; else None (nothing is masked)."""
-        if not self.spec.workdir_placeholder:
+        if not self.item.workdir_placeholder:
             return None
         from child.hostmask import HostMask
 
-        return HostMask(self.cwd(), self.spec.workdir_placeholder, self.spec.base_url)
+        return HostMask(self.cwd(), self.item.workdir_placeholder, self.spec.base_url)
 
     def masked(self, text: str) -> str:
         """``text`` as recorded: the host's paths and names masked (:attr:`host_mask`)."""
@@ -500,18 +510,18 @@ class Agent:
         return self.host_mask.data(recorded) if self.host_mask is not None else recorded
 
 
-def system_prompt(spec: JobSpec, tools: list[dict[str, Any]], notes: list[str] | None = None) -> str:
+def system_prompt(spec: JobSpec, tools: list[dict[str, Any]], notes: list[str] | None = None, *,
+                  placeholder: str | None = None) -> str:
     """The spec's ``system_prompt`` (default :data:`SYSTEM_PROMPT`), the working
     directory (and the container it is mounted in: :func:`container_note`), the
     list of ``tools`` (``{"name", "description"}``) and ``notes`` (lines: MCP servers
     that are not available, :func:`child.tools.mcp.notes`).
 
-    With ``workdir_placeholder`` the placeholder stands for the directory and the
+    With a ``placeholder`` (a batch item's ``workdir_placeholder``) it stands for the directory and the
     tools are not listed (the model has them as tool definitions; the trajectory
     lists them once), so the text is the same for every run with the same tools
     (the container note then goes to the model only, with the unrecorded text).
     """
-    placeholder = spec.workdir_placeholder
     where = placeholder or spec.cwd or os.getcwd()
     lines = [spec.system_prompt or SYSTEM_PROMPT, "", f"Working directory: {where}"]
     if placeholder:

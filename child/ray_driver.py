@@ -47,6 +47,7 @@ from child.item import FORWARDED_ENV
 from child.item_host import CONTROL
 from child.ray_hosts import Host, HostPool
 from child.relay import Relay
+from batch.spec import DriverSpec
 from hermesd.contract.wire import JobResult, JobSpec
 
 CONNECT_SECONDS = 5.0
@@ -263,7 +264,7 @@ def run(spec: JobSpec, channel: Any, stop: Any) -> JobResult:
     map has ``address, num_cpus, memory_mb, grace``); returns its
     ``child.result``.  Raises :class:`DriverError` when it cannot start."""
     started = time.monotonic()
-    settings = spec.ray or {}
+    settings = DriverSpec.from_wire(spec.part or {}).ray or {}
     address = settings.get("address") or os.environ.get("RAY_ADDRESS") or "auto"
     ray = connect(address)
     for sig in (signal.SIGINT, signal.SIGTERM):  # ray.init may have installed its own

@@ -92,9 +92,9 @@ def ops_section(handlers: dict, heading: str) -> list[str]:
 
 
 def wire_section(cls, title: str) -> list[str]:
-    """A ``###`` for a wire dataclass of :mod:`hermesd.contract`: its docstring, then one row per
-    field (type, default, and the meaning written beside it, when there is one)."""
-    out = [f"### {title}: `hermesd.contract.wire.{cls.__name__}`", "", doc(cls), "",
+    """A ``###`` for a wire dataclass (:mod:`hermesd.contract.wire`, a kind's part of the spec): its
+    docstring, then one row per field (type, default, and the meaning written beside it, when there is one)."""
+    out = [f"### {title}: `{cls.__module__}.{cls.__name__}`", "", doc(cls), "",
            "| field | type | default | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -154,7 +154,14 @@ def render() -> str:
     out += ["## Child ops (`children.sock`)", "", attribute_docs(protocol).get("CHILD_OPS", ""), "",
             "Every child op carries `job` and `token`; a wrong token is refused.", ""]
     out += ops_section(CHILD_HANDLERS, "Handlers in")
-    out += wire_section(wire.JobSpec, "Job spec") + wire_section(wire.JobResult, "Job result")
+    out += wire_section(wire.JobSpec, "Job spec")
+    parts: dict[type, list[str]] = {}
+    for kind in Plugins(PLUGINS).kinds.values():
+        if kind.spec is not None:
+            parts.setdefault(kind.spec, []).append(kind.name)
+    for cls, names in parts.items():
+        out += wire_section(cls, "Part of the job spec of " + ", ".join(f"`{n}`" for n in names))
+    out += wire_section(wire.JobResult, "Job result")
     pending = [name for name in protocol.CHILD_OPS if name not in CHILD_HANDLERS and name != ENVELOPE_OP]
     if pending:
         out += ["Declared in `CHILD_OPS` but not handled yet (the daemon answers `unknown_op`): "

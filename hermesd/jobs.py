@@ -26,6 +26,7 @@ from typing import Any, Callable, Literal, Mapping
 
 from hermesd import clock
 from hermesd.contract.states import ACTIVE, TERMINAL, JobStatus
+from hermesd.contract.wire import Wire
 from hermesd.events import EventLog
 from hermesd.protocol import ProtocolError
 from hermesd.store import Store, StoreError
@@ -57,7 +58,14 @@ class JobKind:
     the plugin's :meth:`hermesd.plugin.Plugin.restore` continues it; ``journal``: its
     child keeps a journal, and a new child resumes it from there, also after a graceful
     stop: :mod:`hermesd.resume`); ``pool``: a pool its jobs hold from admission
-    (:class:`AdmissionPool`; the pools a job holds while it runs are the submitter's ``pools``).
+    (:class:`AdmissionPool`; the pools a job holds while it runs are the submitter's ``pools``);
+    ``entry``: its child's entry point, ``module:function`` (``run(spec, channel, stop) → JobResult``,
+    called by :mod:`child.__main__`); ``spec``: its own part of the job spec, a
+    :class:`hermesd.contract.wire.Wire` dataclass of its package's ``spec`` leaf (``JobSpec.part``:
+    the keys of a job's ``spec`` that are its fields, and what its plugin's ``spec`` hook sets), None:
+    no part; ``budget``: what a budget given to a job of the kind covers (``tree``: the job and its
+    subagents, a job over it is stopped; ``run``: the run's dispatching stops and what runs finishes,
+    named ``<kind> run``: :mod:`hermesd.billing`).
     """
 
     name: str
@@ -66,6 +74,9 @@ class JobKind:
     at_shutdown: Literal["stop", "keep"] = "keep"
     at_restart: Literal["lost", "resume", "journal"] = "lost"
     pool: AdmissionPool | None = None
+    entry: str = "child.agent:run"
+    spec: type[Wire] | None = None
+    budget: Literal["tree", "run"] = "tree"
 
 
 S = JobStatus

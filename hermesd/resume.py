@@ -12,7 +12,7 @@ step: what earlier children spent is in the journal's counters and counted
 once, its terminal state and completion notification come once, at its real end.
 
 Unless its plugin says no (``resume_on_restart``: for the job types of
-:mod:`hermesd.delegation.rules`, ``delegation.resume_on_restart``) or the job was submitted
+:mod:`hermesd.subagents`, ``delegation.resume_on_restart``) or the job was submitted
 with ``resume: false``: then it ends ``lost`` as before.  A job whose journal
 is missing or unreadable ends ``lost`` naming why.  The daemon's side here
 (the runner's and start-up's hooks) is small on purpose: the journal and its
@@ -52,7 +52,7 @@ def keeps_journal(runner: "Runner", row: dict[str, Any]) -> bool:
 
 def resumable(runner: "Runner", row: dict[str, Any]) -> bool:
     """Whether the job resumes after a restart: its kind keeps a journal, its plugin's
-    ``resume_on_restart`` hook says so (``delegation.resume_on_restart``: :mod:`hermesd.delegation.rules`)
+    ``resume_on_restart`` hook says so (``delegation.resume_on_restart``: :mod:`hermesd.subagents`)
     and the job was not submitted with ``resume: false``."""
     return (keeps_journal(runner, row) and runner.hooks.resume_on_restart(row)
             and (row.get("spec") or {}).get("resume", True) is not False)

@@ -397,7 +397,8 @@ class Runner:
         """The job spec (:class:`hermesd.contract.wire.JobSpec`, as its wire map) a child
         receives in reply to ``child.hello``: the config's values and the defaults of the job's
         kind (its plugin's ``spec_defaults``), then every plugin's ``any_spec`` hook, then the row's
-        ``spec`` column, then the spec hook of the job's kind."""
+        ``spec`` column (the keys that are fields of the kind's own part, ``JobKind.spec``, into
+        ``part``), the kind's entry point (``JobKind.entry``), then the spec hook of the job's kind."""
         cfg = self.config
         defaults = dict(self.hooks.spec_defaults(row))
         provider, model = defaults.pop("provider", None), defaults.pop("model", None)
@@ -412,10 +413,16 @@ class Runner:
             record_trajectory=True, journal=resume.spec_journal(self, row),
             context_windows=dict(cfg.context_windows) or None, **defaults)
         self.hooks.any_spec(row, spec)
-        names = JobSpec.names()
+        kind = self.jobs.kind(row["kind"])
+        names, own = JobSpec.names(), (kind.spec.names() if kind.spec else frozenset())
+        part: dict[str, Any] = {}
         for key, value in (row.get("spec") or {}).items():
             if key in names:  # the rest (a batch item's prompt_index, after, env…) is the daemon's bookkeeping
                 setattr(spec, key, value)
+            elif key in own:
+                part[key] = value
+        spec.entry = kind.entry
+        spec.part = kind.spec.from_wire(part).to_wire() if kind.spec else None
         self.hooks.spec(row, spec)
         return spec.to_wire()
 

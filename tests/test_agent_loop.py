@@ -47,10 +47,14 @@ def call(name, **args):
     return {"name": name, "input": args}
 
 
-def run(tmp_path, script=None, channel=None, stop=None, **spec):
+def run(tmp_path, script=None, channel=None, stop=None, history=None, **spec):
+    """The agent on ``spec``; with ``history``, as a session turn (its part of the spec)."""
     spec = {"job": "deleg_test", "goal": "say hi", "toolsets": ["terminal", "file"], "provider": "scripted",
             "script": script, "cwd": str(tmp_path), **spec}
-    return agent.run(JobSpec.from_wire(spec), channel if channel is not None else Channel(), stop or StopFlag())
+    entry = agent.run if history is None else agent.run_turn
+    if history is not None:
+        spec["part"] = {"history": history}
+    return entry(JobSpec.from_wire(spec), channel if channel is not None else Channel(), stop or StopFlag())
 
 
 def assert_well_formed(messages):

@@ -267,3 +267,15 @@ def test_provider_traits_are_the_table_s_and_the_bill_reads_them():
     for entry in PROVIDER_TABLE:  # asked of the table, not of an attribute of the provider
         provider = type("P", (), {"name": entry.name, "model": "m"})()
         assert Grants(None, provider, None, None, print).metered == entry.metered, entry.name
+
+
+def test_the_child_runs_the_entry_point_its_kind_names():
+    """child/__main__ asks the spec (its kind's ``JobKind.entry``), not an if-chain of kinds; every
+    declared kind's entry point exists, and a malformed one is a clear error."""
+    from child.__main__ import entry_point
+    from hermesd.server import PLUGINS
+
+    for kind in Plugins(PLUGINS).kinds.values():
+        assert callable(entry_point(kind.entry)), kind.name
+    with pytest.raises(ValueError, match="module:function"):
+        entry_point("child.agent.run")

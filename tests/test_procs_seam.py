@@ -279,6 +279,34 @@ def test_a_childs_spec_takes_the_defaults_its_kind_declares(tmp_path):
     assert runner.child_spec({"id": "plain_2", "kind": "plain", "spec": {}})["max_turns"] == JobSpec().max_turns
 
 
+def test_a_kind_names_its_entry_point_and_its_own_part_of_the_spec(tmp_path):
+    """The child's spec carries its kind's entry point and its kind's own part: the keys of the job's
+    spec that are fields of the kind's part (``JobKind.spec``), its defaults for the rest; a kind
+    without a part gets none, and a key no part or spec field knows stays the daemon's."""
+    from dataclasses import dataclass
+
+    from hermesd.contract.wire import Wire
+    from hermesd.jobs import JobKind
+    from hermesd.plugin import Plugin, Plugins
+
+    @dataclass
+    class Nap(Wire):
+        seconds: float = 1.0
+        why: str = "tired"
+
+    class Sleep(Plugin):
+        kinds = (JobKind("nap", "nap", entry="child.nap:run", spec=Nap), JobKind("plain", "plain"))
+
+    plugins = Plugins((Sleep,))
+    runner, store, fake, sent = _runner(tmp_path, plugins)
+    plugins.start(SimpleNamespace())
+    nap = runner.child_spec({"id": "nap_1", "kind": "nap", "spec": {"seconds": 2.5, "max_turns": 4, "after": ["x"]}})
+    assert (nap["entry"], nap["part"], nap["max_turns"]) == ("child.nap:run", {"seconds": 2.5, "why": "tired"}, 4)
+    assert "seconds" not in nap and "after" not in nap
+    plain = runner.child_spec({"id": "plain_1", "kind": "plain", "spec": {"seconds": 2.5}})
+    assert (plain["entry"], plain["part"]) == ("child.agent:run", None) and "seconds" not in plain
+
+
 def test_a_kind_declares_when_its_quiet_jobs_are_stale(tmp_path):
     """The runner reads no config for the stale rule: each kind's plugin says (``stale_after``);
     the check runs a quarter of the shortest limit on, and a kind that declares none is never stale."""

@@ -245,7 +245,8 @@ class Ledger:
         while node is not None and node["id"] not in seen:
             seen.add(node["id"])
             budget = (node.get("spec") or {}).get("budget") or {}
-            what = "batch run" if node.get("kind") == "batch" else "delegation tree of"
+            kind = self.jobs.kind(node["kind"])
+            what = f"{kind.name} run" if kind.budget == "run" else "delegation tree of"
             for key, unit in zip(BUDGET_KEYS, ("usd", "tokens")):
                 if budget.get(key):
                     out.append(Budget(f"{key} of {what} {node['id']}", ("tree", node["id"]), unit,

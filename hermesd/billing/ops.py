@@ -66,8 +66,8 @@ class BillingPlugin(Plugin):
         item under its run's budget) and announce the budget once."""
         self.announce(job_id, refusal)
         scope_row = self.ctx.jobs.get(refusal.scope[1]) if refusal.scope[:1] == ("tree",) else None
-        if scope_row is not None and scope_row["kind"] == "batch":
-            return  # the run stops dispatching; what runs finishes
+        if scope_row is not None and self.ctx.jobs.kind(scope_row["kind"]).budget == "run":
+            return  # the run stops dispatching; what runs finishes (hermesd.jobs.JobKind.budget)
         try:
             self.ctx.runner.stop(job_id, "budget_exceeded", error=refusal.text())
         except ProtocolError:

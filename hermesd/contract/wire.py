@@ -43,20 +43,18 @@ class JobSpec(Wire):
     ``timeout_seconds`` (an opt-in wall clock; None: none)/``max_turns`` bound the run; ``depth`` is the
     delegation depth of this agent (0: started by a person or a session);
     ``limits``: ``max_output_bytes``, ``max_file_bytes``,
-    ``terminal_timeout_seconds``; ``history``: earlier messages (session
-    turns); ``record_trajectory``: return the ShareGPT trajectory too (the daemon
+    ``terminal_timeout_seconds``; ``record_trajectory``: return the ShareGPT trajectory too (the daemon
     asks it of every job it runs, so that ``result --trajectory`` has it);
     ``output_schema``: a JSON Schema the final answer must validate against
     (:mod:`child.structured`); ``activity_interval_seconds``: least seconds between two
     throttled activity reports (:mod:`child.activity`; the daemon makes it at most a
     quarter of ``delegation.stale_after_seconds``).
-    Batch items also set ``ephemeral_system_prompt``, ``prefill_messages``,
-    ``workdir_placeholder`` and ``invalid_tool_call_retries`` (see ``child.agent``), and
-    ``verifier`` (``{command, timeout_seconds, env}``, run after the agent: ``child.verify``).
+    ``entry``: the child's entry point (``module:function``), its kind's (``hermesd.jobs.JobKind.entry``);
+    ``part``: the kind's own part of the spec (the map of its kind's ``JobKind.spec``, a wire dataclass
+    of the kind's package — a session turn's history, a batch item's verifier…), None: its kind has none.
+    ``script``: the ``scripted`` provider's replies (any kind may run that provider).
     ``container``: the container its terminal commands run in (engine, image,
     name, labels, workdir…: :func:`hermesd.containers.ops.prepare`), None: on the host.
-    ``ray``: a ``batch_driver``'s cluster settings (``address, num_cpus, memory_mb,
-    grace``; ``child.ray_driver``), else None.
     ``approval_tools``: tools whose every call waits for a person (``approvals.always``;
     ``child.approval``).
     ``journal``: the path of the job's journal (``hermesd.journal``), which the child
@@ -74,6 +72,8 @@ class JobSpec(Wire):
 
     job: str = ""
     kind: str = "delegation"
+    entry: str = "child.agent:run"
+    part: dict[str, Any] | None = None
     goal: str = ""
     context: str | None = None
     toolsets: list[str] = field(default_factory=lambda: ["terminal", "file"])
@@ -91,19 +91,12 @@ class JobSpec(Wire):
     approval_tools: list[str] = field(default_factory=list)
     limits: dict[str, Any] = field(default_factory=dict)
     script: Any = None
-    history: list[dict[str, Any]] | None = None
     system_prompt: str | None = None
     record_trajectory: bool = False
     max_tokens: int = 4096
-    ephemeral_system_prompt: str | None = None
-    prefill_messages: list[dict[str, Any]] | None = None
-    workdir_placeholder: str | None = None
-    invalid_tool_call_retries: int | None = None
-    verifier: dict[str, Any] | None = None
     output_schema: dict[str, Any] | None = None
     activity_interval_seconds: float = 2.0
     container: dict[str, Any] | None = None
-    ray: dict[str, Any] | None = None
     journal: str | None = None
     context_window: int | None = None
     context_windows: dict[str, int] | None = None

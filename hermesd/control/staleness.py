@@ -6,7 +6,7 @@ a streamed reply, a tool starting or ending, tool output; see
 something happens; what it was doing is kept by the runner
 (:class:`hermesd.exits.Doing`).  A job whose last activity is older than its
 kind's limit (its plugin's ``stale_after`` hook: ``delegation.stale_after_seconds``
-for every job type of :mod:`hermesd.delegation.rules`) is stale: the runner interrupts it with a
+for every job type of :mod:`hermesd.subagents`) is stale: the runner interrupts it with a
 reason that says what it was doing (``Runner.check_stale``).  A job that waits
 for its own subagents is not stale (they are checked themselves).  Monotonic
 clock for the age; wall clock only for display.

@@ -13,7 +13,7 @@ from hermesd.config import Config
 from hermesd.context import Context
 from hermesd.contract.states import TERMINAL
 from hermesd.delegation import notifications
-from hermesd.delegation.rules import SubagentRules
+from hermesd.subagents import SubagentRules
 from hermesd.delegation.delivery import Delivery
 from hermesd.delegation.service import (STEERABLE, Inbox, delegate_from_child, list_children, steer, steer_child,
                                         stop_child, stop_foreground_children)

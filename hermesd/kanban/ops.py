@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hermesd.context import Context
-from hermesd.delegation.rules import SubagentRules
+from hermesd.subagents import SubagentRules
 from hermesd.kanban import actors, profiles
 from hermesd.kanban.actors import PERSON, Actor
 from hermesd.kanban.board import MIGRATIONS, STATUSES, Board, board_arg

@@ -152,7 +152,6 @@ class Compactor:
         real = older[1:] if self.latest(row["session"]) is not None else older
         spec.system_prompt = INSTRUCTIONS
         spec.goal = INSTRUCTIONS + "\n\nThe transcript to summarise:\n\n" + transcript(older, self.limit())
-        spec.history = None
         spec.max_turns = 1
         meta = {**(row.get("spec") or {}).get("compaction", {}),
                 "upto": real[-1]["id"] if real else 0,

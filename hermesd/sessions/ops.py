@@ -9,13 +9,14 @@ from hermesd import idempotency, jobs as jobs_mod
 from hermesd.context import Context
 from hermesd.contract.states import TERMINAL, JobStatus
 from hermesd.contract.wire import JobSpec
-from hermesd.delegation.rules import SubagentRules
+from hermesd.subagents import SubagentRules
 from hermesd.delegation.service import child_toolsets
 from hermesd.jobs import JobKind
 from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg, expand_toolsets
 from hermesd.sessions import compaction
 from hermesd.sessions.service import MIGRATIONS, Sessions, display_text
+from hermesd.sessions.spec import TurnSpec
 
 MAX_TEXT_BYTES = 256 * 1024
 SLASH_COMMANDS = {"/background": "/background PROMPT — run PROMPT as a fresh background agent; its result "
@@ -46,7 +47,7 @@ class SessionsPlugin(SubagentRules):
         "`notification` (the delivered job id, for a delivery turn).",
     }
 
-    kinds = (JobKind("session_turn", "turn", at_restart="journal"), JobKind(compaction.KIND, "cmp"))
+    kinds = (JobKind("session_turn", "turn", at_restart="journal", entry="child.agent:run_turn", spec=TurnSpec), JobKind(compaction.KIND, "cmp"))
     migrations = MIGRATIONS
 
     def __init__(self, ctx: Context):

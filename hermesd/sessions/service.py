@@ -30,6 +30,7 @@ from hermesd.contract.wire import JobSpec
 from hermesd.delegation.delivery import Delivery
 from hermesd.protocol import ProtocolError
 from hermesd.sessions.compaction import Compactor
+from hermesd.sessions.spec import TurnSpec
 
 if TYPE_CHECKING:
     from hermesd.context import Context
@@ -266,7 +267,7 @@ class Sessions:
         """The spec of a turn's child: the session's history as a turn is sent it (the latest
         summary and what came after it: :meth:`Compactor.sent`), roles alternating."""
         stored = [{"role": m["role"], "content": m["content"]} for m in self.compactor.sent(row["session"])]
-        spec.history = merge_roles(stored)
+        spec.part = TurnSpec(history=merge_roles(stored)).to_wire()
 
     def on_turn_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """Terminal hook (inside the transition's transaction): store the turn's

@@ -1,4 +1,4 @@
-"""The rules job types take from ``delegation:`` for their children, declared once.
+"""The rules of every job type whose children are subagents, taken from ``delegation:``, declared once (core).
 
 Every job type whose children are supervised as subagents (delegations, session
 turns, batch items and drivers, Kanban workers) has its plugin derive from
