@@ -322,26 +322,53 @@ class TopApp(App):
         self.batch_panel.border_title = "approvals · batches" if waiting else "batches"
         self.batch_panel.update(Text("\n".join([*waiting, *self.board.batches()]) or "(no batch jobs)"))
         room = self.jobs_tree.scrollable_content_region.width - 1  # less its scrollbar, should one show
+        cursor = self.jobs_tree.cursor_node
         self._sync(self.jobs_tree.root, self.board.tree(room if room > 0 else None))
+        self._keep_cursor((cursor.data or {}).get("key") if cursor is not None else None)
         if self.jobs_tree.cursor_line < 0 and self.jobs_tree.root.children:
             self.jobs_tree.cursor_line = 0  # the first job (running ones come first) is selected from the start
 
     def _sync(self, parent: Any, wanted: list[Node]) -> None:
-        """Make ``parent``'s children match ``wanted`` in place (keeps the cursor and expansion)."""
+        """Make ``parent``'s children match ``wanted``, in its order (live rows first, then the
+        newest finished: :meth:`Board.tree`).  A row already in its place is updated in place
+        (it keeps its expansion); one whose place changed is added again where it belongs,
+        expanded as it was (:meth:`_keep_cursor` keeps the cursor on it)."""
+        keys = {node.key for node in wanted}
+        for child in list(parent.children):
+            if child.data["key"] not in keys:
+                self._forget(child)
         have = {child.data["key"]: child for child in parent.children}
-        for node in wanted:
+        for index, node in enumerate(wanted):
             label = Text(node.label, style=STATUS_STYLE.get(node.status or "", ""))
-            tnode = have.pop(node.key, None)
+            tnode, expand = have.pop(node.key, None), True
+            if tnode is not None and parent.children[index] is not tnode:  # moved: added again below
+                expand = tnode.is_expanded
+                self._forget(tnode)
+                tnode = None
             if tnode is None:
-                tnode = parent.add(label, data={"key": node.key, "job": node.job}, expand=True)
+                tnode = parent.add(label, data={"key": node.key, "job": node.job}, before=index, expand=expand)
             else:
                 tnode.set_label(label)
             tnode.allow_expand = bool(node.children)
             self._tree_nodes[node.key] = tnode
             self._sync(tnode, node.children)
-        for key, stale in have.items():
-            self._tree_nodes.pop(key, None)
-            stale.remove()
+
+    def _forget(self, tnode: Any) -> None:
+        """Remove ``tnode`` from the tree, and it and its children from :meth:`node_for`."""
+        for child in list(tnode.children):
+            self._forget(child)
+        if self._tree_nodes.get(tnode.data["key"]) is tnode:
+            del self._tree_nodes[tnode.data["key"]]
+        tnode.remove()
+
+    def _keep_cursor(self, key: str | None) -> None:
+        """Put the cursor back on the row of ``key`` (where it was before :meth:`_sync`) when
+        that row was added again elsewhere."""
+        target = self._tree_nodes.get(key) if key is not None else None
+        if target is None or self.jobs_tree.cursor_node is target:
+            return
+        self.jobs_tree.get_node_at_line(0)  # lays the lines out again: the target's line is known
+        self.jobs_tree.move_cursor(target)
 
     def node_for(self, job: str) -> Any:
         """The tree node of job ``job`` (None when not shown)."""

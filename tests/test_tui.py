@@ -168,10 +168,10 @@ def test_top_follows_a_job_and_cancels_from_the_keyboard(daemon):
             long = daemon.delegate("long one", background=True, script=SLEEPY)["id"]
             await until(pilot, lambda: status_of(app, long) == "running", "the long job running")
             await until(pilot, lambda: any("1/3" in c for c in app.board.caps()), "the async cap 1/3")
-            for _ in range(10):  # move the cursor with the keyboard onto the long job
+            for _ in range(10):  # move the cursor with the keyboard onto the long job (live ones come first)
                 if app.selected_job() == long:
                     break
-                await pilot.press("down")
+                await pilot.press("up" if app.node_for(long).line < app.jobs_tree.cursor_line else "down")
             assert app.selected_job() == long
 
             await pilot.press("l")
@@ -235,3 +235,32 @@ def test_board_of_a_real_batch_run(daemon):
     assert board.batches()[0].startswith(f"{batch['id']}  completed  ") and "3/3" in board.batches()[0]
     node = next(n for n in board.tree() if n.job == batch["id"])
     assert len(node.children) == 3 and all(c.status == "completed" for c in node.children)
+
+
+def test_the_tui_shows_live_jobs_first_then_the_newest_finished_and_keeps_the_cursor(daemon):
+    """The rows on screen follow :meth:`Board.tree`'s order as jobs finish and start (the tree's
+    nodes were updated in place, so a row kept the place it was added at: a finished job stayed
+    above the others, a new one came last), and the cursor stays on the job it was on."""
+    from client.tui import TopApp
+
+    def rows(app) -> list:
+        return [(n.data or {}).get("key") for n in app.jobs_tree.root.children]
+
+    async def scenario():
+        app = TopApp(runtime_dir=daemon.runtime)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.connected and app.board.status, "the first status")
+            quick = daemon.delegate("quick", background=True, script=[{"text": "done", "sleep": 0.3}])["id"]
+            slow = daemon.delegate("slow", background=True, script=SLEEPY)["id"]
+            await until(pilot, lambda: status_of(app, quick) == "completed", "the quick job to finish")
+            await until(pilot, lambda: rows(app) == [slow, quick], "the live job above the finished one")
+            app.jobs_tree.move_cursor(app.node_for(quick))
+            third = daemon.delegate("third", background=True, script=SLEEPY)["id"]
+            await until(pilot, lambda: rows(app) == [slow, third, quick], "live jobs first, in dispatch order")
+            daemon.call("cancel", id=slow)
+            await until(pilot, lambda: rows(app) == [third, slow, quick], "the last to finish first of the finished")
+            assert app.selected_job() == quick, "the cursor stays on its job"
+            daemon.call("cancel", id=third)
+            await until(pilot, lambda: rows(app) == [third, slow, quick], "newest first")
+
+    asyncio.run(scenario())
