@@ -274,9 +274,20 @@ def test_a_batch_page_shows_its_histogram(site, tmp_path):
     assert counts[0] == 1 and counts[1] == 1 and counts[5] == 1 and counts[9] == 2, counts
     assert text_of(driver, "#pass-rate") == "60.0%"
     shot(driver, "batch", tmp_path)
+    driver.get(f"{dashboard.base}/")
+    find(driver, f'tr[data-parent="{record["id"]}"]')
+    pads = driver.execute_script("const pad = s => parseFloat(getComputedStyle(document.querySelector(s)).paddingLeft);"
+                                 f"return [pad('#job-{record['id']} td'), pad('tr[data-parent=\"{record['id']}\"] td')]")
+    assert pads[1] > pads[0], f"a batch's items are indented under it: {pads}"
     driver.get(f"{dashboard.base}/batch/{record['id']}/samples?i=0&j=2")
     assert len(driver.find_elements("css selector", ".side.two .sample")) == 2
     assert "prompt 0" in driver.page_source and "prompt 2" in driver.page_source
+
+
+def test_no_page_broke_its_content_security_policy(site):
+    _, _, driver = site
+    said = [entry["message"] for entry in driver.get_log("browser")]
+    assert not [m for m in said if "Content Security Policy" in m or "Refused to" in m], said
 
 
 def test_metrics_parse_and_match_status_and_usage(site):

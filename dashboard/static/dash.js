@@ -30,13 +30,17 @@
     tpl.innerHTML = row.html.trim();
     const tr = tpl.firstElementChild;
     if (!tr) return;
+    const depthOf = el => Number(el.dataset.depth || 0);
+    const indent = (el, depth) => {
+      el.dataset.depth = depth;
+      const cell = el.firstElementChild;
+      cell.className = cell.className.replace(/\bd\d\b/, "") + " d" + Math.min(depth, 9);
+    };
     const old = document.getElementById("job-" + row.id);
-    if (old) { tr.dataset.depth = old.dataset.depth; tr.firstElementChild.style.paddingLeft = old.firstElementChild.style.paddingLeft; old.replaceWith(tr); return; }
+    if (old) { indent(tr, depthOf(old)); old.replaceWith(tr); return; }
     const parent = row.parent && document.getElementById("job-" + row.parent);
     if (parent && table.contains(parent)) {
-      const depth = Number(parent.dataset.depth || 0) + 1;
-      tr.dataset.depth = depth;
-      tr.firstElementChild.style.paddingLeft = (depth * 1.2 + 0.4) + "em";
+      indent(tr, depthOf(parent) + 1);
       parent.after(tr);
     } else if (!row.parent) {
       table.prepend(tr);
