@@ -77,6 +77,7 @@ def test_parallel_children_of_one_repository_each_work_on_their_own_branch(make_
         assert Path(wt["cwd"]) == Path(wt["path"]) / "src"
         assert (Path(wt["cwd"]) / "notes.txt").read_text() == f"from task {i}\n"
         assert Path(wt["path"]).parent.stat().st_mode & 0o777 == 0o700
+        assert Path(wt["path"]).stat().st_mode & 0o777 == 0o700, "private as HERMES_HOME's folders are"
     assert finals[0]["worktree"]["changes"] == ["? src/notes.txt"] and finals[0]["worktree"]["commits"] == []
     committed = finals[2]["worktree"]
     assert committed["changes"] == [] and [c["subject"] for c in committed["commits"]] == ["notes from task 2"]

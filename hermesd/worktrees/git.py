@@ -142,6 +142,7 @@ def create(worktree: dict[str, Any], env: dict[str, str] | None = None) -> bool:
                 git(["worktree", "add", "--quiet", str(path), worktree["branch"]], repo, env)
             else:
                 git(["worktree", "add", "--quiet", "-b", worktree["branch"], str(path), "HEAD"], repo, env)
+        path.chmod(0o700)  # git made it with the tools' umask; its files stay as the checkout's are
         made = True
     Path(worktree["cwd"]).mkdir(parents=True, exist_ok=True)
     return made
