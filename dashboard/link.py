@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -111,6 +112,10 @@ class Feed:
                         self.changed(topics, rows)
             except (ClientError, ProtocolError, OSError) as exc:
                 self.lost(getattr(exc, "message", None) or str(exc) or "hermesd is not running")
+                conn.close()
+                self.stop.wait(1.0)
+            except Exception:  # noqa: BLE001 - a bug here must not end the live updates: said, then again
+                traceback.print_exc()
                 conn.close()
                 self.stop.wait(1.0)
         conn.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
@@ -80,7 +81,11 @@ class Hub:
                 continue
             topics, rows = sorted(self.topics), sorted(self.rows)
             self.topics, self.rows = set(), set()
-            drawn = [(job, self.render_row(job)) for job in rows[:500]]
+            try:
+                drawn = [(job, self.render_row(job)) for job in rows[:500]]
+            except Exception:  # noqa: BLE001 - a row that cannot be drawn must not end the live updates
+                traceback.print_exc()
+                drawn = []
             for sub in list(self.subscribers):
                 out = [message("refresh", topics)]
                 if sub.rows is not None:
