@@ -25,7 +25,6 @@ import os
 import re
 import typing
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -127,6 +126,8 @@ def yaml_text_number(value: Any) -> str:
     """``"; YAML reads 1e3 as text: write 1000"`` when ``value`` is a string that is a finite number
     (PyYAML follows YAML 1.1, whose floats need a dot: ``1e3`` and ``1E3`` stay strings), else ``""``:
     the end of the error of a key that wants a number."""
+    from decimal import Decimal, InvalidOperation  # here: an error's text only, not the idle daemon's memory
+
     try:
         number = Decimal(value.strip().replace("_", "")) if isinstance(value, str) else None
     except InvalidOperation:

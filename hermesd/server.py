@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import gc
 import logging
 import os
 import signal
@@ -58,6 +59,9 @@ from hermesd.worktrees.plugin import WorktreesPlugin
 
 log = logging.getLogger("hermesd")
 PUB_HWM = 100_000
+SETTLE_SECONDS = 3.0
+"""Seconds after start-up when the daemon gives back its memory a second time (:meth:`Daemon._give_back_memory`):
+the zygote's warm-up and the first spares are done by then."""
 RESTART_KEYS = ("state_dir", "log_dir", "start_method")
 """``supervisor.*`` keys a reload cannot change (see :meth:`Daemon.reload`)."""
 
@@ -106,6 +110,14 @@ class Daemon:
         self.early_signals: list[str] = []  # stop signals that came while it started (hermesd.daemon)
 
     # start-up ------------------------------------------------------------
+
+    def _give_back_memory(self) -> None:
+        """Give back what start-up left behind (idle RSS, bench/README.md): its cyclic garbage
+        (``gc.collect``), SQLite's page cache of the reconcile (:meth:`hermesd.store.Store.shrink_memory`),
+        then the malloc heap's free memory (:func:`hermesd.system.prctl.release_free_heap`)."""
+        gc.collect()
+        self.store.shrink_memory()
+        release_free_heap()
 
     @staticmethod
     def _hold(fd: int, pid_file: Path, what: str) -> int:
@@ -249,7 +261,8 @@ class Daemon:
         if self.loop_lag is not None:
             self._spawn(self.loop_lag.run())
         self.events.emit("daemon.started", data={"pid": os.getpid(), "version": __version__})
-        release_free_heap()  # what start-up freed goes back to the kernel (idle RSS, bench/README.md)
+        self._give_back_memory()
+        asyncio.get_running_loop().call_later(SETTLE_SECONDS, self._give_back_memory)  # once the spares are forked
         self.notifier.notify(READY="1", STATUS=self.status_line(), MAINPID=str(os.getpid()))
         log.info("hermesd %s ready (pid %d, runtime %s)", __version__, os.getpid(), self.sockets.dir)
         await self._done.wait()

@@ -344,6 +344,15 @@ class Store:
         self._memos[name] = (changes, value)
         return value
 
+    def shrink_memory(self) -> None:
+        """Give back the memory SQLite holds for this connection (its page cache:
+        ``PRAGMA shrink_memory``, sqlite.org/pragma.html#pragma_shrink_memory); it reads
+        pages again as it needs them."""
+        try:
+            self.db.execute("PRAGMA shrink_memory")
+        except sqlite3.Error:
+            pass
+
     def close(self) -> None:
         """Checkpoint the WAL and close."""
         try:

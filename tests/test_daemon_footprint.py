@@ -46,13 +46,13 @@ def test_the_zygote_imports_only_the_sdks_in_use_and_learns_a_new_one(daemon):
     wait_for(lambda: TLS.search(Path(f"/proc/{zygote}/maps").read_text()), 60, 0.1,
              "the zygote importing the openai SDK (and ssl) for the spares to come")
 
-NOT_RESIDENT = re.compile(r"_psutil_linux|_bz2\.cpython|_lzma\.cpython|libbz2|liblzma")
-"""What the idle daemon does without (bench/README.md): psutil (``hermesd.system.procfs`` reads ``/proc``), and
+NOT_RESIDENT = re.compile(r"_psutil_linux|_bz2\.cpython|_lzma\.cpython|libbz2|liblzma|_decimal\.cpython")
+"""What the idle daemon does without (bench/README.md): psutil (``hermesd.system.procfs`` reads ``/proc``),
 bz2/lzma, which ``shutil`` imports (it is imported where a folder is removed or a program looked
-up, not at start)."""
+up, not at start), and ``decimal`` (the config imports it to word an error)."""
 
 
-def test_the_idle_daemon_maps_neither_psutil_nor_the_compression_libraries(daemon):
+def test_the_idle_daemon_maps_neither_psutil_nor_the_compression_libraries_nor_decimal(daemon):
     daemon.call("status")
     found = sorted(set(NOT_RESIDENT.findall(Path(f"/proc/{daemon.proc.pid}/maps").read_text())))
     assert found == [], f"the idle daemon loaded {found}"

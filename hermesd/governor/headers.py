@@ -16,7 +16,6 @@ its reset (anthropic-sdk-typescript issue #357).
 from __future__ import annotations
 
 import datetime
-import email.utils
 import re
 from dataclasses import dataclass, field
 
@@ -95,6 +94,8 @@ def retry_after(headers: dict[str, str], now: float) -> float | None:
         return _clamp(float(value))
     except ValueError:
         pass
+    import email.utils  # here: an HTTP-date Retry-After only (the email package is 0.4 MiB of the idle daemon)
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
