@@ -126,6 +126,20 @@ def test_without_the_token_every_page_and_action_is_refused(site):
     daemon.call("cancel", id=job)
 
 
+def test_no_secret_is_rendered(site):
+    daemon, dashboard, _ = site
+    secret = "hunter2-very-secret-value"
+    script = [{"tool_calls": [{"name": "terminal", "input": {"command": "echo the value is $DASH_SECRET"}}]},
+              {"text": "I printed it"}]
+    job = daemon.delegate("print the secret", env={"DASH_SECRET": secret}, script=script, toolsets=["terminal"])["id"]
+    assert daemon.wait_job(job)["status"] == "completed"
+    for path in ("/", f"/job/{job}", f"/job/{job}/part", f"/job/{job}/log?offset=0", "/bill", "/metrics"):
+        status, body = dashboard.http(path)
+        assert status == 200 and secret not in body, path
+    status, page = dashboard.http(f"/job/{job}")
+    assert "DASH_SECRET" in page and "[REDACTED:DASH_SECRET]" in page  # its name, and its value redacted
+
+
 def test_a_cross_site_post_from_a_browser_is_refused(site, tmp_path):
     daemon, dashboard, driver = site
     job = daemon.delegate("hang", script=HANG, toolsets=["terminal"])["id"]
