@@ -80,6 +80,12 @@ class Plugin:
         entries are left out."""
         return ()
 
+    @classmethod
+    def warm_modules(cls, config: "Config") -> tuple[str, ...]:
+        """Modules of the child runtime its children are likely to use under ``config``, which the
+        zygote imports besides the providers' SDKs (read from the class, as :meth:`warm_providers`)."""
+        return ()
+
     # jobs of this plugin's kinds ------------------------------------------------
 
     @own
@@ -224,6 +230,10 @@ class Plugins:
     def warm_providers(self, config: "Config") -> tuple[str | None, ...]:
         """Every plugin's :meth:`Plugin.warm_providers`, in plugin order."""
         return tuple(p for cls in self.classes for p in cls.warm_providers(config))
+
+    def warm_modules(self, config: "Config") -> tuple[str, ...]:
+        """Every plugin's :meth:`Plugin.warm_modules`, in plugin order, once each."""
+        return tuple(dict.fromkeys(m for cls in self.classes for m in cls.warm_modules(config)))
 
     def start(self, ctx: "Context") -> None:
         """Create the plugin instances (once the state database is open)."""

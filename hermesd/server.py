@@ -181,7 +181,8 @@ class Daemon:
                                     spawner=make_spawner(sup.start_method, self.loop, self.supervisor_id,
                                                          self.sockets.children,
                                                          providers=(self.config.provider, *self.plugins.warm_providers(self.config)),
-                                                         base_url=self.config.base_url))
+                                                         base_url=self.config.base_url,
+                                                         modules=self.plugins.warm_modules(self.config)))
         self.runner = Runner(self.config, self.jobs, self.scheduler, self.procs, self.sockets.children, self.loop,
                              hooks=self.plugins)
         self.context = Context(control=self, store=self.store, events=self.events, jobs=self.jobs,

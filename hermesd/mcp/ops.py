@@ -37,6 +37,12 @@ def known_to(config: Any, spec: dict[str, Any] | None) -> dict[str, Server]:
 class McpPlugin(Plugin):
     """MCP servers, the daemon's side: a plugin without a job kind whose hooks see every job."""
 
+    @classmethod
+    def warm_modules(cls, config: Any) -> tuple[str, ...]:
+        """With a server configured, the child's MCP client (and so the SDK) is imported by the
+        zygote once, not by each child that uses a server (about 1.5 s of a loaded machine)."""
+        return ("child.mcp.client",) if any(s.enabled for s in config.mcp().values()) else ()
+
     def admit(self, job_id: str, kind: str, fields: dict[str, Any]) -> None:
         """Refuse (``bad_request``) a job whose ``mcp:NAME`` toolset names no enabled server."""
         bad = unknown_toolsets(list(fields.get("toolsets") or []), known_to(self.ctx.config, fields.get("spec")))

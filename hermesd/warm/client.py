@@ -89,15 +89,16 @@ class ZygoteClient:
     ``env``: the zygote's environment; ``loop``: the daemon's event loop (the
     socket is read from it, timers run on it); ``command`` and ``preload``:
     the zygote's program (default :data:`COMMAND`) and the modules it imports
-    (default: its own list).  Nothing here waits for the zygote.
+    (default: its own list, and ``more``).  Nothing here waits for the zygote.
     """
 
     def __init__(self, env: dict[str, str], loop: Any, *, command: tuple[str, ...] = COMMAND,
-                 preload: tuple[str, ...] | None = None):
+                 preload: tuple[str, ...] | None = None, more: tuple[str, ...] = ()):
         # SPT_NOENV: setproctitle must leave the environment area alone (see child.zygote)
         self.env = {**env, "SPT_NOENV": "1", ROOM_ENV: "." * ENV_ROOM_BYTES}
         self.loop = loop
-        self.argv = [*command, "{fd}", "-" if preload is None else ",".join(preload), "." * TITLE_ROOM]
+        modules = ("+" + ",".join(more) if more else "-") if preload is None else ",".join(preload)
+        self.argv = [*command, "{fd}", modules, "." * TITLE_ROOM]
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.info: dict[str, Any] | None = None

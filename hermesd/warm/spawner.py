@@ -90,10 +90,10 @@ class WarmSpawner:
 
 def make_spawner(start_method: str, loop: Any, supervisor_id: str = "", children_socket: Path | None = None,
                  os_seam: OS | None = None, providers: tuple[str | None, ...] = (),
-                 base_url: str | None = None) -> Spawner:
+                 base_url: str | None = None, modules: tuple[str, ...] = ()) -> Spawner:
     """The spawner for ``supervisor.start_method``: ``forkserver`` (:class:`WarmSpawner`;
     its spares connect to ``children_socket`` ahead of time; its zygote imports the SDKs
-    of ``providers``, the config's, else of the default provider for ``base_url``) or
+    of ``providers``, the config's, else of the default provider for ``base_url``, and ``modules``) or
     ``spawn`` (:class:`~hermesd.system.procs.ColdSpawner`, a new interpreter per child)."""
     cold = ColdSpawner(os_seam or OS())
     if start_method != "forkserver":
@@ -102,4 +102,4 @@ def make_spawner(start_method: str, loop: Any, supervisor_id: str = "", children
              PROVIDERS_ENV: ",".join(dict.fromkeys(p for p in providers if p)), BASE_URL_ENV: base_url or ""}
     if children_socket is not None:
         extra["HERMES_CHILD_SOCKET"] = str(children_socket)
-    return WarmSpawner(cold, ZygoteClient(child_env(os.environ, extra), loop))
+    return WarmSpawner(cold, ZygoteClient(child_env(os.environ, extra), loop, more=modules))
