@@ -185,14 +185,17 @@ def _gone(proc: psutil.Process) -> bool:
         return True
 
 
-@pytest.mark.parametrize("victim", ["child", "hermesd"])
-def test_kill_9_leaves_no_server_running(make_daemon, victim):
+@pytest.mark.parametrize("victim", ["child", "hermesd", "cancel"])
+def test_kill_9_or_cancel_leaves_no_server_running(make_daemon, victim):
     d = make_daemon(config={"mcp_servers": {"time": TIME}}, env={"OPENAI_API_KEY": "sk-test-never-passed-1234"})
     job = d.delegate("wait", script=[{"sleep": 120}], toolsets=["mcp:time"])["id"]
     server = _server_of(d, job)
     if victim == "child":
         os.kill(d.call("job", id=job)["pid"], signal.SIGKILL)
         assert d.wait_job(job)["status"] == "failed"
+    elif victim == "cancel":
+        d.call("cancel", id=job)
+        assert d.wait_job(job)["status"] == "cancelled"
     else:
         d.kill9()
     wait_for(lambda: _gone(server), timeout=20, what=f"the MCP server to end with the {victim}")
