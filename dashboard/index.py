@@ -5,7 +5,8 @@ to :attr:`Index.limit`, the pending approval requests and each batch's last prog
 from events only (``job.queued``/``job.state`` carry the record, ``job.progress`` the counters),
 so a page load asks the daemon nothing about the job list.  :meth:`Index.rows` lays the jobs out
 as the tree they are: sessions → their turns, a job → the jobs it started (a batch's items, a
-delegation's subagents), newest first at every level, a long run of finished children folded."""
+delegation's subagents), a Kanban task → its workers, a parallel group → its jobs, newest first at
+every level, a long run of finished children folded."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class Row:
 
     depth: int
     rec: dict[str, Any]
-    holder: str | None = None  # "session", "fold", "parent"
+    holder: str | None = None  # "holder" (a session, a Kanban task, a group), "fold"
     children: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -37,6 +38,13 @@ class Row:
 def newest_first(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """``recs`` by dispatch time, newest first (ids break ties)."""
     return sorted(recs, key=lambda r: (r.get("dispatched_at") or "", r["id"]), reverse=True)
+
+
+def holder_kind(key: str, rec: dict[str, Any]) -> str:
+    """What holds jobs that are no job's children: a session, a Kanban task, a parallel group."""
+    if rec.get("session") == key:
+        return "session"
+    return {"kb": "Kanban task", "group": "parallel group"}.get(key.split("_", 1)[0], "parent")
 
 
 def matches(rec: dict[str, Any], kind: str | None, state: str | None, text: str | None) -> bool:
@@ -169,27 +177,29 @@ class Index:
                 return [Row(0, dict(r), children=len(self.children.get(r["id"], ()))) for r in
                         found[offset:offset + limit]], len(found)
             tops = newest_first(r for r in self.jobs.values() if not r.get("parent") or r["parent"] not in self.jobs)
-            entries: list[tuple[str, Any]] = []  # ("job", rec) or ("session", name, recs)
-            sessions: dict[str, list[dict[str, Any]]] = {}
+            entries: list[tuple[str, Any]] = []  # ("job", rec) or ("holder", key)
+            held: dict[str, list[dict[str, Any]]] = {}
             for rec in tops:
-                if rec.get("session"):
-                    if rec["session"] not in sessions:
-                        sessions[rec["session"]] = []
-                        entries.append(("session", rec["session"]))
-                    sessions[rec["session"]].append(rec)
+                key = rec.get("session") or rec.get("parent")  # a session, or what is no job (a Kanban task, a group)
+                if key:
+                    if key not in held:
+                        held[key] = []
+                        entries.append(("holder", key))
+                    held[key].append(rec)
                 else:
                     entries.append(("job", rec))
             out: list[Row] = []
-            for entry in entries[offset:offset + limit]:
-                if entry[0] == "session":
-                    turns = sessions[entry[1]]
-                    live = sum(1 for r in turns if r.get("status") not in TERMINAL)
-                    out.append(Row(0, {"id": entry[1], "kind": "session", "status": "live" if live else "idle",
-                                       "goal": f"{len(turns)} turn(s)"}, holder="session", children=len(turns)))
-                    for rec in turns:
+            for what, entry in entries[offset:offset + limit]:
+                if what == "holder":
+                    recs = held[entry]
+                    live = sum(1 for r in recs if r.get("status") not in TERMINAL)
+                    out.append(Row(0, {"id": entry, "kind": holder_kind(entry, recs[0]), "status": "live" if live else
+                                       "idle", "goal": f"{len(recs)} job(s), {live} live"}, holder="holder",
+                                   children=len(recs)))
+                    for rec in recs:
                         self._walk(rec, 1, out)
                 else:
-                    self._walk(entry[1], 0, out)
+                    self._walk(entry, 0, out)
             return out, len(entries)
 
     def _walk(self, rec: dict[str, Any], depth: int, out: list[Row]) -> None:

@@ -89,7 +89,7 @@ class Hub:
             for sub in list(self.subscribers):
                 out = [message("refresh", topics)]
                 if sub.rows is not None:
-                    mine = [{"id": job, "parent": got[0].get("parent"), "html": got[1]}
+                    mine = [{"id": job, "parent": got[0].get("parent") or got[0].get("session"), "html": got[1]}
                             for job, got in drawn if got is not None and sub.rows(got[0])]
                     if mine:
                         out.append(message("rows", mine))

@@ -27,7 +27,8 @@ def test_the_tree_is_newest_first_with_sessions_children_and_folds():
     index.add([rec("item_live", "running", parent="batch_b", second=5, kind="batch_item")])
     rows, total = index.rows()
     ids = [(r.depth, r.rec["id"], r.holder) for r in rows]
-    assert total == 4 and ids[0] == (0, "deleg_new", None) and ids[1] == (0, "main", "session")
+    assert total == 4 and ids[0] == (0, "deleg_new", None) and ids[1] == (0, "main", "holder")
+    assert rows[1].rec["kind"] == "session"
     assert ids[2] == (1, "turn_1", None) and ids[3] == (0, "batch_b", None)
     assert ids[4] == (1, "item_live", None), "a live child first"
     assert ids[5] == (1, f"item_{FOLD_AFTER + 4:02d}", None), "then the newest finished ones"
@@ -35,6 +36,10 @@ def test_the_tree_is_newest_first_with_sessions_children_and_folds():
     assert len(fold) == 1 and "5 more finished (5 completed)" in fold[0].rec["goal"]
     assert ids[-1] == (0, "bg_old", None)
     assert "trace" not in index.get("deleg_new"), "the trace stays with the daemon"
+    index.add([rec("kanban_w1", "running", parent="kb_7", second=99, kind="kanban_worker")])
+    rows, _ = index.rows()
+    assert (rows[0].rec["id"], rows[0].rec["kind"], rows[1].rec["id"], rows[1].depth) == \
+        ("kb_7", "Kanban task", "kanban_w1", 1), "a Kanban task's workers under it"
     flat, found = index.rows(kind="batch_item", state="live")
     assert found == 1 and flat[0].rec["id"] == "item_live"
     assert [r.rec["id"] for r in index.rows(text="GOAL OF BG")[0]] == ["bg_old"]
