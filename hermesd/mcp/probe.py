@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 from typing import Any
 
 from hermesd.contract.launch import PYTHON
@@ -29,6 +28,8 @@ MARGIN_SECONDS = 15.0
 async def probe(ctx: Any, server: Server) -> dict[str, Any]:
     """The server's tools as :mod:`child.mcp.probe` prints them; when the probe itself fails or is too
     slow, ``state`` ``failed`` and an ``error`` with the end of its stderr."""
+    import tempfile  # here, not at start: it imports shutil, and shutil bz2 and lzma (the idle daemon's memory)
+
     loop = asyncio.get_running_loop()
     exited: asyncio.Future[int] = loop.create_future()
     folder = ctx.config.state_dir()
