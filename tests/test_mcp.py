@@ -111,6 +111,27 @@ def test_a_toolset_naming_no_server_is_refused(make_daemon):
     assert d.ctl("mcp", "tools", "nope").returncode == 5
 
 
+def test_mcp_tools_of_a_failing_server_shows_its_stderr_with_the_secrets_redacted(make_daemon):
+    """``hermesctl mcp tools NAME`` says why a server did not start with the end of its stderr, which
+    may show its environment: redacted as a job's log is (the probe printed the values as they were)."""
+    values = {"GH_TOKEN": "ghp_probe0123456789abcdef", "DATABASE_URL": "postgres://u:pw-probe-4242@db/x",
+              "MY_API_KEY": "literal-secret-value-123"}
+    dump = "import os, sys; [print(k, v, file=sys.stderr) for k, v in sorted(os.environ.items())]; sys.exit(1)"
+    leaky = {"command": sys.executable, "args": ["-c", dump],
+             "env": {"MY_API_KEY": values["MY_API_KEY"], "DB": "${DATABASE_URL}", "GH": "${GH_TOKEN}",
+                     "STAGE": "production"}}
+    d = make_daemon(config={"secrets": ["DATABASE_URL"], "mcp_servers": {"leaky": leaky}},
+                    env={"GH_TOKEN": values["GH_TOKEN"], "DATABASE_URL": values["DATABASE_URL"]})
+    for argv in (("mcp", "tools", "leaky"), ("mcp", "tools", "leaky", "--json")):
+        shown = d.ctl(*argv)
+        assert shown.returncode == 1 and "exit status 1" in shown.stderr + shown.stdout, shown
+        for name, value in values.items():
+            assert value not in shown.stdout + shown.stderr, (argv, name)
+        assert "STAGE production" in shown.stdout + shown.stderr, "a plain value stays as it is"
+    assert "MY_API_KEY [REDACTED:MY_API_KEY]" in shown.stdout and "[REDACTED:GH_TOKEN]" in shown.stdout
+    assert "DB [REDACTED:DATABASE_URL]" in shown.stdout
+
+
 def test_check_config_names_each_bad_server_key(tmp_path):
     bad = tmp_path / "config.yaml"
     bad.write_text("toolsets: [terminal, mcp:gone]\n"

@@ -9,7 +9,10 @@ come as JSON on standard input; one JSON object goes to standard output::
 ``tool`` is the name the model calls it by (``mcp__NAME__TOOL``), ``offered`` whether the
 server's ``tools:`` lets jobs have it.  The server is started as a job's would be
 (:class:`child.mcp.client.Servers`: the probe's process group, the environment its settings
-name); the probe dies with hermesd (:mod:`child.lifeline`) and takes its group along.
+name); the probe dies with hermesd (:mod:`child.lifeline`) and takes its group along.  What it
+prints is redacted as a job's log is (:mod:`child.redact`: the daemon's secrets, the config's
+``secrets:``, the server's own secret ``env`` and ``headers``): a server that fails says why
+with the end of its stderr, which may show its environment.
 """
 
 from __future__ import annotations
@@ -22,17 +25,19 @@ import time
 
 def main() -> int:
     """Probe the server of standard input; print its tools (see the module doc).  Exit status 0."""
-    from child import lifeline
+    from child import lifeline, redact
 
     if os.environ.get("HERMES_DAEMON_PID"):
         lifeline.arm(int(os.environ["HERMES_DAEMON_PID"]))
     from child.mcp.client import Servers
     from hermesd.contract.toolsets import mcp_tool_name
 
+    redact.install()  # what it prints (the server's stderr among its errors) is redacted as a job's log is
     spec = json.loads(sys.stdin.read())
     name = spec["name"]
     began = time.monotonic()
-    servers = Servers({name: spec}, cwd=os.getcwd(), log=lambda line: print(line, file=sys.stderr, flush=True))
+    servers = Servers({name: spec}, cwd=os.getcwd(), log=lambda line: print(line, file=sys.stderr, flush=True),
+                      secrets=redact.add)
     try:
         servers.start()
         c = servers.connections[name]
@@ -42,7 +47,7 @@ def main() -> int:
                   "tools": tools}
     finally:
         servers.close()
-    print(json.dumps(answer, ensure_ascii=False), flush=True)
+    print(json.dumps(redact.current().data(answer), ensure_ascii=False), flush=True)
     return 0
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from hermesd.contract.launch import PYTHON
 from hermesd.mcp.config import Server
+from hermesd.redaction import SECRETS_ENV
 from hermesd.system.procs import child_env
 
 MARGIN_SECONDS = 15.0
@@ -40,7 +41,8 @@ async def probe(ctx: Any, server: Server) -> dict[str, Any]:
         stdin.seek(0)
         proc = subprocess.Popen([*PYTHON, "-m", "child.mcp.probe"], stdin=stdin, stdout=out, stderr=err,
                                 cwd=folder, start_new_session=True,
-                                env=child_env(dict(os.environ), {"HERMES_DAEMON_PID": str(os.getpid())}))
+                                env=child_env(dict(os.environ), {"HERMES_DAEMON_PID": str(os.getpid()),
+                                                                 SECRETS_ENV: ",".join(ctx.config.secrets)}))
         ctx.procs.watch(proc.pid, lambda code: exited.done() or exited.set_result(code))
         try:
             code = await asyncio.wait_for(asyncio.shield(exited), limit)
