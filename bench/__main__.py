@@ -9,6 +9,8 @@ part of an hour; ``--only-peers`` runs only the comparison with its peers (:mod:
 ``--only-default`` only the default configuration's figures (:mod:`bench.bench_warm_start`: batch
 overhead with the default configuration, event-loop stalls while the zygote is
 killed).  Each benchmark can also be run on its own (``bench/bench_*.py --help``).
+``python -m bench soak`` is the soak of issue 44 (:mod:`bench.soak`: random faults under a mixed
+workload, then an oracle; ``python -m bench soak --help``), not part of the run of them all.
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ from bench.common import machine  # noqa: E402
 
 
 def main() -> None:
-    """Run them all; see the module doc."""
+    """Run them all; see the module doc.  ``python -m bench soak …`` runs the soak instead
+    (:mod:`bench.soak`, its own options)."""
+    if sys.argv[1:2] == ["soak"]:
+        from bench.soak import main as soak
+
+        sys.exit(soak(sys.argv[2:]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only-default", action="store_true")
