@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
 
 from bench.soak import brain as brain_mod  # noqa: E402
 from bench.soak.faults import KINDS, Faults, schedule  # noqa: E402
-from bench.soak.fuzz import fuzz, warm_up  # noqa: E402
+from bench.soak import fuzz as fuzzing  # noqa: E402  (the module: its function fuzz would shadow it)
 from bench.soak.oracle import TERMINAL_NAMES, check  # noqa: E402
 from bench.soak.workload import Approver, Scale, Workload, call  # noqa: E402
 from tests.chaos.helpers import leftovers, titled  # noqa: E402
@@ -171,9 +171,9 @@ def run(cycles: int = 20, seed: int | None = None, faults: int = 6, fuzz_frames:
                     first = soak.footprint()
             after_cycles = soak.footprint()
             log(f"fuzzing the control socket: {fuzz_frames} frames")
-            warm_up(soak.d.runtime)
+            fuzzing.warm_up(soak.d.runtime)
             mid = soak.footprint()
-            result["fuzz"] = fuzz(soak.d.runtime, seed, fuzz_frames) if fuzz_frames else {}
+            result["fuzz"] = fuzzing.fuzz(soak.d.runtime, seed, fuzz_frames) if fuzz_frames else {}
             if soak.d.proc.poll() is not None:
                 soak.problems.append(f"hermesd died during the fuzz: {soak.d.log()[-2000:]}")
                 soak.faults._restart(lambda: None)
