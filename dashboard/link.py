@@ -44,7 +44,8 @@ class Link:
 
     def cached(self, op: str, ttl: float = 1.0, since: int | None = None, **args: Any) -> Any:
         """``op`` answered from the cache when asked within ``ttl`` seconds (reads only) — and, with
-        ``since`` (the last event seq the asker knows), only by an answer given since that event."""
+        ``since`` (a generation of news, :attr:`dashboard.live.Hub.generation`), only by an answer
+        given in that generation."""
         key = (op, since, tuple(sorted((k, repr(v)) for k, v in args.items())))
         now = time.monotonic()
         hit = self.memo.get(key)

@@ -39,7 +39,10 @@ class Hub:
     """The open pages and what changed since the last flush.  ``render_row(job id)`` gives
     ``(record, html)`` of a job row (None: gone); ``follow()`` tells the daemon someone watches; ``seq()``
     is the last event the pages know of (a page rendered before it catches up when it subscribes:
-    its ``hello`` carries the seq, and the page reloads its live parts when it rendered an older one)."""
+    its ``hello`` carries the seq, and the page reloads its live parts when it rendered an older one).
+    :attr:`generation` counts the flushes that had news: the daemon's answers are shared between
+    pages until the next one (``Link.cached``), so the pages a flush sends fetching again cost the
+    daemon one request of each kind, whatever their number; a page shows :attr:`generation_seq`."""
 
     def __init__(self, render_row: Callable[[str], tuple[dict[str, Any], str] | None], follow: Callable[[], None],
                  seq: Callable[[], int]):
@@ -47,6 +50,7 @@ class Hub:
         self.subscribers: set[Subscriber] = set()
         self.topics: set[str] = set()
         self.rows: set[str] = set()
+        self.generation, self.generation_seq = 0, 0  # flushes that had news, and the last seq at the last one
         self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task | None = None
 
@@ -76,6 +80,8 @@ class Hub:
                     await asyncio.to_thread(self.follow)
                 except Exception:  # noqa: BLE001 - the daemon is away: the banner says so
                     pass
+            if self.topics or self.rows:  # what the pages read from the daemon from now on is newer
+                self.generation, self.generation_seq = self.generation + 1, self.seq()
             if not (self.topics or self.rows) or not self.subscribers:
                 self.topics, self.rows = set(), set()
                 continue

@@ -23,6 +23,8 @@ from hermesd.protocol import ProtocolError
 
 HERE = Path(__file__).parent
 PAGE_ROWS = 100
+JOURNALS = 64
+"""Jobs whose journal entries the job page keeps (read again only from where it stopped)."""
 STATUS_CODES = {"not_found": 404, "invalid_state": 409, "bad_request": 400, "too_large": 413,
                 "capacity_reached": 429, "forbidden": 403}
 
@@ -41,6 +43,7 @@ class Views:
                             lambda: self.index.last_seq)
         self.registry = metrics.registry(link, index)
         self.runs: dict[str, RunFiles] = {}
+        self.journals: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # job → (offset read to, entries), newest last
 
     # helpers --------------------------------------------------------------
 
@@ -48,13 +51,14 @@ class Views:
         """Template ``name`` with the shared values (the CSRF token, read-only, the daemon's state)."""
         return self.templates.TemplateResponse(request, name, {
             "csrf": self.csrf, "read_only": self.read_only, "up": self.feed.up, "why": self.feed.why,
-            "seq": self.index.last_seq,
+            "seq": self.hub.generation_seq,
             "path": request.url.path, **values}, status_code=status)
 
     async def ask(self, op: str, ttl: float | None = None, **args: Any) -> Any:
-        """A daemon request off the loop (``ttl``: from the shared cache, if no event came since)."""
+        """A daemon request off the loop (``ttl``: from the shared cache, if no news came since: the
+        Hub's :attr:`dashboard.live.Hub.generation`)."""
         if ttl is not None:
-            return await run_in_threadpool(self.link.cached, op, ttl, self.index.last_seq, **args)
+            return await run_in_threadpool(self.link.cached, op, ttl, self.hub.generation, **args)
         return await run_in_threadpool(self.link.call, op, **args)
 
     def failed(self, request: Request, err: Exception) -> HTMLResponse:
@@ -110,13 +114,16 @@ class Views:
     async def job_parts(self, job_id: str) -> dict[str, Any]:
         """What the job page shows: the record (``result``), its conversation, children, approvals."""
         rec = await self.ask("result", id=job_id)
-        entries, offset = [], 0
-        while True:
+        offset, entries = self.journals.pop(job_id, (0, []))
+        while True:  # only what was appended since this job's page was last drawn
             page = await self.ask("journal", id=job_id, offset=offset)
-            entries += page["entries"]
+            entries = entries + page["entries"]
             if page["offset"] == offset or page["offset"] >= page["size"]:
                 break
             offset = page["offset"]
+        self.journals[job_id] = (page["offset"], entries)
+        while len(self.journals) > JOURNALS:
+            self.journals.pop(next(iter(self.journals)))
         turns = conversation.from_journal(entries)
         if not turns and rec.get("status") in TERMINAL:
             turns = conversation.from_trajectory((await self.ask("result", id=job_id, trajectory=True)).get("trajectory"))
