@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+CLIENT = "client.batch"
+"""The module of its commands in ``hermesctl`` (``COMMANDS``; :func:`client.ctl.families`)."""
+
 
 def what(etype: str, data: dict) -> str | None:
     """The one-line gist of a ``batch.progress`` event: its counts (None: another event)."""

@@ -24,7 +24,7 @@ import click
 
 from client import render
 from client.common import (COMPLETION_HELP, IDEMPOTENCY_HELP, TERMINAL, Ctl, conn, exit_for, global_options, is_json,
-                           json_option, out, said_repeat, show, stopped_watching)
+                           json_option, out, print_log, said_repeat, show, stopped_watching)
 from batch.config import EXECUTORS
 from hermesd.contract.providers import PROVIDERS, REASONING_EFFORTS
 from hermesd.protocol import EXIT_CODES
@@ -387,3 +387,39 @@ def hermes_batch(**flags: Any) -> None:
 def main() -> None:
     """Console-script entry point of ``hermes-batch``."""
     hermes_batch.main(prog_name="hermes-batch")
+
+
+def batch_logs(job_id: str, follow: bool) -> None:
+    """``hermesctl logs`` of a batch: it has no process of its own; its items' logs are printed, each under its id."""
+    items = [j for k in ("batch_item", "ray_item") for j in conn().call("ps", all=True, kind=k)["jobs"]
+             if j.get("parent") == job_id]
+    if not items and not is_json():
+        out(f"{job_id} has no items yet (hermesctl batch status {job_id})", err=True)
+    for item in items:
+        if not is_json():
+            out(f"==> {item['id']} ({item['status']}: {render.short(item.get('goal'), 50)}) <==")
+        print_log(item["id"], follow=False)
+
+
+RAY_ITEM_LOG_WAITS = ("{job} runs on a Ray node: its log is there, in the item's scratch directory "
+                      "($TMPDIR/hermes-item-*/log on that node), until it ends; then its last 128 KiB are "
+                      "here (hermesctl logs -f {job} waits for them)")
+RAY_ITEM_NO_LOG = "{job} left no log: it never started on a node, or it was lost with its host or driver"
+
+
+def ray_item_logs(job_id: str, follow: bool) -> None:
+    """``hermesctl logs`` of an item on a Ray cluster: its log is on its node until it ends, then here
+    (its last 128 KiB); until then, where it is."""
+    if not is_json():
+        chunk = conn().call("logs", id=job_id, offset=0, limit=1)
+        if not chunk["size"]:
+            out((RAY_ITEM_NO_LOG if chunk["done"] else RAY_ITEM_LOG_WAITS).format(job=job_id), err=True)
+            if chunk["done"] or not follow:
+                return
+    print_log(job_id, follow)
+
+
+COMMANDS = (batch_group,)
+"""The family's commands in ``hermesctl`` (``hermesctl batch …``; ``hermes-batch`` is :func:`main`)."""
+LOGS = {"batch": batch_logs, "ray_item": ray_item_logs}
+"""How ``hermesctl logs`` prints the batch's kinds that have no log of their own here."""

@@ -22,8 +22,10 @@ import time
 from typing import Any, Callable
 
 import click
+from click.shell_completion import CompletionItem
 
 from client import render, verbs
+from client.calls import Away
 from client.connection import ClientError, Connection
 from client.fast import DEFAULT_TIMEOUT
 from client.verbs import IDEMPOTENCY_HELP, INTERRUPTED, Usage, exit_for, split  # noqa: F401  (for the families)
@@ -286,6 +288,54 @@ def text_input(name: str, what: str) -> Callable:
 def read_text(value: str | None, file: Any, name: str) -> str:
     """:func:`client.verbs.read_text`, raising :class:`click.UsageError`."""
     return usage_errors(verbs.read_text, value, file, name)
+
+
+def complete_job_id(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of a job id (click's ``shell_complete``): every job of the
+    daemon whose id starts with ``incomplete``, newest first, each with its status
+    and goal (the daemon filters by prefix and pages).  What arrived when the
+    daemon stops answering within 2 s."""
+    runtime_dir = ctx.find_root().params.get("runtime_dir")
+    jobs: list[dict[str, Any]] = []
+    try:
+        connection = Connection(runtime_dir, timeout=2.0)
+        try:
+            for job in connection.jobs(all=True, order="newest", prefix=incomplete or None):
+                jobs.append(job)
+        finally:
+            connection.close()
+    except (ClientError, ProtocolError, OSError):
+        pass
+    return [CompletionItem(j["id"], help=f"{j['status']}: {j.get('goal') or ''}"[:70]) for j in jobs]
+
+
+LOGS: dict[str, Callable[[str, bool], None]] = {}
+"""How ``hermesctl logs`` prints a job of a kind, when not as :func:`print_log` does: kind →
+``printer(job_id, follow)``, from the command families' ``LOGS`` (added by :mod:`client.ctl`)."""
+
+
+def print_log(job_id: str, follow: bool) -> None:
+    """Print ``job_id``'s log from its start; ``follow``: as it grows until the job ends, waiting
+    for a daemon that goes away meanwhile (said once on stderr: :class:`client.calls.Away`)."""
+    offset = 0
+    away = Away(lambda text: out(f"hermesctl: {text}", err=True), f"the log of {job_id}")
+
+    def read() -> dict[str, Any]:
+        return conn().call("logs", id=job_id, offset=offset)
+
+    while True:
+        chunk = away.retry(read) if follow else read()
+        if chunk["data"]:
+            if is_json():
+                render.emit_json({"job": job_id, "offset": offset, "data": chunk["data"]})
+            else:
+                out(chunk["data"], nl=False)
+        offset = chunk["offset"]
+        if chunk["offset"] < chunk["size"]:
+            continue
+        if not follow or chunk["done"]:
+            return
+        time.sleep(0.25)
 
 
 def stopped_watching(job_id: str, follow: str | None = None, cancel: str | None = None) -> None:

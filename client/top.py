@@ -40,3 +40,7 @@ def top_command(json_: bool, once: bool, refresh: float) -> None:
 
     obj = root_obj()
     TopApp(runtime_dir=obj.get("runtime_dir"), timeout=obj.get("timeout") or DEFAULT_TIMEOUT, refresh=refresh).run()
+
+
+COMMANDS = (top_command,)
+"""The family's commands (:mod:`client.ctl` adds them)."""

@@ -437,6 +437,9 @@ VERBS: dict[str, Verb] = {verb.name: verb for verb in (
 )}
 """Every command defined here, by name."""
 
+COMMANDS = tuple(VERBS.values())
+"""The family's commands: every verb (:mod:`client.ctl` makes each its click command)."""
+
 
 def waits_for_job(verb: str, values: dict[str, Any]) -> bool:
     """True when command ``verb`` with ``values`` waits for a job to end (``wait``, a foreground

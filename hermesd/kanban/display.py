@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from hermesd.protocol import one_line
 
+CLIENT = "client.kanban"
+"""The module of its commands in ``hermesctl`` (``COMMANDS``; :func:`client.ctl.families`)."""
+
 
 def subject(etype: str, data: dict) -> str | None:
     """A ``kanban.*`` event is about its task (None: not this package's event, or no task)."""
