@@ -87,8 +87,9 @@ class Hub:
                 continue
             topics, rows = sorted(self.topics), sorted(self.rows)
             self.topics, self.rows = set(), set()
-            try:
-                drawn = [(job, self.render_row(job)) for job in rows[:500]]
+            try:  # drawn only when a page shows job rows (the jobs page)
+                drawn = [(job, self.render_row(job)) for job in rows[:500]] \
+                    if any(sub.rows is not None for sub in self.subscribers) else []
             except Exception:  # noqa: BLE001 - a row that cannot be drawn must not end the live updates
                 traceback.print_exc()
                 drawn = []
