@@ -173,6 +173,38 @@ app.run()
 '''
 
 
+CRASHING = HANGING.replace('app.run()', """
+@app.tool()
+def crash() -> str:
+    \"\"\"Exit at once.\"\"\"
+    import os
+    os._exit(9)
+
+app.run()""")
+
+
+def test_a_server_that_crashes_mid_call_is_an_error_naming_it_and_is_started_again(make_daemon, tmp_path):
+    script_file = tmp_path / "crash.py"
+    script_file.write_text(CRASHING)
+    d = make_daemon(config={"mcp_servers": {"frail": {"command": sys.executable, "args": [str(script_file)]}},
+                            "approvals": {"always": ["mcp__other__*"]}})
+    job = d.delegate("crash", script=[call("mcp__frail__crash"), call("mcp__frail__nap", seconds=0), {"text": "on"}],
+                     toolsets=["mcp:frail"])["id"]
+    row = d.wait_job(job)
+    assert row["status"] == "completed" and row["summary"] == "on"
+    crashed, again = tool_results(d, job)
+    assert "MCP server 'frail' stopped during a call of crash (exited with exit status 9)" in crashed
+    assert again == "woke"
+    assert d.call("result", id=job)["mcp"]["frail"]["state"] == "ready"
+
+
+def test_approvals_always_takes_a_pattern_of_mcp_tools():
+    from child.approval import always
+
+    assert always("mcp__github__create_issue", ("mcp__github__*",))
+    assert not always("mcp__gitlab__create_issue", ("mcp__github__*",)) and always("terminal", ["terminal"])
+
+
 def test_a_server_that_hangs_is_an_error_naming_it_and_the_job_goes_on(make_daemon, tmp_path):
     script_file = tmp_path / "hang.py"
     script_file.write_text(HANGING)

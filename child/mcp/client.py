@@ -241,10 +241,10 @@ class Servers:
                 c.failures += 1
                 if getattr(exc, "code", None) == REQUEST_TIMEOUT:  # the SDK's read_timeout_seconds
                     raise too_slow from None
-                if not self.alive(c):
-                    code = c.process.returncode if c.process is not None else None
+                exited = self._submit(self._exit_of(c)).result(5) if c.process is not None else None
+                if exited or not self.alive(c):
                     self._failed(c, "crashed", f"stopped during a call of {tool}"
-                                 + (f" (exit status {code})" if code is not None else "") + f": {describe(exc)}")
+                                 + (f" ({exited.removeprefix('it ')})" if exited else "") + f": {describe(exc)}")
                     self.loop.call_soon_threadsafe(c.closing.set)
                     raise McpError(f"MCP server {name!r} {c.error}") from None
                 raise McpError(f"MCP server {name!r}: the call of {tool} failed: {describe(exc)}") from None

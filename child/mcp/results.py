@@ -8,7 +8,8 @@ result is told what it cannot see):
 * an embedded resource: its text under ``[resource URI (MIME)]``, a binary one described;
 * a resource link: ``[resource link: NAME URI (MIME) - description]``;
 * the structured content (``structuredContent``): as JSON after ``[structured content]``,
-  unless a text block already holds the same value (servers send both, as the MCP
+  unless a text block already holds the same value (``{"result": value}`` of a plain value
+  included; servers send both, as the MCP
   specification asks of them: https://modelcontextprotocol.io/specification/2025-06-18/server/tools#structured-content);
 * a block of a type this SDK does not know: ``[TYPE content, not shown]``.
 
@@ -78,6 +79,12 @@ def result_text(result: Any) -> tuple[bool, str]:
 
 
 def _same_json(text: Any, value: Any) -> bool:
+    """Whether ``text`` holds ``value``: as its JSON, or as the value the SDK's servers wrap a plain
+    return value in (``{"result": value}``, the MCP Python SDK's ``structured_output``)."""
+    if isinstance(value, dict) and list(value) == ["result"] and _same_json(text, value["result"]):
+        return True
+    if isinstance(value, str) and text == value:
+        return True
     try:
         return json.loads(str(text)) == value
     except ValueError:
