@@ -4,6 +4,8 @@ from __future__ import annotations
 
 CLIENT = "client.batch"
 """The module of its commands in ``hermesctl`` (``COMMANDS``; :func:`client.ctl.families`)."""
+RUNS = ("batch",)
+"""Its kinds whose jobs are runs of many items: ``hermesctl top`` shows their progress (:func:`client.render.run_kinds`)."""
 
 
 def what(etype: str, data: dict) -> str | None:

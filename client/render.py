@@ -396,14 +396,26 @@ def _plugin_says(hook: str, etype: str, data: dict[str, Any]) -> str | None:
     events read, e.g. ``hermesd/kanban/display.py``) say of an event of theirs: the first answer
     of their ``hook`` (``what``, ``subject``), None when none has one.  Imported at the first
     event that is no core one, so a client that shows none never imports them."""
+    for module in displays():
+        if (said := getattr(module, hook, None)) is not None and (text := said(etype, data)) is not None:
+            return text
+    return None
+
+
+def displays() -> list[Any]:
+    """The job types' ``display`` modules (found by file: :func:`hermesd.paths.plugin_modules`),
+    imported at the first call."""
     if not _displays:
         import importlib
 
         _displays.extend(importlib.import_module(name) for name in plugin_modules("display"))
-    for module in _displays:
-        if (said := getattr(module, hook, None)) is not None and (text := said(etype, data)) is not None:
-            return text
-    return None
+    return _displays
+
+
+def run_kinds() -> set[str]:
+    """The job kinds whose jobs are runs of many items (a batch), which ``top``'s board shows with
+    their progress: each job type's ``display`` leaf says which of its kinds are (``RUNS``)."""
+    return {kind for module in displays() for kind in getattr(module, "RUNS", ())}
 
 
 def _core(etype: str) -> bool:

@@ -249,9 +249,9 @@ class Board:
 
         Counts come from the batch's progress events, else from its items' records.
         """
-        lines = []
+        lines, runs = [], render.run_kinds()
         for rec in self.jobs.values():
-            if rec.get("kind") != "batch":
+            if rec.get("kind") not in runs:
                 continue
             prog = self.progress.get(rec["id"], {})
             items = Counter(r.get("status") for r in self.jobs.values() if r.get("parent") == rec["id"])
