@@ -79,6 +79,17 @@ def job_label(rec: dict[str, Any], now: float | None = None, width: int | None =
     return f"{head}{'  ' + goal if goal else ''}{counts}{doing}  {rec.get('kind') or '?'}"
 
 
+def governor_line(limiter: dict[str, Any]) -> str:
+    """One endpoint of ``status``'s ``governor`` for the caps panel, what matters first (at 80
+    columns the panel is 36 cells wide and 6 lines high, and cuts the rest): ``PAUSED 1.2s`` or
+    the calls in flight, how many jobs wait, then the endpoint, then why it is paused."""
+    state = (f"PAUSED {render.remaining(limiter.get('paused_until'), limiter.get('paused_seconds')):.1f}s"
+             if limiter.get("reason") else f"{limiter.get('in_flight', 0)} in flight")
+    waiting = f", {len(limiter['waiting'])} waiting" if limiter.get("waiting") else ""
+    why = f": {limiter['reason']}" if limiter.get("reason") else ""
+    return f"{state}{waiting} · {limiter.get('endpoint')}{why}"
+
+
 def is_live(node: "Node") -> bool:
     """A job not yet finished, or a holder (session, group) with a live job under it."""
     return node.status not in TERMINAL if node.job else any(is_live(c) for c in node.children)
@@ -230,8 +241,7 @@ class Board:
         today = ((self.status or {}).get("spend") or {}).get("today") or {}
         spent = [f"spent today: {render.cost_text(today)} ({today['calls']} calls)"] if today.get("calls") else []
         return [f"{render.short(pool, 16):<16} {bar(use.get('used') or 0, use.get('limit'), bar_width)}"
-                for pool, use in caps.items()] + [line.strip() for line in
-                                                  render.governor_lines((self.status or {}).get("governor") or [])] \
+                for pool, use in caps.items()] + [governor_line(g) for g in (self.status or {}).get("governor") or []] \
             + spent
 
     def headline(self) -> str:

@@ -110,6 +110,19 @@ def test_a_narrow_row_gives_up_the_goal_before_its_calls_and_cost():
     assert len(batch.label.split("· 0 calls")[0]) <= 60 - 2 and "· 7 calls  $0.0123" in batch.children[0].label[:60 - 4]
 
 
+def test_the_caps_panel_says_first_that_an_endpoint_is_paused_and_how_many_wait():
+    """At 80 columns the caps panel shows about 36 cells of a line: the governor's state comes
+    first, before the endpoint's long name (it showed ``provider anthropic http://…`` and was cut)."""
+    board = Board()
+    endpoint = "anthropic http://127.0.0.1:36299 key e9cf91f9"
+    board.status = {"caps": {}, "governor": [
+        {"endpoint": endpoint, "in_flight": 0, "waiting": ["a", "b", "c"], "paused_seconds": 0.7,
+         "reason": "the provider says no requests remain until its bucket refills"},
+        {"endpoint": "openai-compat http://x key 1", "in_flight": 2, "waiting": []}]}
+    assert board.caps() == [f"PAUSED 0.7s, 3 waiting · {endpoint}: the provider says no requests remain until its "
+                            "bucket refills", "2 in flight · openai-compat http://x key 1"]
+
+
 def test_batch_progress_caps_and_folding():
     board = Board()
     board.add_jobs([rec("batch_n", kind="batch")])
