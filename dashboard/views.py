@@ -18,6 +18,7 @@ from client.connection import ClientError
 from dashboard import auth, charts, conversation, live, metrics
 from dashboard.index import Index, matches
 from dashboard.runs import RunFiles
+from hermesd.contract.providers import PROVIDER_WAIT
 from hermesd.contract.states import TERMINAL
 from hermesd.protocol import ProtocolError
 
@@ -233,7 +234,7 @@ class Views:
                            "attempts": entry.get("attempts"), "job": entry.get("job"), "prompt": item.get("goal")})
         progress = rec.get("progress") or {}
         governed = sum(1 for k in self.index.kids(job_id) if k.get("status") not in TERMINAL
-                       and "wait" in str(k.get("activity") or ""))
+                       and str(k.get("activity") or "").startswith(PROVIDER_WAIT))
         return {"rec": rec, "progress": progress, "samples": samples[-200:][::-1], "sample_count": len(samples),
                 "hist": charts.histogram(rewards), "rewards": progress.get("rewards"), "failed": failed,
                 "statistics": files.json_file("statistics.json"), "files": files.files(), "governed": governed,
