@@ -91,3 +91,15 @@ def test_the_daemon_starts_with_its_standard_streams_closed(make_daemon):
     assert job["status"] == "completed"
     daemon.call("shutdown")
     assert daemon.proc.wait(20) == 0
+
+
+def test_the_kanban_board_is_imported_at_its_first_use(make_daemon):
+    """An idle daemon that never had a task holds neither the board nor its dispatcher
+    (``KanbanPlugin.board``); the first ``kanban.*`` op makes them (the imports, as
+    ``PYTHONPROFILEIMPORTTIME`` writes them to the daemon's log)."""
+    daemon = make_daemon(env={"PYTHONPROFILEIMPORTTIME": "1"})
+    daemon.call("status")
+    assert "hermesd.kanban.ops" in daemon.log() and "hermesd.kanban.board" not in daemon.log()
+    daemon.call("kanban.list")
+    wait_for(lambda: "hermesd.kanban.board" in daemon.log() and "hermesd.kanban.dispatcher" in daemon.log(),
+             what="the board imported at the first kanban op")

@@ -40,11 +40,11 @@ from hermesd.mcp.config import servers
 from hermesd.mcp.ops import OWN as OWN_MCP
 from hermesd.kanban import profiles
 from hermesd.kanban.board import Board
+from hermesd.kanban.schema import WORKER_KIND
 from hermesd.protocol import ProtocolError, expand_toolsets
 
 log = logging.getLogger("hermesd.kanban")
 
-WORKER_KIND = "kanban_worker"
 NOT_FOR_WORKERS = ("delegation", "kanban")
 """Toolsets a profile may list that a worker does not get as listed (``kanban`` is added back as worker tools)."""
 

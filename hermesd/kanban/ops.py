@@ -9,21 +9,32 @@ include ``kanban`` (an orchestrator, e.g. a session created with
 ``toolsets: [kanban]``) may use ``create``, ``link``, ``list``, ``show``,
 ``comment`` and ``unblock``.  Who may call what: ``hermesd.kanban.actors``; the
 task rules: ``hermesd.kanban.board``.
+
+The board and its dispatcher are made at their first use (:meth:`KanbanPlugin.board`): at the
+first ``kanban.*`` op (a person's, or an agent's ``kanban_*`` tool), or at start when the state
+database holds a task; an idle daemon that never had a task imports neither (bench/README.md:
+its idle memory).  The profiles are read at the first op that needs them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from hermesd.context import Context
+from hermesd.contract.states import KanbanStatus
 from hermesd.subagents import SubagentRules
-from hermesd.kanban import actors, profiles
+from hermesd.kanban import actors
 from hermesd.kanban.actors import PERSON, Actor
-from hermesd.kanban.board import MIGRATIONS, STATUSES, Board, board_arg
-from hermesd.kanban.dispatcher import WORKER_KIND, Dispatcher
+from hermesd.kanban.schema import MIGRATIONS, WORKER_KIND
 from hermesd.jobs import JobKind
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import OpInfo, op
+
+if TYPE_CHECKING:
+    from hermesd.kanban.board import Board
+    from hermesd.kanban.dispatcher import Dispatcher
+
+STATUSES = tuple(KanbanStatus)
 
 LIST_TEXT_CHARS = 500
 """``kanban.list`` cuts each task's ``body`` and ``result`` to this many characters (``kanban.show`` has them whole)."""
@@ -59,31 +70,57 @@ class KanbanPlugin(SubagentRules):
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
-        self.dispatcher = ctx.provide(Dispatcher(ctx))
+        self.dispatcher: "Dispatcher | None" = None  # made at the first need (:meth:`board`)
+        self.restored = False
+        ctx.provide(self)  # the ops reach the board through it
+
+    def board(self) -> "Dispatcher":
+        """The dispatcher (its board: ``.board``), made now if it was not, and dispatching once
+        the daemon has restored its jobs."""
+        if self.dispatcher is None:
+            from hermesd.kanban.dispatcher import Dispatcher
+
+            self.dispatcher = self.ctx.provide(Dispatcher(self.ctx))
+            if self.restored:
+                self.dispatcher.start()
+        return self.dispatcher
 
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        """A worker that ended holding its claim gives the task back (or blocks it)."""
-        return self.dispatcher.on_terminal(row)
+        """A worker that ended holding its claim gives the task back (or blocks it); without a
+        board made, no task was ever claimed."""
+        return self.dispatcher.on_terminal(row) if self.dispatcher is not None else []
 
     def on_event(self, event: dict[str, Any]) -> None:
         """Progress and ``running`` of a worker are signs of life."""
-        self.dispatcher.on_event(event)
+        if self.dispatcher is not None:
+            self.dispatcher.on_event(event)
 
     def restore(self) -> None:
-        """Start dispatching (after the jobs are reconciled)."""
-        self.dispatcher.start()
+        """Start dispatching (after the jobs are reconciled) when the database holds a task;
+        else at the first op that uses the board."""
+        self.restored = True
+        if self.dispatcher is not None or self.ctx.store.db.execute("SELECT 1 FROM kanban_tasks LIMIT 1").fetchone():
+            self.board().start()
 
     def shutdown(self) -> None:
         """Stop dispatching."""
-        self.dispatcher.stop()
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
 
 
-def _dispatcher(ctx: Context) -> Dispatcher:
-    return ctx.service(Dispatcher)
+def _dispatcher(ctx: Context) -> "Dispatcher":
+    return ctx.service(KanbanPlugin).board()
 
 
-def _board(ctx: Context) -> Board:
+def _board(ctx: Context) -> "Board":
     return _dispatcher(ctx).board
+
+
+def _profiles() -> Any:
+    """:mod:`hermesd.kanban.profiles`, imported at its first use."""
+    from hermesd.kanban import profiles
+
+    return profiles
 
 
 def _person(args: dict[str, Any]) -> Actor:
@@ -108,11 +145,13 @@ def link(ctx: Context, actor: Actor, args: dict[str, Any]) -> dict[str, Any]:
 def listing(ctx: Context, actor: Actor, args: dict[str, Any]) -> dict[str, Any]:
     """``board``, ``status``, ``assignee``, ``archived`` → ``{tasks, profiles, boards}``."""
     board = _board(ctx)
+    from hermesd.kanban.board import board_arg
+
     rows = board.list(board=board_arg(args["board"]) if args.get("board") is not None else None,
                       status=arg(args, "status", str, None, choices=STATUSES),
                       assignee=arg(args, "assignee", str, None), archived=arg(args, "archived", bool, False))
     return {"tasks": [board.record(r, cut=LIST_TEXT_CHARS) for r in rows], "boards": board.boards(),
-            "profiles": [{"name": p.name, "description": p.description} for p in profiles.list_all()]}
+            "profiles": [{"name": p.name, "description": p.description} for p in _profiles().list_all()]}
 
 
 def show(ctx: Context, actor: Actor, args: dict[str, Any]) -> dict[str, Any]:
@@ -279,7 +318,7 @@ async def profile_create(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     when it exists and ``replace`` is off."""
     fields = {k: args[k] for k in ("description", "model", "provider", "toolsets", "worktree", "mcp_servers")
               if k in args}
-    profile = profiles.save(arg(args, "name", str), fields, replace=arg(args, "replace", bool, False))
+    profile = _profiles().save(arg(args, "name", str), fields, replace=arg(args, "replace", bool, False))
     ctx.events.emit("profile.created", data=profile.to_dict())
     return profile.to_dict()
 
@@ -288,6 +327,7 @@ async def profile_create(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 async def profile_list(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Every profile by name: ``{profiles: [{name, description, model, provider, toolsets, path}]}``;
     a profile whose file cannot be used is ``{name, path, error}`` (the error names file and line)."""
+    profiles = _profiles()
     found = [p.to_dict() for p in profiles.list_all()] + profiles.broken()
     return {"profiles": sorted(found, key=lambda p: p["name"])}
 
@@ -296,7 +336,7 @@ async def profile_list(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 async def profile_show(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Profile ``name`` (``not_found`` lists the profiles there are; ``invalid_config``
     names the file and key of a broken one)."""
-    return profiles.load(arg(args, "name", str)).to_dict()
+    return _profiles().load(arg(args, "name", str)).to_dict()
 
 
 @op("profile.delete")
@@ -305,6 +345,6 @@ async def profile_delete(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     while unfinished (not done or archived) tasks are assigned to it."""
     name = arg(args, "name", str)
     _board(ctx).unassigned_check(name)
-    gone = profiles.delete(name)
+    gone = _profiles().delete(name)
     ctx.events.emit("profile.deleted", data=gone)
     return gone
