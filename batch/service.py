@@ -22,13 +22,15 @@ the earlier daemon left queued.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+from pathlib import Path
 from typing import Any, Callable
 
-from batch import dataset as dataset_mod, distributions, groups
-from batch.checkpoint import Checkpoint, CheckpointError
+from batch import card, dataset as dataset_mod, distributions, groups
+from batch.checkpoint import NAME as CHECKPOINT_NAME, Checkpoint, CheckpointError
 from batch.executor_ray import RayExecutor
 from batch.job import STATISTICS, BatchRun
 from batch.trajectories import TRAJECTORIES, batch_files
@@ -47,6 +49,17 @@ ERRORS_SHOWN = 50
 NO_SAMPLE = (" (no sample kept: `datasets.load_dataset(RUN_DIR)` raises on an empty split, as every `datasets` "
              "release to 5.2 does — with streaming=True it gives the declared features and no row)")
 """Said after the count of ``trajectories.jsonl`` when it is 0 (the summary of a run)."""
+
+
+def _unmake(run_dir: Path | None) -> None:
+    """Remove the folder a new run's ``open`` made (its checkpoint and card, nothing else in it yet),
+    after its job could not be stored; ``None``: the folder was there before, keep it."""
+    if run_dir is None:
+        return
+    for name in (CHECKPOINT_NAME, card.NAME):
+        (run_dir / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: something else wrote there meanwhile, keep it
+        run_dir.rmdir()
 
 
 class BatchService:
@@ -159,14 +172,18 @@ class BatchService:
                                 {"field": conflicts[0].split()[0].lstrip("-")})
         if not allow_changed:
             self._unchanged(s, stored, data)
+        made = None if stored is not None or s.run_dir.exists() else s.run_dir
         run = self._open(job_id, s, data)
         refiltered = filter_change(stored.settings, s.filters, list(run.written.values())) if stored else None
         if refiltered:
             log.warning("batch %s: %s", s.run_name, refiltered)
-        self.d.jobs.create("batch", id=job_id, replace_ended=True, goal=f"batch {s.run_name}: {s.dataset_file}",
-                           model=s.model, toolsets=list(distributions.get(s.distribution, s.distribution_toolsets)),
-                           spec=s.to_dict(),
-                           idempotency_key=idempotency_key)
+        try:
+            self.d.jobs.create("batch", id=job_id, replace_ended=True, goal=f"batch {s.run_name}: {s.dataset_file}",
+                               model=s.model, toolsets=list(distributions.get(s.distribution, s.distribution_toolsets)),
+                               spec=s.to_dict(), idempotency_key=idempotency_key)
+        except BaseException:
+            _unmake(made)  # the request may be run again (hermesd.unwritable): it must find no run of its own
+            raise
         self._go(run)
         return {**self.record(job_id), "warnings": [refiltered] if refiltered else []}
 

@@ -75,3 +75,17 @@ def test_a_bad_key_is_refused_naming_it(daemon):
         with pytest.raises(ProtocolError) as err:
             daemon.delegate("bad", idempotency_key=key)
         assert err.value.code == "bad_request" and "idempotency_key" in str(err.value)
+
+
+def test_a_background_errand_sent_twice_with_a_key_is_one_job(daemon):
+    # Found by the soak (issue 44): a client whose `/background` got no answer (the daemon was
+    # killed meanwhile) sends it again with its key; the key was ignored, and two errands ran.
+    args = {"session": "s", "text": "/background one errand", "cwd": str(daemon.work), "idempotency_key": "bg-1"}
+    first = daemon.call("session.send", **args)
+    again = daemon.call("session.send", **args)
+    assert again["delegation_id"] == first["delegation_id"] and again["repeat"] is True
+    assert again["command"] == "background" and again["session"] == "s"
+    errands = [j for j in daemon.call("ps", all=True)["jobs"] if j["kind"] == "background"]
+    assert [j["id"] for j in errands] == [first["delegation_id"]]
+    with pytest.raises(ProtocolError, match="other arguments"):
+        daemon.call("session.send", **{**args, "text": "/background another errand"})

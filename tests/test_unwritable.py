@@ -11,10 +11,11 @@ import time
 
 import psutil
 
-from hermesd.protocol import EXIT_CODES
+from hermesd.protocol import EXIT_CODES, ProtocolError
 from hermesd.unwritable import WAIT_SECONDS
 from tests.chaos.helpers import notifications, running_job
 from tests.harness import wait_for
+from tests.test_batch_daemon import SCRIPTS, finish, start, write_dataset
 
 
 def _stored_status(d, job: str) -> str:
@@ -51,3 +52,24 @@ def test_a_locked_database_delays_writes_then_fails_typed_and_held_ends_are_writ
     assert notifications(d) == {job: 1}
     assert "written" in d.log()
     assert d.wait_job(d.delegate("after the lock")["id"])["status"] == "completed"
+
+
+def test_a_batch_run_refused_while_the_database_is_locked_can_be_asked_again(daemon, tmp_path):
+    # Found by the soak (issue 44): batch.run opened the run's folder (checkpoint.json, README.md),
+    # then could not store its job; the request was run again (it had committed nothing to the
+    # database) and found its own folder: "already holds run", for ever after, without --resume.
+    dataset = write_dataset(tmp_path / "p.jsonl", [{"prompt": "one", "script": SCRIPTS["normal"]}])
+    lock = sqlite3.connect(daemon.home / "state.db", isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    try:
+        try:
+            start(daemon, dataset, "locked")
+        except ProtocolError as exc:
+            assert exc.code == "state_unavailable", exc
+        else:
+            raise AssertionError("batch.run stored its job under another process's write lock")
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert not (daemon.base / "out" / "locked").exists() or not any((daemon.base / "out" / "locked").iterdir())
+    assert finish(daemon, start(daemon, dataset, "locked"))["status"] == "completed"

@@ -4,7 +4,8 @@
 * ``sigterm`` — a graceful stop, then a start;
 * ``child`` — ``kill -9`` of a random child (``hermes-child JOB …``);
 * ``zygote`` — ``kill -9`` of the warm-start zygote (``hermes-zygote``);
-* ``provider`` — the model answering 429, 500 or 529, or breaking its streams, for a few seconds;
+* ``provider`` — the model answering 429, 500 or 529, or breaking its streams, for a few seconds
+  (and until it refused a few requests);
 * ``disk`` — ``HERMES_HOME``'s file system (a small tmpfs, mounted by the soak as root) full for a few
   seconds: a ballast file takes every free byte, then is removed;
 * ``dblock`` — ``state.db`` locked by another process's connection (``BEGIN IMMEDIATE``) for a few seconds;
@@ -37,6 +38,9 @@ from bench.soak.brain import FAULTS, tag
 from hermesd import protocol
 from tests.harness import command_line
 
+PROVIDER_LEAST_REFUSED, PROVIDER_MOST_SECONDS = 3, 15.0
+"""A provider fault lasts its drawn 1-4 s and until it refused this many requests (children starting
+cold, or resuming, may call nothing for seconds), but never longer than this."""
 KINDS = ("kill9", "sigterm", "child", "zygote", "provider", "disk", "dblock", "reload", "disconnect")
 
 
@@ -112,10 +116,15 @@ class Faults:
 
     def _provider(self, rng: random.Random) -> str:
         fault, seconds = rng.choice(FAULTS), rng.uniform(1.0, 4.0)
-        before = sum(self.soak.brain.refused.values())
-        self.soak.brain.fail(fault, seconds)
-        time.sleep(seconds)
-        return f"provider {fault} for {seconds:.1f}s ({sum(self.soak.brain.refused.values()) - before} requests)"
+        brain, start = self.soak.brain, time.monotonic()
+        before = sum(brain.refused.values())
+        brain.fail(fault, PROVIDER_MOST_SECONDS)
+        while time.monotonic() - start < PROVIDER_MOST_SECONDS and (
+                time.monotonic() - start < seconds or sum(brain.refused.values()) - before < PROVIDER_LEAST_REFUSED):
+            time.sleep(0.05)
+        brain.fail("", 0.0)
+        return (f"provider {fault} for {time.monotonic() - start:.1f}s "
+                f"({sum(brain.refused.values()) - before} requests)")
 
     def _disk(self, rng: random.Random) -> str:
         if not self.disk_full:

@@ -2,7 +2,8 @@
 
 * every job ended exactly once: a terminal state in the store, one terminal ``job.state`` event,
   one ``async_delegation`` notification when it ran in the background; every piece of work the soak
-  submitted is a job (none lost, none twice: its idempotency key answered one job);
+  submitted is a job (none lost, none twice: its idempotency key answered one job), and every
+  background job is one the soak submitted (a request asked again made no second);
 * a session's errand delivered into its history once; a session's turn in its history once;
 * a Kanban task ``done`` once;
 * every batch prompt in the run's output exactly once (written, or discarded or failed as the
@@ -99,6 +100,10 @@ def check(soak: Any) -> tuple[list[str], dict[str, Any]]:
             figures["lost"] += 1
         elif count > 1:
             bad.append(f"job {ident} answered {count} different submissions")
+    for job in jobs.values():
+        if job["kind"] == "background" and job["id"] not in idents:
+            bad.append(f"background job {job['id']} ({job['goal'][:60]!r}) was never submitted: a repeat made twice?")
+            figures["duplicated"] += 1
     history = soak.call("session.history", session=SESSION)["messages"]
     delivered = Counter(m["notification"] for m in history if m.get("notification"))
     said = Counter()

@@ -7,18 +7,20 @@ terminal command in each (the effect counter), jobs with a token budget that run
 (``/background``), a Kanban plan of tasks depending on each other, and a batch of prompts.  Each
 request carries an ``idempotency_key`` where the op takes one, and is retried while the daemon is
 down, stopping or its state database unavailable (a client that got no answer asks again with the
-same key and gets the first request's job, as :mod:`hermesd.idempotency` promises).
+same key and gets the first request's job, as :mod:`hermesd.idempotency` promises; ``kanban.create``
+takes none, so its retry looks for the task first).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bench.soak.brain import tag
 from client.calls import ClientError
@@ -72,9 +74,11 @@ class Work:
         return self.turns + IDEAL[self.kind] if self.kind != "b" else self.extra.get("prompts", 0)
 
 
-def call(d: Any, op: str, deadline: float = 120.0, **args: Any) -> Any:
+def call(d: Any, op: str, deadline: float = 120.0, made: Callable[[], Any] | None = None, **args: Any) -> Any:
     """``op`` on a fresh connection, asked again while :data:`RETRIED` (up to ``deadline`` seconds);
-    raises the last :class:`ProtocolError`/:class:`ClientError` otherwise."""
+    raises the last :class:`ProtocolError`/:class:`ClientError` otherwise.  ``made``: for an op that
+    takes no idempotency key, asked before each retry what the first attempt made (None: nothing),
+    which is then the answer."""
     end = time.monotonic() + deadline
     while True:
         try:
@@ -83,6 +87,11 @@ def call(d: Any, op: str, deadline: float = 120.0, **args: Any) -> Any:
             if exc.code not in RETRIED or time.monotonic() > end:
                 raise
             time.sleep(0.2)
+        if made is not None:
+            with contextlib.suppress(ProtocolError, ClientError):
+                earlier = made()
+                if earlier is not None:
+                    return earlier
 
 
 class Workload:
@@ -121,13 +130,16 @@ class Workload:
         return work
 
     def plan(self, cycle: int) -> list[Work]:
-        """A Kanban chain: each task waits for the one before."""
+        """A Kanban chain: each task waits for the one before.  ``kanban.create`` takes no
+        idempotency key: a retry first looks for the task by its title, as a careful client would."""
         works, parent = [], None
         for i in range(self.scale.tasks):
             work = self._add("k", f"c{cycle}k{i}", 0)
-            record = call(self.d, "kanban.create", title=f"soak task {tag('k', work.ident, 0)}", assignee=PROFILE,
-                          body=f"do {tag('k', work.ident, 0)}", parents=[parent] if parent else [],
-                          cwd=str(self.d.work))
+            title = f"soak task {tag('k', work.ident, 0)}"
+            record = call(self.d, "kanban.create", title=title, assignee=PROFILE, body=f"do {tag('k', work.ident, 0)}",
+                          parents=[parent] if parent else [], cwd=str(self.d.work),
+                          made=lambda title=title: next((t for t in self.d.call("kanban.list")["tasks"]
+                                                         if t["title"] == title), None))
             work.id = parent = record["id"]
             works.append(work)
         return works
@@ -140,7 +152,7 @@ class Workload:
                                    for i in range(self.scale.prompts)))
         out = self.d.base / "out"
         record = call(self.d, "batch.run", dataset_file=str(dataset), run_name=f"soak-{cycle}", batch_size=10,
-                      num_workers=4, output_dir=str(out))
+                      num_workers=4, output_dir=str(out), idempotency_key=f"soak-{work.ident}")
         work.id = record["id"]
         work.extra = {"prompts": self.scale.prompts, "run_dir": str(out / f"soak-{cycle}")}
         return work

@@ -80,7 +80,13 @@ class SessionsPlugin(SubagentRules):
         self.sessions.restore()
 
 
-def _slash(ctx: Context, service: Sessions, session: str, text: str) -> dict[str, Any]:
+def _dispatched(ctx: Context, job: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a ``/background`` that started (or, repeated, had started) ``job``."""
+    answer = {"command": "background", "status": "dispatched", "delegation_id": job["id"]}
+    return {**answer, "queue_paused": True} if ctx.runner.pause.paused else answer
+
+
+def _slash(ctx: Context, service: Sessions, session: str, text: str, key: str | None = None) -> dict[str, Any]:
     command, _, rest = text.strip().partition(" ")
     row = service.require(session)
     if command == "/background":
@@ -90,9 +96,8 @@ def _slash(ctx: Context, service: Sessions, session: str, text: str) -> dict[str
         toolsets = child_toolsets(row["spec"].get("toolsets") or [], row["spec"].get("toolsets") or [], "leaf",
                                   1, deleg.max_spawn_depth)
         job = ctx.runner.submit("background", background=True, queue=True, session=session, goal=rest.strip(),
-                              toolsets=toolsets, depth=1, cwd=row["spec"].get("cwd"))
-        answer = {"command": "background", "status": "dispatched", "delegation_id": job["id"]}
-        return {**answer, "queue_paused": True} if ctx.runner.pause.paused else answer
+                                toolsets=toolsets, depth=1, cwd=row["spec"].get("cwd"), idempotency_key=key)
+        return _dispatched(ctx, job)
     if command == "/stop":
         stopped = []
         turn = service.busy_turn(session)
@@ -125,11 +130,13 @@ async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``{session, command, …}`` instead.  A new message never stops running children.
     ``resume=false``: a restart ends the turn ``lost`` instead of resuming it.
     ``idempotency_key``: a repeat of a message sent with the same key gets the turn the
-    first one started, with ``repeat: true``;
+    first one started (of a ``/background``, the errand it dispatched), with ``repeat: true``;
     the key with other arguments is ``bad_request`` (:mod:`hermesd.idempotency`)."""
     key = idempotency.key_of(args, "session.send")
     first = idempotency.earlier(ctx.jobs, key)
     if first is not None:
+        if first["kind"] == "background":  # a /background sent again
+            return idempotency.repeat({"session": first["session"], **_dispatched(ctx, first)})
         return idempotency.repeat({"session": first["session"], "turn": jobs_mod.record(first)})
     session = arg(args, "session", str)
     text = arg(args, "text", str)
@@ -151,7 +158,7 @@ async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         service.ensure(session, cwd=arg(args, "cwd", str, None), origin=arg(args, "origin", str, None),
                        toolsets=toolsets)
     if text.startswith("/"):
-        return {"session": session, **_slash(ctx, service, session, text)}
+        return {"session": session, **_slash(ctx, service, session, text, key)}
     turn = service.start_turn(session, text, resume=arg(args, "resume", bool, True), idempotency_key=key)
     return {"session": session, "turn": jobs_mod.record(turn)}
 
