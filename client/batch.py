@@ -256,11 +256,18 @@ def record_text(rec: dict[str, Any]) -> str:
 
 
 def _distributions() -> None:
-    """Print the toolset distributions; they are fixed data (``batch.distributions``), read
-    here without a daemon."""
+    """Print the toolset distributions: hermesd's own (fixed data, ``batch.distributions``) and those
+    of ``$HERMES_HOME/config.yaml`` (``batch.distributions:``; a file that does not load adds none),
+    read here without a daemon."""
     from batch import distributions
+    from hermesd import config as config_mod
 
-    answer = {"default": distributions.DEFAULT, "distributions": distributions.listing()}
+    try:
+        own = config_mod.load().batch.distributions
+    except config_mod.ConfigError:
+        own = {}
+    answer = {"default": distributions.DEFAULT, "distributions": {
+        **distributions.listing(), **{n: {"description": "config.yaml's own", "toolsets": p} for n, p in own.items()}}}
     if is_json():
         for name, dist in answer["distributions"].items():
             render.emit_json({"name": name, **dist})

@@ -363,6 +363,9 @@ def test_a_batch_distribution_of_the_config_gives_items_an_mcp_server(make_daemo
     assert stats["tool_statistics"]["mcp__time__get_current_time"]["count"] == 1
     with pytest.raises(ProtocolError, match="the config's: clock"):
         d.call("batch.run", dataset_file=str(dataset), run_name="x", distribution="nope", output_dir=str(tmp_path))
+    listed = subprocess.run([sys.executable, "-c", "from client.batch import main; main()", "--list_distributions"],
+                            env=d.env, capture_output=True, text=True, timeout=60)
+    assert "clock: file 100%, mcp:time 100% — config.yaml's own" in listed.stdout, listed
     bad = config.parse  # a distribution naming no server is the config's mistake
     with pytest.raises(config.ConfigError, match=r"batch.distributions.clock: 'mcp:gone' names no server"):
         bad("batch:\n  distributions:\n    clock: {mcp:gone: 0.5}\n")
