@@ -77,8 +77,8 @@ class DaemonCollector:
                         rows=[((), (lag.get("max_ms") or 0) / 1000)])
         yield gauge("hermesd_status_round_trip_seconds", "How long the dashboard's last status request took "
                     "(the daemon's loop lag as a client sees it).", rows=[((), took)])
-        yield counter("hermesd_job_resumes", "Resumes of the jobs the dashboard holds (a job resumed after a "
-                      "restart, hermesd.resume).", (), [((), self.index.resumes())])
+        yield gauge("hermesd_job_resumes", "Resumes of the jobs the dashboard holds (a job resumed after a restart, "
+                    "hermesd.resume); a gauge: it falls when retention removes a job.", rows=[((), self.index.resumes())])
         yield gauge("hermesd_approvals_pending", "Approval requests waiting for a person.",
                     rows=[((), len(self.index.approvals))])
         yield gauge("hermesd_last_event_seq", "The last event's seq.", rows=[((), status.get("last_seq") or 0)])
