@@ -236,22 +236,25 @@ def test_each_config_section_is_declared_by_one_plugin_package():
 
 
 def test_every_kind_with_a_process_takes_its_defaults_from_its_plugin():
-    """A child's defaults are its kind's declaration (``spec_defaults``); today every job type's
-    children take the ``delegation:`` section's, as before the declaration moved to them."""
+    """A child's defaults are its kind's declaration (``spec_defaults``); every job type whose children
+    are subagents (its plugin a ``hermesd.subagents.SubagentRules``: delegation, sessions, batch,
+    Kanban) takes the ``delegation:`` section's, as before the declaration moved to them."""
     from hermesd import config
     from hermesd.delegation.config import child_defaults
+    from hermesd.subagents import SubagentRules
 
     cfg = config.parse("delegation: {max_turns: 7, model: m, child_timeout_seconds: 5, stale_after_seconds: 4}\n")
     plugins = Plugins(PLUGINS)
-    owners = {kind.name: cls for cls in PLUGINS for kind in cls.kinds}
-    for name in plugins.names(process=True):
+    owners = {kind.name: cls for cls in PLUGINS for kind in cls.kinds if issubclass(cls, SubagentRules)}
+    assert {"delegation", "session_turn", "batch_item", "kanban_worker"} <= set(owners)
+    for name in (n for n in plugins.names(process=True) if n in owners):
         got = owners[name].spec_defaults(SimpleNamespace(ctx=SimpleNamespace(config=cfg)), {"kind": name})
         assert got == child_defaults(cfg.delegation), name
     def ask(hook, name, cfg):
         return getattr(owners[name], hook)(SimpleNamespace(ctx=SimpleNamespace(config=cfg)), {"kind": name})
 
     off = config.parse("delegation: {resume_on_restart: false}\n")
-    for name in plugins.kinds:  # their stale limit and resume rule likewise (ray_item too: stopped through its driver)
+    for name in owners:  # their stale limit and resume rule likewise (ray_item too: stopped through its driver)
         assert ask("stale_after", name, cfg) == 4 and ask("resume_on_restart", name, cfg), name
         assert ask("resume_on_restart", name, off) is False, name
     # the zygote's preload, read before any plugin starts: the providers the job types declare
