@@ -151,6 +151,18 @@ def test_outside_a_repository_nothing_starts_and_an_ended_job_keeps_only_a_chang
     assert "Worktree: no changes" in blocks[failed], blocks[failed]
 
 
+def test_a_repository_without_a_commit_fails_the_job_saying_so(make_daemon, tmp_path):
+    """``git init`` and no commit yet: there is no HEAD to make the worktree from (git said
+    ``fatal: not a valid object name: 'HEAD'``)."""
+    fresh = tmp_path / "fresh"
+    git(fresh.parent, "init", "-q", str(fresh))
+    d = make_daemon()
+    shown = d.ctl("delegate", "--worktree", "--cwd", str(fresh), "write notes")
+    assert shown.returncode == 10, shown
+    assert f"{fresh} has no commit yet: a job's worktree is made from HEAD" in shown.stdout, shown.stdout
+    assert git(fresh, "worktree", "list").count("\n") == 1 and git(fresh, "branch", "--list") == ""
+
+
 def test_worktrees_of_one_repository_made_and_removed_at_once_never_collide(tmp_path):
     """Sixteen children making their worktrees of one repository at the same moment (git alone
     fails some: a sibling's half-made administrative files), then all removed at once: the

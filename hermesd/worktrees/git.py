@@ -127,6 +127,15 @@ def branch_exists(worktree: dict[str, Any], env: dict[str, str] | None = None) -
     return bool(git(["for-each-ref", "--format=%(refname)", ref], worktree["repo"], env).strip())
 
 
+def has_commit(repo: str, env: dict[str, str] | None = None) -> bool:
+    """Whether ``HEAD`` of ``repo`` names a commit (a repository just made by ``git init`` has
+    none: its branch is unborn).  Decided on what git prints (see the module doc)."""
+    try:
+        return bool(git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], repo, env).strip())
+    except GitError:
+        return False
+
+
 def create(worktree: dict[str, Any], env: dict[str, str] | None = None) -> bool:
     """Make the worktree of ``worktree`` (:func:`plan`) unless it is there already (a resumed
     job keeps its own); returns True when it was made now.  Its branch is made from the
@@ -141,6 +150,9 @@ def create(worktree: dict[str, Any], env: dict[str, str] | None = None) -> bool:
                 git(["worktree", "prune"], repo, env)  # forget a worktree deleted by hand, which holds the branch
                 git(["worktree", "add", "--quiet", str(path), worktree["branch"]], repo, env)
             else:
+                if not has_commit(repo, env):
+                    raise GitError(f"{repo} has no commit yet: a job's worktree is made from HEAD "
+                                   "(commit once, or leave --worktree off)")
                 git(["worktree", "add", "--quiet", "-b", worktree["branch"], str(path), "HEAD"], repo, env)
         path.chmod(0o700)  # git made it with the tools' umask; its files stay as the checkout's are
         made = True
