@@ -71,7 +71,7 @@ def _side_by_side(daemon, tmp_path, *args: str, env: dict[str, str] | None = Non
                            cwd=str(daemon.work), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
             for code, argv in ((FAST, args), (FULL, full_args or args))]
     (fast, full), path = runs, seen.read_text()
-    mask = lambda text: re.sub(r"\b(bg|deleg)_[0-9a-f]+|\d{4}-\d\d-\d\dT[\d:.]+Z|\"(duration_seconds|pid)\": [\d.e-]+|queued|starting", "X",  # noqa: E731
+    mask = lambda text: re.sub(r"\b(bg|deleg)_[0-9a-f]+|\d{4}-\d\d-\d\dT[\d:.]+Z|\"(duration_seconds|pid|seconds)\": [\d.e-]+|queued|starting", "X",  # noqa: E731
                                re.sub(" +", " ", _steady(text)))  # a table's columns as wide as what moved
     assert (fast.returncode, mask(fast.stdout), mask(fast.stderr)) == \
         (full.returncode, mask(full.stdout), mask(full.stderr)), (args, path)
