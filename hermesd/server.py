@@ -427,8 +427,10 @@ class Daemon:
 
 
 def _probe(path: Path, timeout_ms: int = 300) -> bool:
-    """True when something answers ``hello`` on the control socket at ``path``."""
-    ctx = zmq.Context.instance()
+    """True when something answers ``hello`` on the control socket at ``path``.  Its ZeroMQ context
+    is its own and ended after (a context kept would hold 5 descriptors and 2 threads for the
+    daemon's life: the daemon's is made later, :class:`Server`)."""
+    ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
@@ -438,6 +440,7 @@ def _probe(path: Path, timeout_ms: int = 300) -> bool:
         return bool(sock.poll(timeout_ms))
     finally:
         sock.close()
+        ctx.term()
 
 
 def run(config: config_mod.Config, config_path: str | None = None, early_signals: list[str] | None = None) -> int:

@@ -127,3 +127,28 @@ def test_a_module_in_a_jobs_directory_shadows_none_of_the_runtime(daemon):
         (cwd / f"{name}.py").write_text("raise SystemExit('shadowed')\n")
     job = daemon.wait_job(daemon.delegate("in a directory of traps", cwd=str(cwd))["id"])
     assert job["status"] == "completed", job
+
+
+def _inodes(pid: int) -> list[str]:
+    """The eventfd and eventpoll descriptors ``pid`` holds (what a ZeroMQ context and an asyncio loop
+    hold; pidfds, whose number follows the children, are left out)."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target in ("anon_inode:[eventfd]", "anon_inode:[eventpoll]"):
+            found.append(target)
+    return sorted(found)
+
+
+def test_a_restart_over_a_stale_socket_holds_no_more_descriptors_than_a_clean_start(daemon):
+    # Found by the soak (issue 44): the start-up probe of a stale control socket (left by a
+    # kill -9) made a second ZeroMQ context and kept it: 5 descriptors (3 eventfd, 2 eventpoll)
+    # and its two threads for the daemon's whole life.
+    clean = _inodes(daemon.proc.pid)
+    daemon.kill9()
+    assert (daemon.runtime / "hermesd.sock").exists()  # the stale socket the next start probes
+    daemon.start()
+    assert _inodes(daemon.proc.pid) == clean

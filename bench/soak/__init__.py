@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -117,10 +118,17 @@ class Soak:
             self.problems.append(f"did not settle in {timeout:.0f}s: {stuck[:10]}")
             return False
 
-    def footprint(self) -> dict[str, float]:
-        """The daemon's RSS (MiB) and open file descriptors now."""
+    def footprint(self) -> dict[str, Any]:
+        """The daemon's RSS (MiB) and open file descriptors now, and what they are (``open``: each
+        descriptor's target, a socket or pipe by its kind; for the breach's message)."""
         proc = psutil.Process(self.d.proc.pid)
-        return {"rss_mib": proc.memory_info().rss / 2**20, "fds": proc.num_fds()}
+        targets = []
+        for fd in Path(f"/proc/{proc.pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                targets.append(target.split(":")[0] if target.startswith(("socket:", "pipe:"))
+                               else target.replace(str(self.base), "BASE"))
+        return {"rss_mib": proc.memory_info().rss / 2**20, "fds": proc.num_fds(), "open": sorted(targets)}
 
     def close(self) -> list[Any]:
         """Stop the daemon (SIGTERM), then list what is left of it; end everything, unmount."""
@@ -186,8 +194,10 @@ def run(cycles: int = 20, seed: int | None = None, faults: int = 6, fuzz_frames:
             for key in ("rss_mib", "fds"):
                 for (was, now, when) in ((first, after_cycles, "after the last cycle"), (mid, last, "after the fuzz")):
                     if was and now[key] > was[key] * 1.10:
+                        more = Counter(now["open"]) - Counter(was["open"]) if key == "fds" else {}
                         breaches.append(f"daemon {key} {now[key]:.1f} {when}, {was[key]:.1f} "
-                                        f"{'after the first cycle' if was is first else 'before the fuzz'} (> +10 %)")
+                                        f"{'after the first cycle' if was is first else 'before the fuzz'} (> +10 %)"
+                                        + (f"; more open: {dict(more)}" if more else ""))
         except Exception as exc:  # noqa: BLE001 - reported as a breach, the run still cleans up
             soak.problems.append(f"the soak stopped: {type(exc).__name__}: {exc}")
             breaches = []
