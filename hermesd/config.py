@@ -369,12 +369,13 @@ def _build(cls: type, data: Any, prefix: str, file: str | None, lines: _Lines, e
             continue
         hint = hints[name]
         if "check" in f.metadata:  # a section of names chosen by the user: its own parser names the problems
-            problems = f.metadata["check"](data[name])[1]
+            valid, problems = f.metadata["check"](data[name])
             for key, reason in problems:
                 dotted = f"{prefix}{name}" + (f".{key}" if key else "")
                 errors.append(ConfigError(reason, file, lines.get(dotted), dotted))
-            if not problems:
-                values[name] = data[name] or {}
+            # its valid entries stay for the sections' checks (an mcp:NAME of toolsets: names a good server)
+            values[name] = ({k: v for k, v in data[name].items() if str(k) in valid}
+                            if problems and isinstance(data[name], dict) else data[name] or {})
             continue
         if typing.get_origin(hint) is dict:
             values[name] = _build_entries(typing.get_args(hint)[1], data[name], f"{prefix}{name}", file, lines, errors)

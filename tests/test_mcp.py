@@ -158,6 +158,20 @@ def test_check_config_names_each_bad_server_key(tmp_path):
     assert (server.timeout_seconds, server.include, server.exclude, server.transport) == (5.0, ["a"], ["b"], "stdio")
 
 
+def test_check_config_beside_a_bad_server_still_knows_the_good_ones(tmp_path):
+    bad = tmp_path / "config.yaml"
+    bad.write_text("toolsets: [mcp:time, mcp:tme]\n"
+                   "mcp_servers:\n  time:\n    command: mcp-server-time\n  broken:\n    comand: x\n"
+                   "batch:\n  distributions:\n    d: {mcp:time: 0.5}\n    e: 5\n")
+    out = subprocess.run([sys.executable, "-m", "hermesd.cli", "check-config", str(bad)], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 7
+    assert f"{bad}:1: toolsets: 'mcp:tme' names no server of mcp_servers (known: mcp:time)" in out.stderr
+    assert "'mcp:time'" not in out.stderr and "(it has none)" not in out.stderr, out.stderr
+    assert f"{bad}:6: mcp_servers.broken.comand: unknown key" in out.stderr
+    assert f"{bad}:10: batch.distributions.e: must be a mapping" in out.stderr
+
+
 HANGING = '''
 import sys, time
 from mcp.server.mcpserver import MCPServer
