@@ -430,3 +430,7 @@ COMMANDS = (batch_group,)
 """The family's commands in ``hermesctl`` (``hermesctl batch …``; ``hermes-batch`` is :func:`main`)."""
 LOGS = {"batch": batch_logs, "ray_item": ray_item_logs}
 """How ``hermesctl logs`` prints the batch's kinds that have no log of their own here."""
+
+
+if __name__ == "__main__":  # python -m client.batch: the same as the hermes-batch command
+    main()

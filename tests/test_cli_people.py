@@ -130,7 +130,9 @@ def test_usage_errors_json_and_what_needs_no_daemon(tmp_path):
     env = {"HERMES_RUNTIME_DIR": str(tmp_path / "nowhere"), "HERMES_HOME": str(tmp_path / "home")}
 
     def run(program: str, *argv: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "client"] if program == "client" else [str(Path(sys.executable).parent / program)]
+        modules = {"client": "client", "client.batch": "client.batch"}  # python -m client.batch is hermes-batch
+        command = ([sys.executable, "-m", modules[program]] if program in modules
+                   else [str(Path(sys.executable).parent / program)])
         return subprocess.run([*command, *argv], env={**os.environ, **env}, capture_output=True,
                               text=True, timeout=60, stdin=subprocess.DEVNULL)
 
@@ -140,6 +142,7 @@ def test_usage_errors_json_and_what_needs_no_daemon(tmp_path):
     assert bogus.returncode == 2 and "--bogus" in json.loads(bogus.stdout)["error"]["message"]
     dists = run("hermes-batch", "--list_distributions")
     assert dists.returncode == 0 and dists.stdout.startswith("default (default): ")
+    assert run("client.batch", "--list_distributions").stdout == dists.stdout
     assert run("client", "status").returncode == 3
     helped = run("client", "--help")
     assert "_HERMESCTL_COMPLETE=bash_source hermesctl" in helped.stdout and "130 interrupted" in helped.stdout
