@@ -24,7 +24,7 @@ def top_command(json_: bool, once: bool, refresh: float) -> None:
     first, with model calls, cost, elapsed time and last activity, then finished ones, the
     newest first), caps, batch progress and
     recent events.  Keys: c cancel the selected job (asks first), a approve its
-    approval request (asks first), d deny it (asks why), l show its log, q quit.
+    approval request (asks first), d deny it (asks why), l show its log, q (or Ctrl-C) quit.
     Without a terminal (cron, pipes) it prints one snapshot instead."""
     as_json = json_ or is_json()
     if as_json or once or not (sys.stdin.isatty() and sys.stdout.isatty()):

@@ -430,6 +430,11 @@ class TopApp(App):
         panel.border_title = f"log of {job}"
         panel.add_class("shown")
 
+    async def action_help_quit(self) -> None:
+        """``ctrl+c`` (textual's binding, after copying selected text): quit, as ``q`` does and as
+        top and htop do (textual only says to press ctrl+q)."""
+        await self.action_quit()
+
     def action_close_log(self) -> None:
         """``escape``: hide the log panel."""
         self.log_job = None

@@ -208,6 +208,19 @@ def test_top_follows_a_job_and_cancels_from_the_keyboard(daemon):
     asyncio.run(scenario())
 
 
+def test_ctrl_c_quits_top_as_q_does(daemon):
+    from client.tui import TopApp
+
+    async def scenario():
+        app = TopApp(runtime_dir=daemon.runtime)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.connected, "the first status")
+            await pilot.press("ctrl+c")
+            await until(pilot, lambda: not app.is_running, "top to quit")
+
+    asyncio.run(scenario())
+
+
 def test_top_catches_up_after_a_daemon_restart(daemon):
     from client.tui import TopApp
 
