@@ -181,3 +181,18 @@ def test_a_running_jobs_progress_carries_the_cost_ps_shows(make_daemon, api):
                 if e["job"] == job["id"] and "tokens" in e["data"]]
     costs = [p["cost_usd"] for p in progress if p["tokens"].get("input")]
     assert costs and 0 < costs[0] <= job["cost_usd"] and costs == sorted(costs), progress  # top shows these (the tui test)
+
+
+def test_a_model_call_that_failed_leaves_the_bill_of_the_calls_before_it_alone(make_daemon):
+    # Found by the soak (issue 44): a failed call (a stream broken off) counted as a call of the
+    # child's run with no tokens; the child's next totals (which count replies only) then read as
+    # fewer calls than recorded — "a new run of the job" — and every token so far was billed again.
+    with FakeAnthropic() as api:
+        api.reply_tool_use("terminal", {"command": "echo one"}).reply_tool_use("terminal", {"command": "echo two"})
+        api.reply_truncated().reply_text("done")
+        d = fake_daemon(make_daemon, api)
+        job = d.wait_job(d.delegate("fail once", toolsets=["terminal"])["id"])
+        paid = [r for r in api.requests if r.streaming]
+    assert job["status"] == "completed" and job["api_calls"] == 3 and len(paid) == 4  # one of them broke off
+    bill = d.call("usage", by="job")["total"]
+    assert (bill["calls"], bill["input"], bill["output"]) == (3, 3 * 12, 3 * 7)  # the fake's usage of each reply

@@ -337,7 +337,9 @@ class Ledger:
                provider: str | None = None) -> None:
         """After a model call of ``job_id``: its reservation ends and ``usage`` (tokens as
         ``contract.tokens.TOKEN_KEYS``) is recorded — and counted as part of the child's next
-        running totals, so :meth:`observe` does not count it again."""
+        running totals, so :meth:`observe` does not count it again.  A call without tokens (it
+        failed: the child's totals do not count it either) is no call of the run: counted, it made
+        the child's next totals look like those of a new run, and everything was billed again."""
         key = (job_id, grant_id) if (job_id, grant_id) in self._inflight else next(
             (k for k in self._inflight if k[0] == job_id), None)
         if key is not None:
@@ -345,11 +347,12 @@ class Ledger:
         if not isinstance(usage, dict):
             return
         tokens = {k: max(0, _int(usage.get(k))) for k in TOKEN_KEYS}
+        if not any(tokens.values()):
+            return  # a call that failed: nothing to bill, and the child's totals count replies only
         run = self._run(job_id)
         run.tokens = {k: run.tokens[k] + tokens[k] for k in TOKEN_KEYS}
         run.calls += 1
-        if any(tokens.values()):
-            self.record(job_id, tokens, provider=provider, model=model, calls=1)
+        self.record(job_id, tokens, provider=provider, model=model, calls=1)
 
     def exhausted(self, job_id: str) -> Refusal | None:
         """The first budget of ``job_id`` whose scope has spent its limit already (after a report)."""
