@@ -6,7 +6,7 @@ its own and keeps it) and makes its working directory the agent's.  When the age
 ended, however it ended, :func:`report` says what the worktree holds (changed files, the
 branch's own commits: :func:`hermesd.worktrees.git.inspect`) for the result.  The child
 never removes it: the daemon does, once the job has ended and the worktree holds no change
-(:mod:`hermesd.worktrees.plugin`).  Git runs with the tools' environment (no provider key,
+(:mod:`hermesd.worktrees.ops`).  Git runs with the tools' environment (no provider key,
 no secret: :func:`child.redact.tool_environment`), since the repository's hooks run too.
 """
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import click
 
-from client.common import fail, out, root_obj
+from client.common import fail, is_json, json_option, out, root_obj
 from hermesd import paths, private
 
 START_SECONDS = 20.0
@@ -56,6 +56,7 @@ def token() -> str:
 @click.option("--listen", metavar="HOST:PORT", help="Serve here (default: dashboard.listen, 127.0.0.1:8770; port 0: a free one).")
 @click.option("--foreground", is_flag=True, help="Serve in this process until stopped (for a systemd unit).")
 @click.option("--stop", is_flag=True, help="Stop the running dashboard.")
+@json_option
 def dashboard_command(open_: bool, listen: str | None, foreground: bool, stop: bool) -> None:
     """The web page of hermesd: the job tree live, a job's conversation and log, approvals,
     batches (rewards, samples), the bill and the governor, Kanban; and /metrics for
@@ -72,12 +73,13 @@ def dashboard_command(open_: bool, listen: str | None, foreground: bool, stop: b
         if found is None:
             fail("not_found", "no dashboard is running")
         os.kill(int(found["pid"]), signal.SIGTERM)
-        out(f"stopped the dashboard (pid {found['pid']})")
+        out(json.dumps({"stopped": True, "pid": int(found["pid"])}) if is_json()
+            else f"stopped the dashboard (pid {found['pid']})")
         return
     if found is None:
         found = start(args, runtime_dir)
     url = f"{found['url']}?token={token()}"
-    out(url)
+    out(json.dumps({"url": url, "pid": int(found["pid"])}) if is_json() else url)
     if open_:
         webbrowser.open(url)
 

@@ -151,7 +151,7 @@ class Plugin:
     @every
     def any_result(self, row: Row, result: "JobResult") -> None:
         """Any job's child reported its result, before the terminal transition (after its own
-        plugin's :meth:`on_result`), e.g. what its git worktree holds (:mod:`hermesd.worktrees.plugin`)."""
+        plugin's :meth:`on_result`), e.g. what its git worktree holds (:mod:`hermesd.worktrees.ops`)."""
 
     @every
     def after_exit(self, row: Row | None) -> None:

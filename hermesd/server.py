@@ -55,7 +55,7 @@ from hermesd.system.procs import ProcessManager, sweep_leftovers
 from hermesd.system.systemd import Notifier
 from hermesd.upkeep import ops as upkeep
 from hermesd.warm.spawner import make_spawner
-from hermesd.worktrees.plugin import WorktreesPlugin
+from hermesd.worktrees.ops import WorktreesPlugin
 
 log = logging.getLogger("hermesd")
 PUB_HWM = 100_000

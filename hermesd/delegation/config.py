@@ -20,7 +20,7 @@ class Delegation:
     its journal in a new child at the next start (:mod:`hermesd.resume`), else it ends ``lost``;
     ``worktree_isolation`` (Hermes Agent's key): every delegation whose working directory is in a
     git repository runs in a git worktree of its own unless its task says ``worktree: false``
-    (:mod:`hermesd.worktrees.plugin`; one outside a repository runs where it is).
+    (:mod:`hermesd.worktrees.ops`; one outside a repository runs where it is).
     """
 
     max_async_children: int = field(default=3, metadata=at_least(1))

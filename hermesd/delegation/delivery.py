@@ -66,7 +66,7 @@ def render_block(job: dict[str, Any]) -> str:
 
 
 def worktree_lines(worktree: Any) -> list[str]:
-    """The notification's lines on the job's git worktree (:mod:`hermesd.worktrees.plugin`): its
+    """The notification's lines on the job's git worktree (:mod:`hermesd.worktrees.ops`): its
     path, branch and commits when it holds changes (it is kept), or that it is removed when it
     holds none; none for a job without one."""
     if not isinstance(worktree, dict):

@@ -28,7 +28,7 @@ from hermesd import jobs as jobs_mod
 from hermesd.contract.states import LIVE, TERMINAL
 from hermesd.delegation.tasks import new_group, task_fields
 from hermesd.protocol import ProtocolError
-from hermesd.worktrees.plugin import working_dir
+from hermesd.worktrees.ops import working_dir
 
 if TYPE_CHECKING:
     from hermesd.context import Context

@@ -13,7 +13,7 @@ from hermesd.contract.providers import PROVIDER_KEYS, PROVIDERS
 from hermesd.contract.toolsets import ROLES
 from hermesd.protocol import ProtocolError, arg, expand_toolsets, in_range
 from hermesd.redaction import Secrets
-from hermesd.worktrees import plugin as worktrees
+from hermesd.worktrees import ops as worktrees
 
 if TYPE_CHECKING:
     from hermesd.context import Context
@@ -44,7 +44,7 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     container of that image: :class:`hermesd.containers.ops.ContainersPlugin`), ``resume`` (false: a restart
     ends the job ``lost`` instead of resuming it: :mod:`hermesd.resume`), ``worktree`` (run in a git
     worktree of its own on branch ``hermes/JOB_ID``; default ``delegation.worktree_isolation``:
-    :mod:`hermesd.worktrees.plugin`; outside a repository ``not_a_repository``), and the resource limits
+    :mod:`hermesd.worktrees.ops`; outside a repository ``not_a_repository``), and the resource limits
     ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes``,
     ``max_open_files`` (see :mod:`hermesd.system.limits`; at most the config's), and the budget of the
     job's whole subtree ``max_cost_usd``, ``max_tokens`` (:mod:`hermesd.billing.ledger`).  Raises ``ProtocolError``

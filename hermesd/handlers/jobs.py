@@ -38,7 +38,7 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
     (the names of the variables it was given; the values may be secrets) and ``worktree`` (its
     git worktree: ``{path, branch, repo, cwd}``, once its child reported what it holds
     ``changed``, ``changes``, ``commits``…, once the daemon settled it ``state``: ``kept`` or
-    ``removed``: :mod:`hermesd.worktrees.plugin`) and ``mcp`` (the MCP servers it used and how each was as
+    ``removed``: :mod:`hermesd.worktrees.ops`) and ``mcp`` (the MCP servers it used and how each was as
     it ended: ``{NAME: {transport, state, tools, calls, failures, error}}``, :mod:`hermesd.mcp.ops`)."""
     rec = jobs_mod.record(row)
     if row.get("background"):

@@ -44,7 +44,7 @@ KEYS = ("name", "description", "model", "provider", "toolsets", "worktree", "mcp
 @dataclass(frozen=True)
 class Profile:
     """One worker profile.  ``toolsets`` None means the config's toolsets; ``worktree``: its workers
-    run in git worktrees of their own (:mod:`hermesd.worktrees.plugin`); ``mcp_servers``: MCP servers
+    run in git worktrees of their own (:mod:`hermesd.worktrees.ops`); ``mcp_servers``: MCP servers
     of its own as written (``mcp_servers:``, checked: :func:`hermesd.mcp.config.parse_servers`), which its
     workers get besides their toolsets' (:mod:`hermesd.mcp.ops`); ``path`` is its file."""
 

@@ -16,7 +16,7 @@ What is never removed:
 * a job whose parent is not terminal (a running or resumable batch's items,
   a live orchestrator's children);
 * a job whose git worktree is still there (``spec.worktree`` not ``removed``:
-  :mod:`hermesd.worktrees.plugin`; ``hermesctl worktrees prune`` lets it go);
+  :mod:`hermesd.worktrees.ops`; ``hermesctl worktrees prune`` lets it go);
 * the newest event (``last_seq`` stays, so seqs never restart).
 
 Events go as a prefix: every event older than the oldest job still kept,

@@ -2,7 +2,7 @@
 
 * :mod:`hermesd.worktrees.git`: the git commands, a leaf the child imports too (plan, create,
   inspect, remove);
-* :mod:`hermesd.worktrees.plugin`: the plugin (planned at admission, settled when the job ends:
+* :mod:`hermesd.worktrees.ops`: the plugin (planned at admission, settled when the job ends:
   removed when clean, kept when changed) and the ops ``worktrees``, ``worktrees.prune``;
 * the child's side: :mod:`child.worktree`.
 

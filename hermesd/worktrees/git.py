@@ -3,7 +3,7 @@
 A leaf (standard library only): the child imports it to create its worktree before
 its agent starts and to say what it holds when the agent ends (:mod:`child.worktree`);
 the daemon calls it in worker threads, never on its event loop
-(:mod:`hermesd.worktrees.plugin`), to remove a clean one and to list and prune them.
+(:mod:`hermesd.worktrees.ops`), to remove a clean one and to list and prune them.
 
 A job's worktree is described by a map (the job spec's ``worktree``, :func:`plan`):
 ``repo`` (the top level of the checkout the job's working directory is in), ``path``
