@@ -15,6 +15,8 @@ from hermesd.redaction import Secrets
 from tests.fakes.anthropic_server import FakeAnthropic, Message, text_block, tool_use_block
 from tests.harness import wait_for
 
+pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+
 GH = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"
 PATTERNED = {"GH_TOKEN": GH, "NPM_TOKEN": "npm_tokenvalue0123456789", "SLACK_BOT_TOKEN": "xoxb-1234-5678-slackvalue",
              "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMIK7MDENGbPxRfiCYsecret", "PGPASSWORD": "pg-password-value",
