@@ -65,6 +65,7 @@ class BatchPlugin(SubagentRules):
                      spec=DriverSpec),
              JobKind("ray_item", "rayitem", process=False, at_restart="lost", entry="child.agent:run_item",
                      spec=ItemSpec))
+    on_demand = ("batch.service",)
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)

@@ -64,6 +64,10 @@ class Plugin:
     events: ClassVar[dict[str, str]] = {}
     """The meaning of each event type it records (rendered into ``docs/protocol.md``)."""
     """Its tables: schema version → the statements that version adds (:func:`hermesd.store.schema`)."""
+    on_demand: ClassVar[tuple[str, ...]] = ()
+    """The modules of its implementation it imports only at their first use (a service made by its
+    first op or hook): a daemon with no job of its kinds holds none of them (its idle memory,
+    bench/README.md; ``tests/test_daemon_footprint.py`` checks)."""
 
     def __init__(self, ctx: "Context"):
         self.ctx = ctx

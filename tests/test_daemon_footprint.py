@@ -103,3 +103,24 @@ def test_the_kanban_board_is_imported_at_its_first_use(make_daemon):
     daemon.call("kanban.list")
     wait_for(lambda: "hermesd.kanban.board" in daemon.log() and "hermesd.kanban.dispatcher" in daemon.log(),
              what="the board imported at the first kanban op")
+
+
+def _imported(log: str) -> set[str]:
+    """The modules ``PYTHONPROFILEIMPORTTIME`` wrote to a log (``import time: … | name``)."""
+    return set(re.findall(r"^import time:.*\|\s*([\w.]+)\s*$", log, re.M))
+
+
+def test_an_idle_daemon_imports_no_part_a_plugin_makes_at_its_first_use(make_daemon):
+    """Every plugin's :attr:`hermesd.plugin.Plugin.on_demand` modules (its services made at their
+    first op or hook) are absent from an idle daemon that never had a job of its kinds, and exist."""
+    from importlib.util import find_spec
+
+    from hermesd.server import PLUGINS
+
+    lazy = {name: cls.__name__ for cls in PLUGINS for name in cls.on_demand}
+    assert all(find_spec(name) for name in lazy), lazy
+    daemon = make_daemon(env={"PYTHONPROFILEIMPORTTIME": "1"})
+    daemon.call("status")
+    imported = _imported(daemon.log())
+    assert "hermesd.server" in imported  # the log is the daemon's
+    assert sorted(set(lazy) & imported) == []

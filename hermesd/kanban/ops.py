@@ -67,6 +67,7 @@ class KanbanPlugin(SubagentRules):
 
     kinds = (JobKind(WORKER_KIND, "kbw", at_shutdown="stop", at_restart="journal"),)
     migrations = MIGRATIONS
+    on_demand = ("hermesd.kanban.board", "hermesd.kanban.dispatcher")
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)

@@ -32,12 +32,13 @@ from hermesd.contract.providers import context_window
 from hermesd.contract.states import LIVE
 from hermesd.contract.tokens import estimate_tokens
 from hermesd.protocol import ProtocolError
+from hermesd.sessions.schema import COMPACT_KIND
 
 if TYPE_CHECKING:
     from hermesd.context import Context
     from hermesd.sessions.service import Sessions
 
-KIND = "session_compact"
+KIND = COMPACT_KIND
 
 SUMMARY_HEADER = ("[Summary of the earlier conversation, made when it grew too long for the context window; "
                   "the messages after it are verbatim]\n")

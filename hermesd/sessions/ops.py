@@ -3,7 +3,7 @@ session.configure, session.reset, session.delete."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermesd import idempotency, jobs as jobs_mod
 from hermesd.context import Context
@@ -14,9 +14,11 @@ from hermesd.delegation.service import child_toolsets
 from hermesd.jobs import JobKind
 from hermesd.router import op
 from hermesd.protocol import ProtocolError, arg, expand_toolsets
-from hermesd.sessions import compaction
-from hermesd.sessions.service import MIGRATIONS, Sessions, display_text
+from hermesd.sessions.schema import COMPACT_KIND, MIGRATIONS
 from hermesd.sessions.spec import TurnSpec
+
+if TYPE_CHECKING:
+    from hermesd.sessions.service import Sessions
 
 MAX_TEXT_BYTES = 256 * 1024
 SLASH_COMMANDS = {"/background": "/background PROMPT — run PROMPT as a fresh background agent; its result "
@@ -47,12 +49,25 @@ class SessionsPlugin(SubagentRules):
         "`notification` (the delivered job id, for a delivery turn).",
     }
 
-    kinds = (JobKind("session_turn", "turn", at_restart="journal", entry="child.agent:run_turn", spec=TurnSpec), JobKind(compaction.KIND, "cmp"))
+    kinds = (JobKind("session_turn", "turn", at_restart="journal", entry="child.agent:run_turn", spec=TurnSpec), JobKind(COMPACT_KIND, "cmp"))
     migrations = MIGRATIONS
+    on_demand = ("hermesd.sessions.service", "hermesd.sessions.compaction")
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
-        self.sessions = ctx.provide(Sessions(ctx))
+        self._sessions: "Sessions | None" = None  # made at the first need (:attr:`sessions`)
+        ctx.provide(self)  # the ops reach the service through it
+
+    @property
+    def sessions(self) -> "Sessions":
+        """The sessions service (:mod:`hermesd.sessions.service`), made at its first use: the first
+        ``session.*`` op, a turn's or a compaction's hook, a completion for a session, or at start
+        when the database holds a session; an idle daemon that never had one imports none of it."""
+        if self._sessions is None:
+            from hermesd.sessions.service import Sessions
+
+            self._sessions = self.ctx.provide(Sessions(self.ctx))
+        return self._sessions
 
     def configure(self, config: Any) -> None:
         """The pool of a session's turns: ``session:<id>``, one at a time."""
@@ -60,24 +75,30 @@ class SessionsPlugin(SubagentRules):
 
     def spec(self, row: dict[str, Any], spec: JobSpec) -> None:
         """The turn's child gets the session's history; a compaction's the transcript to summarise."""
-        if row["kind"] == compaction.KIND:
+        if row["kind"] == COMPACT_KIND:
             self.sessions.compactor.spec_hook(row, spec)
         else:
             self.sessions.spec_hook(row, spec)
 
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """The turn's messages are stored with its end; a compaction's summary with its own."""
-        if row["kind"] == compaction.KIND:
+        if row["kind"] == COMPACT_KIND:
             return self.sessions.compactor.on_terminal(row, self.ctx.runner.results.get(row["id"]))
         return self.sessions.on_turn_terminal(row)
 
     def on_event(self, event: dict[str, Any]) -> None:
-        """Completions reach idle sessions."""
-        self.sessions.on_event(event)
+        """Completions reach idle sessions (only a session's job has a ``session``)."""
+        if event.get("session"):
+            self.sessions.on_event(event)
 
     def restore(self) -> None:
-        """Deliveries interrupted by a stop are delivered again."""
-        self.sessions.restore()
+        """Deliveries interrupted by a stop are delivered again (none without a session)."""
+        if self._sessions is not None or self.ctx.store.db.execute("SELECT 1 FROM sessions LIMIT 1").fetchone():
+            self.sessions.restore()
+
+
+def _service(ctx: Context) -> "Sessions":
+    return ctx.service(SessionsPlugin).sessions
 
 
 def _dispatched(ctx: Context, job: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +107,7 @@ def _dispatched(ctx: Context, job: dict[str, Any]) -> dict[str, Any]:
     return {**answer, "queue_paused": True} if ctx.runner.pause.paused else answer
 
 
-def _slash(ctx: Context, service: Sessions, session: str, text: str, key: str | None = None) -> dict[str, Any]:
+def _slash(ctx: Context, service: "Sessions", session: str, text: str, key: str | None = None) -> dict[str, Any]:
     command, _, rest = text.strip().partition(" ")
     row = service.require(session)
     if command == "/background":
@@ -144,7 +165,7 @@ async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError("bad_request", "argument 'text' must not be empty", {"field": "text"})
     if len(text.encode()) > MAX_TEXT_BYTES:
         raise ProtocolError("too_large", f"text exceeds {MAX_TEXT_BYTES} bytes", {"field": "text"})
-    service: Sessions = ctx.service(Sessions)
+    service = _service(ctx)
     toolsets = arg(args, "toolsets", list, None)
     if toolsets is not None:
         toolsets = expand_toolsets(toolsets)
@@ -167,7 +188,7 @@ async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 async def session_list(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Every session: ``{sessions: [{id, created_at, updated_at, messages, busy,
     toolsets, pending_notifications, running_children}]}``."""
-    service: Sessions = ctx.service(Sessions)
+    service = _service(ctx)
     rows = ctx.store.all("SELECT * FROM sessions ORDER BY created_at")
     return {"sessions": [service.summary(r) for r in rows]}
 
@@ -175,7 +196,7 @@ async def session_list(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 @op("session.get")
 async def session_get(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """One session's summary (``not_found`` if none)."""
-    service: Sessions = ctx.service(Sessions)
+    service = _service(ctx)
     return service.summary(service.require(arg(args, "session", str)))
 
 
@@ -187,7 +208,9 @@ async def session_history(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     each compaction summarised the messages up to ``upto`` (a message ``id``) for the turns after
     it; ``unfinished``: the turns of these messages that ended other than ``completed`` (a budget,
     an error, a cancel), with why, oldest first."""
-    service: Sessions = ctx.service(Sessions)
+    from hermesd.sessions.service import display_text
+
+    service = _service(ctx)
     session = arg(args, "session", str)
     service.require(session)
     messages = service.history(session, arg(args, "limit", int, 10000, lo=1))
@@ -211,7 +234,7 @@ async def session_compact(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     end is a ``session.compacted`` event (``upto``: the last message it covers, ``tokens_before``,
     ``tokens_after``: the estimated tokens a turn is sent) or ``session.compaction_failed`` (``error``;
     the session unchanged)."""
-    service: Sessions = ctx.service(Sessions)
+    service = _service(ctx)
     session = arg(args, "session", str)
     return {"session": session, "compaction": jobs_mod.record(service.compactor.submit(session, "requested"))}
 
@@ -221,7 +244,7 @@ async def session_configure(ctx: Context, args: dict[str, Any]) -> dict[str, Any
     """Change ``session``'s ``toolsets`` (a list of toolset names; ``delegation`` is
     always added) for its next turns; returns its summary (``not_found``;
     ``bad_request`` naming unknown toolsets)."""
-    service: Sessions = ctx.service(Sessions)
+    service = _service(ctx)
     toolsets = expand_toolsets(arg(args, "toolsets", list))
     return service.summary(service.set_toolsets(arg(args, "session", str), toolsets))
 
@@ -230,7 +253,7 @@ async def session_configure(ctx: Context, args: dict[str, Any]) -> dict[str, Any
 async def session_reset(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Forget ``session``'s messages (its next turn starts a new conversation); returns
     ``{session, messages_removed}``.  ``invalid_state`` while a turn of it is queued or running."""
-    service: Sessions = ctx.service(Sessions)
+    service = _service(ctx)
     session = arg(args, "session", str)
     removed = service.reset(session)
     ctx.events.emit("session.reset", session=session, data={"session": session, "messages_removed": removed})
@@ -241,7 +264,7 @@ async def session_reset(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 async def session_delete(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Delete ``session`` and its messages; returns ``{session, messages_removed}``.
     ``invalid_state`` while a turn or a child of it runs or a completion waits to be delivered to it."""
-    service: Sessions = ctx.service(Sessions)
+    service = _service(ctx)
     session = arg(args, "session", str)
     removed = service.delete(session)
     ctx.events.emit("session.deleted", session=session, data={"session": session, "messages_removed": removed})

@@ -35,43 +35,6 @@ from hermesd.sessions.spec import TurnSpec
 if TYPE_CHECKING:
     from hermesd.context import Context
 
-MIGRATIONS = {1: """
-    CREATE TABLE sessions (
-        id TEXT PRIMARY KEY,
-        title TEXT,
-        origin TEXT,
-        spec TEXT NOT NULL DEFAULT '{}',
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL
-    );
-    CREATE TABLE messages (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        session TEXT NOT NULL,
-        role TEXT NOT NULL,
-        content TEXT NOT NULL,
-        time TEXT NOT NULL,
-        job TEXT,
-        notification TEXT
-    );
-    CREATE INDEX messages_session ON messages(session, id);
-    """,
-    # each summary of a session's messages up to `upto` (a messages.id), the job that made it, and
-    # the estimated tokens a turn was sent before and after (hermesd.sessions.compaction)
-    8: """
-    CREATE TABLE compactions (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        session TEXT NOT NULL,
-        upto INTEGER NOT NULL,
-        summary TEXT NOT NULL,
-        job TEXT,
-        tokens_before INTEGER NOT NULL,
-        tokens_after INTEGER NOT NULL,
-        time TEXT NOT NULL
-    );
-    CREATE INDEX compactions_session ON compactions(session, id)
-    """}
-"""The ``sessions`` and ``messages`` tables (schema version 1), ``compactions`` (8) (:func:`hermesd.store.schema`)."""
-
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAIN_TOOLSETS_EXTRA = ("delegation",)
 MAIN_SYSTEM_PROMPT = (
