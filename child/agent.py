@@ -187,7 +187,7 @@ class Agent:
         mcp_tools = importlib.import_module("child.tools.mcp")
         self.doing(self.turn, f"starting MCP server(s) {', '.join(self.spec.mcp_servers)}")
         self.mcp = mcp_tools.open_for(self.spec.mcp_servers, cwd=self.cwd(), container=self.container, log=log,
-                                      secrets=redact.add)
+                                      secrets=redact.add, stop=self.stop)
         self.mcp_tools = {t.name: t for t in mcp_tools.tools_of(self.mcp)}
         self.tools += [t.spec() for t in self.mcp_tools.values()]
         self.prompt()

@@ -318,9 +318,11 @@ def mcp_lines(servers: Any) -> list[str]:
 
 
 def mcp_tag(rec: dict[str, Any]) -> str:
-    """``[mcp git failed] `` before the goal in ``ps`` for each MCP server of the job that was not ready."""
+    """``[mcp git failed] `` before the goal in ``ps`` for each MCP server of the job that did not start
+    or crashed (not one the job's own stop ended: ``stopped``, ``closed``)."""
     servers = rec.get("mcp") if isinstance(rec.get("mcp"), dict) else {}
-    bad = [f"{name} {s.get('state')}" for name, s in servers.items() if isinstance(s, dict) and s.get("state") != "ready"]
+    bad = [f"{name} {s.get('state')}" for name, s in servers.items()
+           if isinstance(s, dict) and s.get("state") not in ("ready", "stopped", "closed")]
     return f"[mcp {', '.join(bad)}] " if bad else ""
 
 

@@ -271,6 +271,28 @@ def test_kill_9_or_cancel_leaves_no_server_running(make_daemon, victim):
 
 
 
+def test_a_cancel_while_a_server_starts_is_no_failure_of_the_server(make_daemon, tmp_path):
+    mute = tmp_path / "mute.py"  # starts and never answers the handshake
+    mute.write_text("import sys, time\nprint('up', file=sys.stderr, flush=True)\ntime.sleep(600)\n")
+    d = make_daemon(config={"mcp_servers": {"mute": {"command": sys.executable, "args": [str(mute)],
+                                                     "connect_timeout_seconds": 600}}})
+    job = d.delegate("wait", script=[{"text": "never"}], toolsets=["mcp:mute"])["id"]
+    log = d.home / "jobs" / job / "log"
+    wait_for(lambda: log.exists() and "mcp mute: up" in log.read_text(), what="the server to start")
+    child = psutil.Process(d.call("job", id=job)["pid"])
+    server = wait_for(lambda: next((p for p in child.children(recursive=True) if str(mute) in command_line(p)),
+                                   None), what="the server's process")
+    d.call("cancel", id=job)
+    assert d.wait_job(job)["status"] == "cancelled"
+    state = d.call("result", id=job)["mcp"]["mute"]
+    assert state["state"] == "stopped" and state["error"] == "the job stopped before it was ready", state
+    listed = subprocess.run([sys.executable, "-m", "client", "ps", "--all"], env=d.env, capture_output=True,
+                            text=True, timeout=60)
+    assert job in listed.stdout and "[mcp" not in listed.stdout, listed.stdout
+    wait_for(lambda: _gone(server), timeout=20, what="the server to end with the job")
+    assert "mute: failed" not in log.read_text()
+
+
 @pytest.fixture
 def http_server():
     """A streamable HTTP MCP server made with the mcp SDK, run by uvicorn on a free port of 127.0.0.1."""

@@ -44,7 +44,7 @@ class McpError(Exception):
 @dataclass
 class Connection:
     """One server of the job: its settings, state (``starting``, ``ready``, ``failed``,
-    ``crashed``, ``closed``), error, the tools it listed, counters, and what holds it open."""
+    ``crashed``, ``closed``; ``stopped``: the job stopped before it was ready), error, the tools it listed, counters, and what holds it open."""
 
     server: Server
     state: str = "starting"
@@ -79,16 +79,26 @@ class Servers:
                  log: Callable[[str], None] = print, secrets: Callable[[dict[str, str]], None] = lambda _s: None):
         self.connections = {name: Connection(Server.from_wire(spec)) for name, spec in specs.items()}
         self.cwd, self.container, self.log, self.secrets = cwd, container, log, secrets
+        self.stopping = False  # the job stops: a server that ends now did not fail
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="mcp", daemon=True)
         self.thread.start()
 
     # starting ---------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start every server at once; return when each is ready or failed (its connect timeout)."""
-        futures = {name: self._submit(self._start(c)) for name, c in self.connections.items()}
-        for name, future in futures.items():
+    def start(self, stop: Any = None) -> None:
+        """Start every server at once; return when each is ready or failed (its connect timeout),
+        or as soon as ``stop`` (the child's stop flag, ``is_set()``) is set: a cancel is not held up
+        by a server slow to start; :meth:`close` stops those still starting."""
+        futures = [self._submit(self._start(c)) for c in self.connections.values()]
+        while concurrent.futures.wait(futures, timeout=POLL_SECONDS).not_done:
+            if stop is not None and stop.is_set():
+                self.stopping = True
+                for c in self.connections.values():
+                    if c.state == "starting":
+                        c.state, c.error = "stopped", "the job stopped before it was ready"
+                return
+        for future in futures:
             future.result()
 
     def _submit(self, coroutine: Any) -> concurrent.futures.Future:
@@ -200,6 +210,11 @@ class Servers:
         return _Fd(c.stderr_fd)
 
     def _failed(self, c: Connection, state: str, why: str) -> None:
+        if self.stopping:  # ended by the job's stop (its cancel, timeout), not a failure of its own
+            if c.state != "ready":
+                c.state, c.error = "stopped", "the job stopped before it was ready"
+                self.log(f"mcp {c.server.name}: {c.error}")
+            return
         tail = "\n".join(c.stderr)[-STDERR_TAIL:].strip()
         c.state, c.error = state, why + (f"; its stderr ends: {tail}" if tail and state != "crashed" else "")
         self.log(f"mcp {c.server.name}: {state}: {c.error}")
@@ -263,10 +278,13 @@ class Servers:
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop every server (the SDK's shutdown: stdin closed, then SIGTERM, SIGKILL) and the loop."""
+        self.stopping = True
         async def close_all() -> None:
             for c in self.connections.values():
                 if c.closing is not None:
                     c.closing.set()
+                if c.state == "starting" and c.holder is not None:  # no reply to wait for
+                    c.holder.cancel()
             holders = [c.holder for c in self.connections.values() if c.holder is not None]
             if holders:
                 await asyncio.wait(holders, timeout=timeout)
@@ -276,8 +294,8 @@ class Servers:
         except Exception as exc:  # noqa: BLE001 - the child's exit takes its group along anyway
             self.log(f"mcp: stopping the servers: {describe(exc)}")
         for c in self.connections.values():
-            if c.state == "ready":
-                c.state = "closed"
+            if c.state in ("ready", "starting"):  # starting: its start had not said so yet
+                c.state = "closed" if c.state == "ready" else "stopped"
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 

@@ -27,15 +27,17 @@ TOOLS: list[Tool] = []
 
 
 def open_for(specs: dict[str, dict[str, Any]] | None, *, cwd: str, container: Any = None,
-             log: Callable[[str], None] = print, secrets: Callable[[dict[str, str]], None] = lambda _s: None) -> Any:
-    """The job's MCP servers started (:class:`child.mcp.client.Servers`), or None without any.
+             log: Callable[[str], None] = print, secrets: Callable[[dict[str, str]], None] = lambda _s: None,
+             stop: Any = None) -> Any:
+    """The job's MCP servers started (:class:`child.mcp.client.Servers`), or None without any;
+    ``stop`` (the child's stop flag) cuts the wait for their start short.
     The SDK is imported here: a job without MCP servers never loads it."""
     if not specs:
         return None
     from child.mcp.client import Servers
 
     servers = Servers(specs, cwd=cwd, container=container, log=log, secrets=secrets)
-    servers.start()
+    servers.start(stop)
     return servers
 
 
