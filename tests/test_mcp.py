@@ -96,6 +96,20 @@ def test_a_server_that_exits_at_start_is_an_error_naming_it_and_the_job_goes_on(
     assert "[mcp broken failed]" in d.ctl("ps", "--all").stdout
 
 
+def test_a_server_whose_variable_is_unset_does_not_start_and_says_which(make_daemon):
+    d = make_daemon(config={"mcp_servers": {"time": {**TIME, "env": {"X_TOKEN": "${T2_NEVER_SET_TOKEN}"}}}})
+    job = d.delegate("t", script=[call("mcp__time__get_current_time", timezone="UTC"), {"text": "on"}],
+                     toolsets=["mcp:time"])["id"]
+    assert d.wait_job(job)["status"] == "completed"
+    why = ("did not start: mcp_servers.time.env: ${T2_NEVER_SET_TOKEN} names a variable hermesd's "
+           "environment does not have")
+    assert d.call("result", id=job)["mcp"]["time"]["error"] == why
+    (result,) = tool_results(d, job)
+    assert why in result
+    probe = subprocess.run([sys.executable, "-m", "client", "mcp", "tools", "time"], env=d.env,
+                           capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 1 and why in probe.stderr and "Traceback" not in probe.stderr, probe
+
 def test_a_toolset_naming_no_server_is_refused(make_daemon):
     d = make_daemon(config={"mcp_servers": {"time": TIME, "off": {**TIME, "enabled": False}}})
     for toolset, why in (("mcp:nope", "names no server of mcp_servers (known: mcp:off, mcp:time)"),

@@ -314,5 +314,7 @@ def describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     text = " ".join(str(exc).split()) or "no message"
+    if isinstance(exc, (McpError, stdio.Unset)):  # ours: the text says it all
+        return text[:500]
     return f"{type(exc).__name__}: {text}"[:500]
 
