@@ -50,7 +50,7 @@ def tools_command(name: str) -> None:
         if answer["state"] == "ready":
             out(f"{len(answer['tools'])} tool(s) from MCP server {name} (started in {answer['seconds']:g}s)")
     if answer["state"] != "ready":
-        print(f"hermesctl mcp tools: MCP server {name} is {answer['state']}: {answer.get('error')}", file=sys.stderr)
+        print(f"hermesctl mcp tools: MCP server {name} {answer['state']}: {answer.get('error')}", file=sys.stderr)
         sys.exit(1)
 
 

@@ -91,7 +91,7 @@ def test_a_server_that_exits_at_start_is_an_error_naming_it_and_the_job_goes_on(
     row = d.wait_job(job)
     assert row["status"] == "completed" and row["summary"] == "went on"
     (result,) = tool_results(d, job)
-    assert "MCP server 'broken' is failed" in result and "exit status 3" in result
+    assert "MCP server 'broken' failed: did not start" in result and "exit status 3" in result
     assert "MCP server broken is unavailable" in trajectory(d, job)["messages"][0]["content"]
     assert "[mcp broken failed]" in d.ctl("ps", "--all").stdout
 

@@ -233,7 +233,7 @@ class Servers:
             self.log(f"mcp {name}: starting it again (start {c.starts + 1} of at most {MAX_STARTS})")
             self._submit(self._start(c)).result()
         if c.state != "ready" or c.client is None:
-            raise McpError(f"MCP server {name!r} is {c.state}: {c.error or 'not available'}")
+            raise McpError(f"MCP server {name!r} {c.state}: {c.error or 'not available'}")
         c.calls += 1
         future = self._submit(c.client.call_tool(tool, args, read_timeout_seconds=s.timeout_seconds))
         deadline = time.monotonic() + s.timeout_seconds + 1.0

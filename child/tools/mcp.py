@@ -82,4 +82,4 @@ def unknown_note(tool: str, servers: Any) -> str:
         return ""
     name = tool[len(MCP_TOOL):].partition("__")[0]
     c = servers.connections.get(name)
-    return f"; MCP server {name!r} is {c.state}: {c.error}" if c is not None and c.state != "ready" else ""
+    return f"; MCP server {name!r} {c.state}: {c.error}" if c is not None and c.state != "ready" else ""
