@@ -233,7 +233,7 @@ def report(result: dict[str, Any]) -> str:
              f"  lost {result.get('lost', '?')}, duplicated {result.get('duplicated', '?')}, extra model calls "
              f"{result.get('extra_calls', '?')} (of {result.get('model_calls', 0)}; provider refused "
              f"{result.get('provider_refused', {})}), leaked processes {result.get('leftover_processes', '?')}",
-             f"  bill {result.get('bill', {})}",
+             f"  bill {result.get('bill', {})}; approval requests {result.get('approvals', 0)}",
              f"  daemon RSS {first.get('rss_mib', 0):.1f} -> {cycles.get('rss_mib', 0):.1f} MiB, open fds "
              f"{first.get('fds', 0)} -> {cycles.get('fds', 0)} (after the first cycle -> after the last); during the "
              f"fuzz RSS {mid.get('rss_mib', 0):.1f} -> {end.get('rss_mib', 0):.1f} MiB, fds {mid.get('fds', 0)} -> "

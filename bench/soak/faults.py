@@ -36,11 +36,13 @@ import zmq
 
 from bench.soak.brain import FAULTS, tag
 from hermesd import protocol
-from tests.harness import command_line
+from tests.harness import command_line, wait_for
 
 PROVIDER_LEAST_REFUSED, PROVIDER_MOST_SECONDS = 3, 15.0
 """A provider fault lasts its drawn 1-4 s and until it refused this many requests (children starting
 cold, or resuming, may call nothing for seconds), but never longer than this."""
+ZYGOTE_WAIT_SECONDS = 20.0
+"""How long the zygote fault waits for a warm zygote (one is warmed up after each start)."""
 KINDS = ("kill9", "sigterm", "child", "zygote", "provider", "disk", "dblock", "reload", "disconnect")
 
 
@@ -55,7 +57,7 @@ class Faults:
         self.restarts: list[float] = []
         self.killed: Counter = Counter()
         self.in_flight_killed = 0
-        """Children killed with ``kill -9`` (alone, or with their daemon)."""
+        """Jobs running in a process killed with ``kill -9`` (a child, or the daemon with all of them)."""
         self.lock = threading.Lock()  # one daemon restart at a time
         self.disk_full = soak.tmpfs
         self.deck: list[str] = []
@@ -75,7 +77,7 @@ class Faults:
 
     def _kill9(self, rng: random.Random) -> str:
         pid = self.soak.d.proc.pid
-        self.in_flight_killed += len(self._processes("hermes-child"))
+        self.in_flight_killed += self._running()
         self._restart(self.soak.d.kill9)
         return f"kill -9 hermesd {pid}, started {self.soak.d.proc.pid}"
 
@@ -83,6 +85,15 @@ class Faults:
         pid = self.soak.d.proc.pid
         self._restart(lambda: self.soak.d.stop(120.0))
         return f"SIGTERM hermesd {pid}, started {self.soak.d.proc.pid}"
+
+    def _running(self, pid: int | None = None) -> int:
+        """Jobs running now (of the process ``pid``: a batch items' host runs several); each may lose
+        the usage of a reply it read when killed."""
+        try:
+            jobs = self.soak.d.call("ps")["jobs"]
+        except Exception:  # noqa: BLE001 - the daemon is busy or going: count the processes instead
+            return len(self._processes("hermes-child"))
+        return sum(1 for j in jobs if j.get("status") == "running" and (pid is None or j.get("pid") == pid)) or 1
 
     def _processes(self, word: str) -> list[tuple[psutil.Process, list[str]]]:
         found, procs = [], {p.pid: p for p in self.soak.d.children()}
@@ -99,20 +110,26 @@ class Faults:
         if not found:
             return f"kill -9 {what}: none running"
         proc, words = rng.choice(found)
+        running = self._running(proc.pid) if what == "child" else 0
         try:
             proc.send_signal(signal.SIGKILL)
         except psutil.Error:
             return f"kill -9 {what} {proc.pid}: gone already"
         if what == "child":
             self.killed[words[1] if len(words) > 1 else "?"] += 1
-            self.in_flight_killed += 1
+            self.in_flight_killed += running
         return f"kill -9 {what} {proc.pid} ({' '.join(words[:2])})"
 
     def _child(self, rng: random.Random) -> str:
         return self._kill_one(rng, "child", self._processes("hermes-child"))
 
     def _zygote(self, rng: random.Random) -> str:
-        return self._kill_one(rng, "zygote", [(p, w) for p, w in self._processes("hermes-zygote") if len(w) == 1])
+        def ready() -> list[tuple[psutil.Process, list[str]]]:
+            return [(p, w) for p, w in self._processes("hermes-zygote") if len(w) == 1]
+
+        with contextlib.suppress(AssertionError):  # a daemon just started may still be warming it up
+            wait_for(ready, ZYGOTE_WAIT_SECONDS, 0.1, "a warm zygote")
+        return self._kill_one(rng, "zygote", ready())
 
     def _provider(self, rng: random.Random) -> str:
         fault, seconds = rng.choice(FAULTS), rng.uniform(1.0, 4.0)

@@ -5,7 +5,7 @@
   submitted is a job (none lost, none twice: its idempotency key answered one job), and every
   background job is one the soak submitted (a request asked again made no second);
 * a session's errand delivered into its history once; a session's turn in its history once;
-* a Kanban task ``done`` once;
+* a Kanban task ``done`` once; a job whose ``write_file`` waits for an approval completed only with it approved;
 * every batch prompt in the run's output exactly once (written, or discarded or failed as the
   checkpoint says);
 * every terminal command's side effect (a line of the effects file) at most once per completed
@@ -15,7 +15,8 @@
 * the bill (``usage``) equal to the fake provider's own count of tokens — but for the replies a child
   killed with ``kill -9`` had read in full and not yet reported (the provider charges them; the
   child died before it could say so): at most one per child killed (with its daemon, or alone),
-  reported as ``unbilled_calls``.
+  reported as ``unbilled_calls``.  (State written while the disk is full or ``state.db`` locked for
+  longer than a request waits can be lost too: that is a breach.)
 
 :func:`check` returns the breaches (empty: the oracle holds) and the figures.
 """
@@ -122,6 +123,11 @@ def check(soak: Any) -> tuple[list[str], dict[str, Any]]:
             bad.append(f"errand {w.id} delivered {delivered[w.id]} times into its session")
         if w.kind == "s" and said[w.ident] != 1:
             bad.append(f"session turn {w.ident} is {said[w.ident]} times in the history")
+        if w.kind == "a":
+            asked = soak.call("approvals.list", state="all", job=w.id)["approvals"]
+            figures["approvals"] = figures.get("approvals", 0) + len(asked)
+            if jobs.get(w.id, {}).get("status") == "completed" and not any(a["state"] == "approved" for a in asked):
+                bad.append(f"job {w.id} ({w.ident}) completed without its write_file approved: {asked}")
         if w.kind == "k":
             task = tasks.get(w.id)
             if task is None or task["status"] != "done":
@@ -165,8 +171,8 @@ def check(soak: Any) -> tuple[list[str], dict[str, Any]]:
                        "unbilled_calls": unbilled}
     if short != (unbilled * one[0], unbilled * one[1]) or unbilled > soak.faults.in_flight_killed:
         bad.append(f"bill {bill.get('input')} input / {bill.get('output')} output tokens, the provider counted "
-                   f"{paid['input']} / {paid['output']} ({soak.faults.in_flight_killed} children were killed "
-                   f"with kill -9, which may each lose the usage of the reply they were reading)")
+                   f"{paid['input']} / {paid['output']} ({soak.faults.in_flight_killed} jobs were running in "
+                   f"processes killed with kill -9, which may each lose the usage of the reply they were reading)")
     return bad, figures
 
 
