@@ -20,7 +20,6 @@ from hermesd.contract.toolsets import mcp_server_of
 from hermesd.contract.wire import JobResult, JobSpec
 from hermesd.mcp.config import Server, servers, unknown_toolsets
 from hermesd.plugin import Plugin
-from hermesd.mcp.probe import probe
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op
 
@@ -36,6 +35,8 @@ def known_to(config: Any, spec: dict[str, Any] | None) -> dict[str, Server]:
 
 class McpPlugin(Plugin):
     """MCP servers, the daemon's side: a plugin without a job kind whose hooks see every job."""
+
+    on_demand = ("hermesd.mcp.probe",)
 
     @classmethod
     def warm_modules(cls, config: Any) -> tuple[str, ...]:
@@ -89,4 +90,6 @@ async def mcp_tools(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if name not in known:
         raise ProtocolError("not_found", f"no MCP server {name!r} in mcp_servers"
                             + (f" (known: {', '.join(known)})" if known else " (it has none)"), {"server": name})
+    from hermesd.mcp.probe import probe  # here: an idle daemon does without (Plugin.on_demand)
+
     return await probe(ctx, known[name])

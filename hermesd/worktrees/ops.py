@@ -49,7 +49,6 @@ from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.redaction import Secrets
 from hermesd.router import op
-from hermesd.worktrees import git
 
 log = logging.getLogger("hermesd")
 
@@ -82,6 +81,8 @@ def planned(config: Config, job_id: str, cwd: str | None) -> dict[str, str]:
     given no working directory (it would work in its own empty one)."""
     if cwd is None:
         raise refused(None, "the job has no working directory of its own (pass one in a git repository)")
+    from hermesd.worktrees import git  # here: a daemon whose jobs ask for no worktree does without (Plugin.on_demand)
+
     try:
         return git.plan(cwd, job_id, root(config))
     except git.NotARepository as exc:
@@ -93,6 +94,8 @@ def check(cwd: str | None, spec: dict[str, Any]) -> None:
     outside a repository, before any task of a request is admitted (``spawn_parallel``); raises
     ``ProtocolError(not_a_repository)``."""
     if spec.get("worktree") is True and cwd is not None:
+        from hermesd.worktrees import git
+
         if git.top_level(cwd) is None:
             raise refused(None, f"{cwd} is not in a git repository (no .git in it or above it)")
 
@@ -108,6 +111,8 @@ def settle(worktree: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     """In a worker thread: look at ``worktree`` again and remove it with its branch when it holds
     no change.  Returns what to merge into the job's ``spec.worktree``: the inspection and
     ``state`` (``removed`` or ``kept``); when git fails, ``kept`` with the ``error``."""
+    from hermesd.worktrees import git
+
     with _GIT_LOCK:
         try:
             found = git.inspect(worktree, env)
@@ -120,6 +125,8 @@ def settle(worktree: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
 
 class WorktreesPlugin(Plugin):
     """Jobs' git worktrees (see the module doc).  It declares no job kind; its hooks see every job."""
+
+    on_demand = ("hermesd.worktrees.git",)
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
