@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from client.common import LOGS, complete_job_id, conn, fail, json_option, print_log, show, stopped_watching
+from client.render import counted
 
 
 @click.command()
@@ -87,8 +88,8 @@ def clean(older_than: float | None, dry_run: bool) -> None:
         args["older_than_seconds"] = older_than
     answer = conn().call("clean", _timeout=max(conn().timeout, 600.0), **args)
     verb = "would remove" if dry_run else "removed"
-    show(answer, lambda a: f"{verb} {a['jobs']} job(s), {a['events']} event(s)"
-         + ("" if dry_run else f", {a['folders']} folder(s)") + f"; oldest event kept: seq {a['oldest_seq']}")
+    show(answer, lambda a: f"{verb} {counted(a['jobs'], 'job')}, {counted(a['events'], 'event')}"
+         + ("" if dry_run else f", {counted(a['folders'], 'folder')}") + f"; oldest event kept: seq {a['oldest_seq']}")
 
 
 @click.command()

@@ -245,7 +245,7 @@ def record_text(rec: dict[str, Any]) -> str:
                      f"{rewards['verified']} verified) · verifier errors {rewards['verifier_errors']}")
     if rec.get("usage") and rec["usage"].get("calls"):
         u = rec["usage"]
-        lines.append(f"  spent: {u['calls']} model calls, tokens {render.tokens_text(u)}, cost {render.cost_text(u)}")
+        lines.append(f"  spent: {render.counted(u['calls'], 'model call')}, tokens {render.tokens_text(u)}, cost {render.cost_text(u)}")
     if rec.get("bad_lines"):
         lines.append(f"  bad dataset lines: {rec['bad_lines']}")
     if rec.get("summary"):
@@ -328,7 +328,7 @@ def exit_if_prompts_failed(final: dict[str, Any]) -> None:
     if not failed:
         return
     total = (final.get("progress") or {}).get("total") or 0
-    out(f"{failed} of {total} prompt(s) failed; hermes-batch --run_name {final.get('run_name')} --resume "
+    out(f"{failed} of {render.counted(total, 'prompt')} failed; hermes-batch --run_name {final.get('run_name')} --resume "
         "runs them again. Commonest errors:", err=True)
     for failure in final.get("failures") or []:
         out(f"  {failure['count']} × {failure['error']}", err=True)

@@ -361,7 +361,7 @@ def wait_job(job_id: str, timeout: float | None = None, *, quiet: bool = False) 
             return
         rec = answer["job"]
         line = (f"waiting for {job_id}: {rec['status']} · {render.elapsed(time.monotonic() - start)} · "
-                f"{rec.get('api_calls') or 0} model call(s)")
+                f"{render.counted(rec.get('api_calls'), 'model call')}")
         hint = " · Ctrl-C stops watching"
         width = shutil.get_terminal_size().columns - 1
         line = line + hint if len(line + hint) <= width else line[:width]

@@ -48,7 +48,7 @@ def tools_command(name: str) -> None:
             out(f"{tool['tool']}" + ("" if tool["offered"] else "  (not offered: tools: of its config)")
                 + (f"\n    {about[:200]}" if about else ""))
         if answer["state"] == "ready":
-            out(f"{len(answer['tools'])} tool(s) from MCP server {name} (started in {answer['seconds']:g}s)")
+            out(f"{render.counted(len(answer['tools']), 'tool')} from MCP server {name} (started in {answer['seconds']:g}s)")
     if answer["state"] != "ready":
         print(f"hermesctl mcp tools: MCP server {name} {answer['state']}: {answer.get('error')}", file=sys.stderr)
         sys.exit(1)

@@ -37,6 +37,13 @@ def escaped(text: Any, keep: str = "") -> str:
                    (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in text)
 
 
+def counted(n: Any, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, singular when ``n`` is 1: ``1 call``, ``3 calls``, ``0 calls`` (``plural``
+    when not ``noun + "s"``; a missing ``n`` counts as 0)."""
+    n = n or 0
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def value_text(value: Any) -> str:
     """A field value for people: lists comma-separated, maps as ``k=v``, None as ``-``."""
     if value is None:
@@ -232,7 +239,7 @@ def status_text(st: dict[str, Any]) -> str:
         today = spend["today"]
         limits = [f"limit ${spend['daily_cost_usd']:g}" if spend.get("daily_cost_usd") else "",
                   f"limit {spend['daily_tokens']} tokens" if spend.get("daily_tokens") else ""]
-        lines.append(f"  spent today: {today['calls']} model calls, tokens {tokens_text(today)}, cost "
+        lines.append(f"  spent today: {counted(today['calls'], 'model call')}, tokens {tokens_text(today)}, cost "
                      f"{cost_text(today)}" + "".join(f", {limit}" for limit in limits if limit))
     lines += ["  jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"),
               f"  start: {start_method(st.get('start') or {})}",
@@ -289,7 +296,7 @@ def job_text(rec: dict[str, Any]) -> str:
     if isinstance(rec.get("waiting"), dict):
         lines.append(f"  {waiting_text(rec).strip()}")
     if rec.get("resumes"):
-        lines.append(f"  resumed: {rec['resumes']} time(s) after a restart, last at {rec.get('resumed_at')}")
+        lines.append(f"  resumed: {counted(rec['resumes'], 'time')} after a restart, last at {rec.get('resumed_at')}")
     lines.append(f"  api_calls: {rec.get('api_calls') or 0}  tokens: {tokens_text(tokens)}  cost: {cost_text(rec)}")
     if rec.get("tree_usage"):
         tree = rec["tree_usage"]
@@ -308,11 +315,11 @@ def job_text(rec: dict[str, Any]) -> str:
 
 def mcp_lines(servers: Any) -> list[str]:
     """The MCP servers a job used (its record's ``mcp``), one line each: ``mcp: time (stdio) ready,
-    2 tool(s), 3 call(s), 1 failed``, then why one failed."""
+    2 tools, 3 calls, 1 failed``, then why one failed."""
     if not isinstance(servers, dict):
         return []
-    return [f"mcp: {one_line(name)} ({s.get('transport')}) {s.get('state')}, {s.get('tools') or 0} tool(s), "
-            f"{s.get('calls') or 0} call(s)" + (f", {s['failures']} failed" if s.get("failures") else "")
+    return [f"mcp: {one_line(name)} ({s.get('transport')}) {s.get('state')}, {counted(s.get('tools'), 'tool')}, "
+            f"{counted(s.get('calls'), 'call')}" + (f", {s['failures']} failed" if s.get("failures") else "")
             + (f": {one_line(s['error'], 200)}" if s.get("error") else "")
             for name, s in servers.items() if isinstance(s, dict)]
 
@@ -338,11 +345,11 @@ def worktree_lines(worktree: Any) -> list[str]:
         return [f"worktree: removed with its branch {worktree.get('branch')} (no changes)"]
     lines = [f"worktree: {worktree.get('path')} (branch {worktree.get('branch')}, {state})"]
     if worktree.get("changed_files"):
-        lines.append(f"  {worktree['changed_files']} changed file(s): "
+        lines.append(f"  {counted(worktree['changed_files'], 'changed file')}: "
                      + ", ".join(one_line(c) for c in (worktree.get("changes") or [])[:10])
                      + (" …" if worktree["changed_files"] > 10 else ""))
     if worktree.get("commit_count"):
-        lines.append(f"  {worktree['commit_count']} commit(s):")
+        lines.append(f"  {counted(worktree['commit_count'], 'commit')}:")
         lines += [f"    {c.get('id', '')[:12]} {one_line(c.get('subject') or '')}" for c in worktree.get("commits") or []]
     if worktree.get("error"):
         lines.append(f"  git: {one_line(worktree['error'])}")

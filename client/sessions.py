@@ -391,7 +391,7 @@ def sessions_toolsets(session: str, toolsets: str) -> None:
 def sessions_reset(session: str) -> None:
     """Forget SESSION's messages (it starts a new conversation; refused while a turn runs)."""
     show(conn().call("session.reset", session=session), lambda r: f"session {r['session']}: "
-         f"{r['messages_removed']} message(s) forgotten")
+         f"{render.counted(r['messages_removed'], 'message')} forgotten")
 
 
 @sessions.command("delete")

@@ -73,7 +73,7 @@ def job_label(rec: dict[str, Any], now: float | None = None, width: int | None =
     cost = f"  {render.cost_text(rec)}" if "cost_usd" in rec else ""
     waits = f"  APPROVAL? {rec['waits_for']}" if rec.get("waits_for") else ""  # first: a narrow panel cuts the end
     head = f"{rec['id']}  {rec.get('status') or '?'}{waits}  {duration(rec, now)}"
-    counts = f"  · {rec.get('api_calls') or 0} calls{cost}"
+    counts = f"  · {render.counted(rec.get('api_calls'), 'call')}{cost}"
     room = GOAL_CHARS if width is None else min(GOAL_CHARS, width - len(head) - len(counts) - 2)
     goal = render.short(rec.get("goal"), room) if room >= 4 else ""
     return f"{head}{'  ' + goal if goal else ''}{counts}{doing}  {rec.get('kind') or '?'}"
@@ -239,7 +239,7 @@ class Board:
         then what was spent today (``status``'s ``spend``)."""
         caps = (self.status or {}).get("caps") or {}
         today = ((self.status or {}).get("spend") or {}).get("today") or {}
-        spent = [f"spent today: {render.cost_text(today)} ({today['calls']} calls)"] if today.get("calls") else []
+        spent = [f"spent today: {render.cost_text(today)} ({render.counted(today['calls'], 'call')})"] if today.get("calls") else []
         return [f"{render.short(pool, 16):<16} {bar(use.get('used') or 0, use.get('limit'), bar_width)}"
                 for pool, use in caps.items()] + [governor_line(g) for g in (self.status or {}).get("governor") or []] \
             + spent

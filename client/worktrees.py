@@ -42,8 +42,8 @@ def prune_command() -> None:
     for w in answer["removed"]:
         out(f"removed {w['path']} and branch {w['branch']} ({w['job']})")
     for w in answer["kept"]:
-        out(f"kept {w['path']} (branch {w['branch']}, {w.get('changed_files') or 0} changed file(s), "
-            f"{w.get('commit_count') or 0} commit(s) of its own)" + (f": {w['error']}" if w.get("error") else ""))
+        out(f"kept {w['path']} (branch {w['branch']}, {render.counted(w.get('changed_files'), 'changed file')}, "
+            f"{render.counted(w.get('commit_count'), 'commit')} of its own)" + (f": {w['error']}" if w.get("error") else ""))
     if not answer["removed"] and not answer["kept"]:
         out("no worktrees of ended jobs")
 

@@ -102,7 +102,7 @@ def test_foreground_delegate_shows_it_waits_and_ctrl_c_says_how_to_reach_it(make
     api.default = Brain(child_delay=60)
     daemon = _daemon(make_daemon, api)
     term = terminals(daemon, "delegate", "a slow goal")
-    screen = term.wait("model call(s)")
+    screen = term.wait("model call")
     job = re.search(r"waiting for (deleg_\w+): (starting|running)", screen).group(1)
     term.wait(lambda s: re.search(r"running · [1-9]\d*s ·", s), what="elapsed time rising")
     term.keys("C-c")
@@ -167,7 +167,7 @@ def test_top_at_80x24_keeps_calls_and_cost_on_every_running_jobs_row(make_daemon
 
     term = terminals(daemon, "top")
     row = r"  running  \d+s  (.*  )?· \d+ calls  (\$[\d.]+|unknown|-)"
-    screen = term.wait(lambda s: re.search(rf"{long}  running  \d+s  refactor.*  · 1 calls  (\$[\d.]+|unknown)", s)
+    screen = term.wait(lambda s: re.search(rf"{long}  running  \d+s  refactor.*  · 1 call  (\$[\d.]+|unknown)", s)
                        and all(re.search(job + row, s) for job in running), 30,
                        what="every running job's row with its calls and cost")
     assert all(len(line) <= 80 for line in screen.splitlines()) and len(screen.splitlines()) <= 24

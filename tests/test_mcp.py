@@ -81,7 +81,7 @@ def test_a_delegation_calls_the_tools_of_real_stdio_servers(make_daemon, tmp_pat
     assert used["time"] == {"transport": "stdio", "state": "ready", "tools": 2, "calls": 2, "failures": 1,
                             "error": None} and used["git"]["tools"] == 1
     shown = d.ctl("result", job)
-    assert "mcp: time (stdio) ready, 2 tool(s), 2 call(s), 1 failed" in shown.stdout, shown
+    assert "mcp: time (stdio) ready, 2 tools, 2 calls, 1 failed" in shown.stdout, shown
 
 
 def test_a_server_that_exits_at_start_is_an_error_naming_it_and_the_job_goes_on(make_daemon):
@@ -121,7 +121,7 @@ def test_a_toolset_naming_no_server_is_refused(make_daemon):
     assert listed.returncode == 0 and "mcp:time" in listed.stdout and "disabled" in listed.stdout, listed
     tools = d.ctl("mcp", "tools", "time")
     assert tools.returncode == 0, tools.stderr
-    assert "mcp__time__get_current_time" in tools.stdout and "2 tool(s) from MCP server time" in tools.stdout
+    assert "mcp__time__get_current_time" in tools.stdout and "2 tools from MCP server time" in tools.stdout
     assert d.ctl("mcp", "tools", "nope").returncode == 5
 
 

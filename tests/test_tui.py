@@ -79,7 +79,7 @@ def test_a_running_jobs_cost_follows_its_progress_as_ps_shows_it():
     assert "· 0 calls  -" in job_label(board.jobs["bg_1"])
     board.apply({"seq": 1, "type": "job.progress", "job": "bg_1", "data": {
         "api_calls": 1, "tokens": {"input": 120, "output": 9}, "cost_usd": 0.0005, "cost_unknown": False}})
-    assert "· 1 calls  $0.0005" in job_label(board.jobs["bg_1"])
+    assert "· 1 call  $0.0005" in job_label(board.jobs["bg_1"])
 
 
 def test_finished_jobs_come_newest_first_below_the_live_ones():
