@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from client import render
-from client.common import conn, is_json, json_option, out, print_all
+from client.common import conn, is_json, json_option, out, print_all, working_dir
 
 
 def server_line(s: dict[str, Any]) -> str:
@@ -39,7 +39,7 @@ def list_command() -> None:
 @click.argument("name")
 def tools_command(name: str) -> None:
     """Start MCP server NAME and list the tools it offers (as the model sees them: mcp__NAME__TOOL)."""
-    answer = conn().call("mcp.tools", name=name, _timeout=max(conn().timeout, 600.0))
+    answer = conn().call("mcp.tools", name=name, cwd=working_dir(), _timeout=max(conn().timeout, 600.0))
     if is_json():
         render.emit_json(answer)
     else:

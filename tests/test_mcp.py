@@ -146,6 +146,19 @@ def test_mcp_tools_of_a_failing_server_shows_its_stderr_with_the_secrets_redacte
     assert "DB [REDACTED:DATABASE_URL]" in shown.stdout
 
 
+def test_mcp_tools_runs_the_server_where_a_job_from_there_would(make_daemon):
+    """A relative ``cwd`` means for ``hermesctl mcp tools`` what it means for a job started from the
+    same directory, not a directory of the daemon's."""
+    d = make_daemon(config={"mcp_servers": {"time": {**TIME, "cwd": "here"}}})
+    (d.work / "here").mkdir()
+    shown = d.ctl("mcp", "tools", "time")
+    assert shown.returncode == 0 and "mcp__time__get_current_time" in shown.stdout, shown
+    job = d.delegate("t", script=[{"text": "ok"}], toolsets=["mcp:time"])["id"]
+    d.wait_job(job)
+    assert d.call("result", id=job)["mcp"]["time"]["state"] == "ready"
+    with pytest.raises(ProtocolError, match="cwd: 'here' is not the absolute path of a directory"):
+        d.call("mcp.tools", name="time", cwd="here")
+
 def test_check_config_names_each_bad_server_key(tmp_path):
     bad = tmp_path / "config.yaml"
     bad.write_text("toolsets: [terminal, mcp:gone]\n"

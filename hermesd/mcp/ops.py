@@ -13,6 +13,7 @@ server's tools (asked of it by a probe process, :mod:`hermesd.mcp.probe`).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hermesd.context import Context
@@ -84,12 +85,18 @@ async def mcp_tools(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The tools MCP server ``name`` offers, asked of the server (a probe process:
     :func:`hermesd.mcp.probe.probe`): ``{name, state, error, seconds, tools: [{name, tool, offered,
     description, input_schema}]}`` (``tool``: ``mcp__NAME__TOOL``; ``offered``: its ``tools:`` lets jobs
-    have it).  ``not_found`` for a name that is no server of ``mcp_servers``."""
+    have it).  ``cwd``: the directory a job's would be (its server's relative ``cwd`` and paths in its
+    ``args`` are relative to it; ``hermesctl`` sends its own; default: the state directory).  ``not_found``
+    for a name that is no server of ``mcp_servers``; ``bad_request`` for a ``cwd`` that is no absolute
+    path of a directory."""
     name = arg(args, "name", str)
+    cwd = arg(args, "cwd", str, None)
+    if cwd is not None and not (os.path.isabs(cwd) and os.path.isdir(cwd)):
+        raise ProtocolError("bad_request", f"cwd: {cwd!r} is not the absolute path of a directory", {"field": "cwd"})
     known = servers(ctx.config.mcp_servers)
     if name not in known:
         raise ProtocolError("not_found", f"no MCP server {name!r} in mcp_servers"
                             + (f" (known: {', '.join(known)})" if known else " (it has none)"), {"server": name})
     from hermesd.mcp.probe import probe  # here: an idle daemon does without (Plugin.on_demand)
 
-    return await probe(ctx, known[name])
+    return await probe(ctx, known[name], cwd)

@@ -26,9 +26,10 @@ MARGIN_SECONDS = 15.0
 """Seconds a probe may take beyond its server's ``connect_timeout_seconds`` (Python and the SDK starting)."""
 
 
-async def probe(ctx: Any, server: Server) -> dict[str, Any]:
-    """The server's tools as :mod:`child.mcp.probe` prints them; when the probe itself fails or is too
-    slow, ``state`` ``failed`` and an ``error`` with the end of its stderr."""
+async def probe(ctx: Any, server: Server, cwd: str | None = None) -> dict[str, Any]:
+    """The server's tools as :mod:`child.mcp.probe` prints them, the probe run in ``cwd`` (a job's
+    directory, where the server's own ``cwd`` is relative to; default: the state directory); when the
+    probe itself fails or is too slow, ``state`` ``failed`` and an ``error`` with the end of its stderr."""
     import tempfile  # here, not at start: it imports shutil, and shutil bz2 and lzma (the idle daemon's memory)
 
     loop = asyncio.get_running_loop()
@@ -40,7 +41,7 @@ async def probe(ctx: Any, server: Server) -> dict[str, Any]:
         stdin.write(json.dumps(server.to_wire()).encode())
         stdin.seek(0)
         proc = subprocess.Popen([*PYTHON, "-m", "child.mcp.probe"], stdin=stdin, stdout=out, stderr=err,
-                                cwd=folder, start_new_session=True,
+                                cwd=cwd or folder, start_new_session=True,
                                 env=child_env(dict(os.environ), {"HERMES_DAEMON_PID": str(os.getpid()),
                                                                  SECRETS_ENV: ",".join(ctx.config.secrets)}))
         ctx.procs.watch(proc.pid, lambda code: exited.done() or exited.set_result(code))
