@@ -5,7 +5,7 @@ Each line is a JSON object with ``prompt`` (a non-empty string) and optionally:
 * ``cwd``: the directory the prompt runs in (absolute, or relative to the
   dataset file's directory; it must exist);
 * ``docker_image``: a container image the prompt's terminal commands run in
-  (docker or podman: see ``hermesd.containers.ops``);
+  (docker or podman: see ``hermesd.containers.engine``);
 * ``script``: a list of steps for the ``scripted`` provider (tests and demos;
   other providers ignore it);
 * ``verifier``: the command that judges this prompt's samples (instead of the

@@ -38,7 +38,7 @@ from batch.executor_local import SupervisorExecutor
 from batch.settings import Settings, filter_change, job_id_of, no_run
 from hermesd import jobs as jobs_mod
 from hermesd.billing.ledger import Ledger
-from hermesd.containers import ops as containers
+from hermesd.containers import engine as containers
 from hermesd.contract.states import LIVE, STOP_REASONS, JobStatus
 from hermesd.protocol import ProtocolError
 

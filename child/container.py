@@ -1,7 +1,7 @@
 """The container terminal backend: one container per job, commands through ``exec``.
 
 hermesd describes the container in the job spec's ``container`` entry (see
-``hermesd.containers.ops.prepare``: engine command line, image, name, labels,
+``hermesd.containers.engine.prepare``: engine command line, image, name, labels,
 options).  The child starts it when the job starts —
 ``ENGINE run -d --label hermes.job=ID --label hermes.state_dir=DIR … IMAGE``
 with ``sleep`` as its only process —, runs each terminal command with

@@ -22,7 +22,7 @@ import pytest
 
 from child.container import Container, ulimit_args
 from hermesd import config as config_mod
-from hermesd.containers import ops as containers
+from hermesd.containers import engine as containers
 from hermesd.contract.wire import JobSpec
 from hermesd.protocol import ProtocolError
 from tests.chaos.helpers import delegate_warm, forkserver, wait_warm

@@ -54,7 +54,7 @@ class JobSpec(Wire):
     of the kind's package — a session turn's history, a batch item's verifier…), None: its kind has none.
     ``script``: the ``scripted`` provider's replies (any kind may run that provider).
     ``container``: the container its terminal commands run in (engine, image,
-    name, labels, workdir…: :func:`hermesd.containers.ops.prepare`), None: on the host.
+    name, labels, workdir…: :func:`hermesd.containers.engine.prepare`), None: on the host.
     ``approval_tools``: tools whose every call waits for a person (``approvals.always``;
     ``child.approval``).
     ``journal``: the path of the job's journal (``hermesd.journal``), which the child

@@ -131,7 +131,7 @@ def effective(ceiling_: Limits, job: dict[str, Any] | None) -> Limits:
 
 def for_child(spec: dict[str, Any], resources: Limits) -> Limits:
     """The limits of the child process of a job with ``spec``: in a container job (``spec["container"]``,
-    :mod:`hermesd.containers.ops`) the memory limit is the container's ``--memory``, where its commands
+    :mod:`hermesd.containers.engine`) the memory limit is the container's ``--memory``, where its commands
     run, not the child's ``RLIMIT_AS``, under which the engine's command line the child runs
     cannot start."""
     if spec.get("container") and resources.memory_mb is not None:
