@@ -123,6 +123,17 @@ def test_a_toolset_naming_no_server_is_refused(make_daemon):
     assert tools.returncode == 0, tools.stderr
     assert "mcp__time__get_current_time" in tools.stdout and "2 tools from MCP server time" in tools.stdout
     assert d.ctl("mcp", "tools", "nope").returncode == 5
+    off = d.ctl("mcp", "tools", "off")
+    assert off.returncode == 2 and "MCP server 'off' is disabled" in off.stderr and not off.stdout, off
+    assert len(off.stderr.strip().splitlines()) == 1 and "Error" not in off.stderr, off
+
+
+def test_mcp_tools_of_a_missing_command_says_command_not_found(make_daemon):
+    d = make_daemon(config={"mcp_servers": {"gone": {"command": "t2-no-such-mcp-server"}}})
+    shown = d.ctl("mcp", "tools", "gone")
+    assert shown.returncode == 1, shown
+    assert "MCP server gone failed: " in shown.stderr and "command not found: t2-no-such-mcp-server" in shown.stderr
+    assert "is failed" not in shown.stderr and "Error:" not in shown.stderr, shown.stderr
 
 
 def test_mcp_tools_of_a_failing_server_shows_its_stderr_with_the_secrets_redacted(make_daemon):

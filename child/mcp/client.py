@@ -316,5 +316,9 @@ def describe(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or "no message"
     if isinstance(exc, (McpError, stdio.Unset)):  # ours: the text says it all
         return text[:500]
+    if isinstance(exc, FileNotFoundError) and exc.filename:  # the SDK's exec of a command not on PATH
+        return f"command not found: {exc.filename}"[:500]
+    if isinstance(exc, OSError) and exc.strerror:
+        return (f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror)[:500]
     return f"{type(exc).__name__}: {text}"[:500]
 

@@ -88,7 +88,8 @@ async def mcp_tools(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     have it).  ``cwd``: the directory a job's would be (its server's relative ``cwd`` and paths in its
     ``args`` are relative to it; ``hermesctl`` sends its own; default: the state directory).  ``not_found``
     for a name that is no server of ``mcp_servers``; ``bad_request`` for a ``cwd`` that is no absolute
-    path of a directory."""
+    path of a directory, or a disabled server (``enabled: false``: not started, as a job's ``mcp:NAME``
+    toolset is refused)."""
     name = arg(args, "name", str)
     cwd = arg(args, "cwd", str, None)
     if cwd is not None and not (os.path.isabs(cwd) and os.path.isdir(cwd)):
@@ -97,6 +98,9 @@ async def mcp_tools(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if name not in known:
         raise ProtocolError("not_found", f"no MCP server {name!r} in mcp_servers"
                             + (f" (known: {', '.join(known)})" if known else " (it has none)"), {"server": name})
+    if not known[name].enabled:
+        raise ProtocolError("bad_request", f"MCP server {name!r} is disabled (mcp_servers.{name}.enabled: false): "
+                            "not started", {"server": name})
     from hermesd.mcp.probe import probe  # here: an idle daemon does without (Plugin.on_demand)
 
     return await probe(ctx, known[name], cwd)
