@@ -4,11 +4,16 @@ included), rolled up, shown by ps/result/usage, kept across a restart; budgets t
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 
 import pytest
+
+from hermesd.unwritable import WAIT_SECONDS
 from tests.fakes import scrub_env
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.cache import PromptCache
+from tests.harness import wait_for
 
 PRICES = {"claude-test": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}
 LOOP = [{"tool_calls": [{"name": "terminal", "input": {"command": "echo hi"}}]}] * 20
@@ -196,3 +201,31 @@ def test_a_model_call_that_failed_leaves_the_bill_of_the_calls_before_it_alone(m
     assert job["status"] == "completed" and job["api_calls"] == 3 and len(paid) == 4  # one of them broke off
     bill = d.call("usage", by="job")["total"]
     assert (bill["calls"], bill["input"], bill["output"]) == (3, 3 * 12, 3 * 7)  # the fake's usage of each reply
+
+
+@pytest.mark.xfail(strict=True, reason="known, found by the soak (issue 44): usage reported while state.db "
+                   "cannot be written for longer than a request waits is lost from the bill (not held and "
+                   "written later as a job's end is: hermesd/unwritable.py)")
+def test_model_calls_made_while_the_database_is_locked_are_billed_once_it_is_free(make_daemon, tmp_path):
+    gate = tmp_path / "go"
+    with FakeAnthropic() as api:
+        api.reply_tool_use("terminal", {"command": f"while [ ! -e {gate} ]; do sleep 0.05; done"})
+        for _ in range(3):
+            api.reply_tool_use("terminal", {"command": "echo more"})
+        api.reply_text("done")
+        d = fake_daemon(make_daemon, api)
+        job = d.delegate("work while the database is locked", toolsets=["terminal"], background=True)["id"]
+        wait_for(lambda: len(api.requests) >= 1, 60, 0.02, "the first call")
+        lock = sqlite3.connect(d.home / "state.db", isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            gate.touch()
+            wait_for(lambda: len(api.requests) >= 5, 60, 0.02, "every call made under the lock")
+            time.sleep(WAIT_SECONDS + 1)  # past what a request waits for the database (a held state, not a race)
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        final = d.wait_job(job)
+    assert final["status"] == "completed"
+    bill = d.call("usage", by="job")["total"]
+    assert (bill["calls"], bill["input"], bill["output"]) == (5, 5 * 12, 5 * 7)
