@@ -19,7 +19,7 @@ import sys
 
 from client import render
 from client.calls import GAP_EVENT, Away
-from hermesd.protocol import EXIT_CODES
+from hermesd.protocol import EXIT_CODES, ProtocolError
 
 TYPE_CHECKING = False  # as hermesd.protocol's: typing is not imported
 if TYPE_CHECKING:
@@ -91,6 +91,17 @@ class Verb:
     def option(self, flag: str) -> Opt | None:
         """The option spelled ``flag`` (``--name`` or its short form), None if it has none."""
         return next((p for p in self.params if isinstance(p, Opt) and flag in (p.flag, p.short)), None)
+
+    def in_flags(self, err: ProtocolError) -> ProtocolError:
+        """``err`` as the person typed it: a refused argument (its ``details.field``, the body's
+        parameter of one of this command's options) named by its flag (``argument 'memory_limit_mb'
+        must be ...`` → ``--memory-limit must be ...``); any other error as it is."""
+        field = err.details.get("field")
+        opt = next((p for p in self.params if isinstance(p, Opt) and p.dest == field), None)
+        if opt is None:
+            return err
+        message = err.message.replace(f"argument {field!r}", opt.flag).replace(repr(field), opt.flag)
+        return ProtocolError(err.code, message, err.details)
 
 
 class Session:
@@ -305,7 +316,10 @@ def delegate(s: Session, goal: str | None, goal_file: Any, background: bool, que
                        ("max_cost_usd", max_cost_usd), ("max_tokens", max_tokens), *resources.items()):
         if value is not None:
             args[key] = value
-    record = s.conn.call("delegate", **args)
+    try:
+        record = s.conn.call("delegate", **args)
+    except ProtocolError as err:
+        raise VERBS["delegate"].in_flags(err) from None
     said_repeat(s, record, record["id"])
     if record.get("queue_paused") and not s.json:
         s.out(f"{record['id']} queued: the queue is paused (hermesctl resume)", err=True)

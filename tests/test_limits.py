@@ -55,7 +55,8 @@ def test_rlimits_reach_the_child_and_its_commands(make_daemon, warm):
 def test_a_limit_above_the_config_is_refused(make_daemon):
     d = make_daemon(config={"child_limits": {"memory_mb": 512}})
     out = d.ctl("delegate", "--background", "--memory-limit", "1024", "g")
-    assert out.returncode == 2 and "memory_limit_mb" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out
+    assert "--memory-limit must be between 1 and 512, not 1024" in out.stderr and "memory_limit_mb" not in out.stderr
 
 
 def _allocate(mib: int) -> list[dict]:
