@@ -190,6 +190,15 @@ class _TwoCommands:
 
 
 @pytest.mark.slow
+def test_a_name_alone_hermesd_does_not_have_is_refused_before_anything_starts(make_daemon):
+    d = make_daemon()
+    for flag in ("--env", "--secret"):
+        out = d.ctl("delegate", "--background", flag, "T2_NEVER_SET_VAR", "g")
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out
+        assert "T2_NEVER_SET_VAR is not set in hermesd's environment" in out.stderr, out.stderr
+    assert d.call("ps", all=True)["jobs"] == []
+
+
 def test_a_job_resumed_after_kill_9_has_its_secret_again(make_daemon):
     """The values wait in ``jobs/ID/secrets.json`` for every child of the job: the one resumed
     after the daemon's ``kill -9`` has the secret too; the file goes once the job ended."""

@@ -160,7 +160,8 @@ def check_schema(schema: Any) -> None:
 
 def check_env(env: dict[str, Any], field: str) -> None:
     """``env`` (argument ``field``): ``{NAME: value}``, names ``[A-Za-z_][A-Za-z0-9_]*`` and not ``HERMES_*``,
-    values strings without NUL or ``null`` (the daemon's); raises ``bad_request`` naming the variable."""
+    values strings without NUL or ``null`` (the daemon's: one it does not have is refused, as a job
+    would silently go without it); raises ``bad_request`` naming the variable."""
     for name, value in env.items():
         where = {"field": field, "name": str(name)}
         if not isinstance(name, str) or not config_mod.ENV_NAME.match(name):
@@ -170,6 +171,9 @@ def check_env(env: dict[str, Any], field: str) -> None:
         if value is not None and (not isinstance(value, str) or "\x00" in value):
             raise ProtocolError("bad_request", f"{field}: the value of {name} must be a string without NUL, "
                                 "or null (the daemon's)", where)
+        if value is None and name not in os.environ:
+            raise ProtocolError("bad_request", f"{field}: {name} is not set in hermesd's environment (give "
+                                f"{name}=VALUE)", where)
 
 
 def check_size(env: dict[str, str | None]) -> None:
