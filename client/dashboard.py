@@ -26,6 +26,8 @@ from client.common import fail, is_json, json_option, out, root_obj
 from hermesd import paths, private
 
 START_SECONDS = 20.0
+STOP_SECONDS = 10.0
+"""How long ``--stop`` waits for the dashboard to exit (it shuts down within 2 s: ``dashboard.__main__``)."""
 
 
 def _state(runtime_dir: str | None) -> Path:
@@ -72,7 +74,7 @@ def dashboard_command(open_: bool, listen: str | None, foreground: bool, stop: b
     if stop:
         if found is None:
             fail("not_found", "no dashboard is running")
-        os.kill(int(found["pid"]), signal.SIGTERM)
+        stop_process(int(found["pid"]), runtime_dir)
         out(json.dumps({"stopped": True, "pid": int(found["pid"])}) if is_json()
             else f"stopped the dashboard (pid {found['pid']})")
         return
@@ -82,6 +84,23 @@ def dashboard_command(open_: bool, listen: str | None, foreground: bool, stop: b
     out(json.dumps({"url": url, "pid": int(found["pid"])}) if is_json() else url)
     if open_:
         webbrowser.open(url)
+
+
+def stop_process(pid: int, runtime_dir: str | None) -> None:
+    """SIGTERM dashboard ``pid`` and wait until it has exited (at most :data:`STOP_SECONDS`, then
+    exit status 9, ``timeout``); its ``dashboard.json`` is gone then (it removes it; if it could not,
+    this does)."""
+    from client.admin import daemon_alive
+
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_SECONDS
+    while daemon_alive(pid):
+        if time.monotonic() >= deadline:
+            fail("timeout", f"the dashboard (pid {pid}) is still stopping after {STOP_SECONDS:g}s")
+        time.sleep(0.05)
+    from dashboard.__main__ import forget
+
+    forget(_state(runtime_dir), pid)
 
 
 def start(args: list[str], runtime_dir: str | None) -> dict:

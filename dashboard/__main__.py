@@ -11,6 +11,7 @@ import argparse
 import errno
 import json
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -26,6 +27,15 @@ def state_path(runtime_dir: str | None) -> Path:
     return (Path(runtime_dir) if runtime_dir else paths.runtime_dir()) / STATE_FILE
 
 
+def forget(state: Path, pid: int) -> None:
+    """Remove ``state`` (a ``dashboard.json``) if it names dashboard ``pid``: another one's stays."""
+    try:
+        if json.loads(state.read_text(encoding="utf-8")).get("pid") == pid:
+            state.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port``.  Raises ``OSError`` (``EADDRINUSE``: the port is taken)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -35,6 +45,13 @@ def bind(host: str, port: int) -> socket.socket:
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
+
+
+def _exit(signum: int, frame: object) -> None:
+    """SIGTERM/SIGINT once uvicorn has shut down: it raises the signal it caught again with the
+    handler it found (uvicorn.Server.capture_signals), which is this one — an orderly exit that
+    runs :func:`main`'s cleanup — not the default one, which ended the process there."""
+    raise SystemExit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,14 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     private.write_file(state, json.dumps({"pid": os.getpid(), "url": f"http://{shown}:{port}/", "listen": f"{host}:{port}"}))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                                            timeout_graceful_shutdown=2))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _exit)
     try:
         server.run(sockets=[sock])
+    except SystemExit:
+        pass
     finally:
-        try:
-            if json.loads(state.read_text()).get("pid") == os.getpid():
-                state.unlink()
-        except (OSError, ValueError):
-            pass
+        forget(state, os.getpid())
     return 0
 
 

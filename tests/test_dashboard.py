@@ -386,3 +386,17 @@ def _answers(dash: Dashboard) -> bool:
         return dash.http("/static/dash.css")[0] == 200
     except OSError:
         return False
+
+
+def test_stop_waits_for_the_dashboard_to_exit_and_its_state_file_goes_with_it(make_daemon):
+    daemon = make_daemon()
+    dashboard = Dashboard(daemon)
+    try:
+        stopped = daemon.ctl("dashboard", "--stop")
+        assert stopped.returncode == 0 and f"stopped the dashboard (pid {dashboard.pid})" in stopped.stdout, stopped
+        assert not (daemon.runtime / "dashboard.json").exists()
+        assert not os.path.exists(f"/proc/{dashboard.pid}") or \
+            open(f"/proc/{dashboard.pid}/stat").read().rpartition(")")[2].split()[0] == "Z"
+        assert "Traceback" not in (daemon.home / "dashboard.log").read_text()
+    finally:
+        dashboard.stop()
