@@ -132,7 +132,8 @@ def _run(crash_log: Any) -> int:
         interrupted = stop.is_set() or isinstance(exc, KeyboardInterrupt)
         result = JobResult(status="interrupted" if interrupted else "failed",
                            exit_reason="interrupted" if interrupted else "error",
-                           error=f"{exc.__class__.__name__}: {exc}", traceback=traceback.format_exc(limit=20),
+                           error=str(exc) if isinstance(exc, worktree.WorktreeError) else
+                           f"{exc.__class__.__name__}: {exc}", traceback=traceback.format_exc(limit=20),
                            duration_seconds=time.monotonic() - started)
         print(result.traceback, file=sys.stderr, flush=True)
     result.worktree = worktree.report(spec)

@@ -20,9 +20,13 @@ from hermesd.contract.wire import JobSpec
 from hermesd.worktrees import git
 
 
+class WorktreeError(Exception):
+    """The job's worktree could not be made; the text says where and git's reason (shown as it is)."""
+
+
 def enter(spec: JobSpec) -> None:
     """Make (or find again) the job's worktree and work in it: ``spec.cwd`` and this process's
-    working directory become its working directory.  Raises :class:`RuntimeError` saying that
+    working directory become its working directory.  Raises :class:`WorktreeError` saying that
     the worktree could not be made, and git's reason."""
     worktree = spec.worktree
     if not worktree:
@@ -30,7 +34,7 @@ def enter(spec: JobSpec) -> None:
     try:
         git.create(worktree, tool_environment())
     except (git.GitError, OSError) as exc:
-        raise RuntimeError(f"could not create the job's git worktree {worktree['path']} "
+        raise WorktreeError(f"could not create the job's git worktree {worktree['path']} "
                            f"(branch {worktree['branch']}): {exc}") from None
     os.chdir(worktree["cwd"])
     spec.cwd = worktree["cwd"]

@@ -336,11 +336,14 @@ def mcp_tag(rec: dict[str, Any]) -> str:
 def worktree_lines(worktree: Any) -> list[str]:
     """A job's git worktree (its record's ``worktree``) for people: ``worktree: PATH (branch B,
     kept)``, then its changed files and commits; ``worktree: removed (no changes)`` once it was
-    removed; none for a job without one."""
+    removed, ``worktree: none was made ...`` when the job ended before making it; none for a job
+    without one."""
     if not isinstance(worktree, dict):
         return []
     state = worktree.get("state") or ("no changes" if worktree.get("changed") is False else
                                       "kept" if worktree.get("changed") else "in use")
+    if worktree.get("made") is False:
+        return [f"worktree: none was made (the job ended before creating {worktree.get('path')})"]
     if state in ("removed", "no changes"):
         return [f"worktree: removed with its branch {worktree.get('branch')} (no changes)"]
     lines = [f"worktree: {worktree.get('path')} (branch {worktree.get('branch')}, {state})"]

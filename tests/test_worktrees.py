@@ -160,6 +160,9 @@ def test_a_repository_without_a_commit_fails_the_job_saying_so(make_daemon, tmp_
     shown = d.ctl("delegate", "--worktree", "--cwd", str(fresh), "write notes")
     assert shown.returncode == 10, shown
     assert f"{fresh} has no commit yet: a job's worktree is made from HEAD" in shown.stdout, shown.stdout
+    assert "error: could not create the job's git worktree" in shown.stdout and "Error:" not in shown.stdout
+    assert "worktree: none was made (the job ended before creating" in shown.stdout, shown.stdout
+    assert "removed with its branch" not in shown.stdout
     assert git(fresh, "worktree", "list").count("\n") == 1 and git(fresh, "branch", "--list") == ""
 
 

@@ -161,7 +161,7 @@ class JobResult(Wire):
                                            "seconds}`` (``child.verify``).")
     traceback: str | None = _doc("When the child's runtime itself failed: the Python traceback.")
     worktree: dict[str, Any] | None = _doc("When the job ran in a git worktree of its own: what it holds as the run "
-                                           "ended, ``{path, branch, changed, changed_files, changes, commit_count, "
+                                           "ended, ``{path, branch, made, changed, changed_files, changes, commit_count, "
                                            "commits}`` (``hermesd.worktrees.git.inspect``), or ``{path, branch, "
                                            "error}`` when git could not tell.")
     mcp: dict[str, Any] | None = _doc("The MCP servers the job used (``mcp:NAME`` toolsets) and how each was as the run "

@@ -161,11 +161,12 @@ def create(worktree: dict[str, Any], env: dict[str, str] | None = None) -> bool:
 
 
 def inspect(worktree: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """What the worktree holds: ``{changed, changed_files, changes, commit_count, commits}``:
+    """What the worktree holds: ``{made, changed, changed_files, changes, commit_count, commits}``:
     ``changes`` the first :data:`MAX_LISTED` of ``git status``'s entries (``"? new.txt"``,
     ``"M src/a.py"``), ``commits`` the first of the branch's own commits, newest first
     (``{id, subject}``), ``changed`` whether there is any of either.  A worktree gone from disk
-    holds its branch's commits only.  Raises :class:`GitError` (also for output that is not
+    holds its branch's commits only; ``made`` is False when neither it nor its branch exists (the
+    job ended before making them).  Raises :class:`GitError` (also for output that is not
     git's: see the module doc)."""
     path, branch = worktree["path"], worktree["branch"]
     changes: list[str] = []
@@ -176,7 +177,8 @@ def inspect(worktree: dict[str, Any], env: dict[str, str] | None = None) -> dict
         changes = [_entry(line) for line in out.splitlines() if line and not line.startswith("#")]
     commits: list[dict[str, str]] = []
     count = 0
-    if branch_exists(worktree, env):
+    branched = branch_exists(worktree, env)
+    if branched:
         own = [branch, "--not", f"--exclude={branch}", "--branches"]
         counted = git(["rev-list", "--count", *own], worktree["repo"], env).strip()
         if not counted.isdigit():
@@ -185,8 +187,8 @@ def inspect(worktree: dict[str, Any], env: dict[str, str] | None = None) -> dict
         if count:
             log = git(["log", f"--max-count={MAX_LISTED}", "--format=%H%x1f%s", *own, "--"], worktree["repo"], env)
             commits = [dict(zip(("id", "subject"), line.split("\x1f", 1))) for line in log.splitlines() if line]
-    return {"changed": bool(changes or count), "changed_files": len(changes), "changes": changes[:MAX_LISTED],
-            "commit_count": count, "commits": commits}
+    return {"made": branched or os.path.isdir(path), "changed": bool(changes or count), "changed_files": len(changes),
+            "changes": changes[:MAX_LISTED], "commit_count": count, "commits": commits}
 
 
 def _entry(line: str) -> str:

@@ -56,7 +56,7 @@ AUTO = "auto"
 """A spec's ``worktree`` set by the config's default (``delegation.worktree_isolation``), not by
 the job: outside a repository the job runs in its directory instead of being refused."""
 
-REPORT_KEYS = ("changed", "changed_files", "changes", "commit_count", "commits", "error")
+REPORT_KEYS = ("made", "changed", "changed_files", "changes", "commit_count", "commits", "error")
 """What a child's report (``JobResult.worktree``) adds to the job's ``spec.worktree``."""
 
 _GIT_LOCK = threading.Lock()
@@ -116,7 +116,7 @@ def settle(worktree: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     with _GIT_LOCK:
         try:
             found = git.inspect(worktree, env)
-            if not found["changed"]:
+            if found["made"] and not found["changed"]:
                 git.remove(worktree, env)
             return {**found, "error": None, "state": "kept" if found["changed"] else "removed"}
         except (git.GitError, OSError) as exc:
