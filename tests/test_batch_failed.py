@@ -30,7 +30,7 @@ def test_failed_prompts_exit_11_with_the_commonest_errors_and_resume_runs_them_a
         failed = hermes_batch(daemon, "--dataset_file", str(dataset), "--batch_size", "2", "--run_name", "f",
                               "--num_workers", "2")
         assert failed.returncode == 11, (failed.stdout, failed.stderr)
-        assert "2 of 4 prompt(s) failed; hermes-batch --run_name f --resume runs them again" in failed.stderr
+        assert "2 of 4 prompts failed; hermes-batch --run_name f --resume runs them again" in failed.stderr
         assert "  2 × Anthropic API error 400: invalid_request_error: this prompt is refused" in failed.stderr
         resumed = hermes_batch(daemon, "--run_name", "f", "--resume")
         assert resumed.returncode == 0, (resumed.stdout, resumed.stderr)

@@ -57,7 +57,7 @@ def test_sessions_listed_shown_changed_reset_and_deleted(daemon):
 
     before = daemon.call("session.get", session="work")["messages"]
     reset = daemon.ctl("sessions", "reset", "work")
-    assert reset.returncode == 0 and f"{before} message(s) forgotten" in reset.stdout
+    assert reset.returncode == 0 and f"{before} messages forgotten" in reset.stdout
     assert daemon.call("session.history", session="work")["messages"] == []
     assert daemon.ctl("sessions", "delete", "work").returncode == 0
     assert daemon.ctl("sessions", "show", "work").returncode == 5

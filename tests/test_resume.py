@@ -111,7 +111,7 @@ def test_three_background_jobs_resume_after_a_restart(make_daemon, api, stop):
     d.start()
     _check_resumed(d, api, jobs)
     assert notifications(d) == {job: 1 for job in jobs}
-    assert "resumed: 1 time(s)" in d.ctl("result", jobs[0]).stdout
+    assert "resumed: 1 time after a restart" in d.ctl("result", jobs[0]).stdout
     assert "completed (resumed 1)" in d.ctl("ps", "--all").stdout
 
 
