@@ -115,7 +115,7 @@ def test_governor_keys_waiting_forget_and_ledger():
     go = gov.grant("j1", "anthropic", "http://h", "abcdef0123", "m", 10, 5)
     assert "grant" in go
     wait = gov.grant("j2", "anthropic", "http://h", "abcdef0123", "m", 10, 5)
-    assert wait["wait"] > 0 and "1 calls in flight" in wait["reason"] and gov.waiting_for("j2")
+    assert wait["wait"] > 0 and "(1 call in flight)" in wait["reason"] and gov.waiting_for("j2")
     assert "grant" in gov.grant("j3", "anthropic", "http://h", "other-key", "m", 10, 5)  # another key, another limiter
     assert gov.describe()[0]["waiting"] == ["j2"] and "key abcdef01" in gov.describe()[0]["endpoint"]
     gov.grant("j4", "openai-compat", "https://me:secret@api.example.com/v1", "", "m", 10, 5)

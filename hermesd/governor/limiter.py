@@ -231,8 +231,10 @@ class Limiter:
         wait, reason = self.backoff.wait(now)
         if wait > 0:
             return wait, reason
-        if len(self.in_flight) >= max(1, int(self.window)):
-            return CONCURRENCY_POLL_SECONDS, f"at its concurrency window ({max(1, int(self.window))} calls in flight)"
+        window = max(1, int(self.window))
+        if len(self.in_flight) >= window:
+            return CONCURRENCY_POLL_SECONDS, (f"at its concurrency window ({window} call{'s' if window != 1 else ''} "
+                                              "in flight)")
         need = {"requests": 1, "input_tokens": charged, "output_tokens": max_tokens}
         for name, bucket in self.buckets.items():
             bucket.refill(now)
