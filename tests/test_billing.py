@@ -203,9 +203,6 @@ def test_a_model_call_that_failed_leaves_the_bill_of_the_calls_before_it_alone(m
     assert (bill["calls"], bill["input"], bill["output"]) == (3, 3 * 12, 3 * 7)  # the fake's usage of each reply
 
 
-@pytest.mark.xfail(strict=True, reason="known, found by the soak (issue 44): usage reported while state.db "
-                   "cannot be written for longer than a request waits is lost from the bill (not held and "
-                   "written later as a job's end is: hermesd/unwritable.py)")
 def test_model_calls_made_while_the_database_is_locked_are_billed_once_it_is_free(make_daemon, tmp_path):
     gate = tmp_path / "go"
     with FakeAnthropic() as api:

@@ -3,6 +3,10 @@ budgets with calls in flight, a reopened database)."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import time
+
 import pytest
 
 from hermesd import config
@@ -175,3 +179,53 @@ def test_a_kanban_tasks_workers_roll_up_under_the_task(tmp_path):
     b.ledger.observe(helper, {"input": 50, "output": 5}, api_calls=1)
     rows = report(b.store, by="task")["rows"]
     assert [(r["key"], r["kind"], r["input"], r["calls"]) for r in rows] == [("kb_7", "kanban_task", 150, 2)]
+
+
+def test_usage_the_locked_database_cannot_take_is_held_counted_and_written_once_in_order(tmp_path, caplog):
+    b = Bench(tmp_path, "budgets: {session_daily_tokens: 2000}\n")
+    root = b.job(model=SONNET, session="s1", spec={"budget": {"max_tokens": 10**6}})
+    child = b.job(parent=root, session="s1", model=SONNET)
+    lock = sqlite3.connect(b.store.path, isolation_level=None)
+
+    async def under_the_lock():
+        lock.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        b.ledger.observe(child, {"input": 1000, "output": 100}, model=SONNET, api_calls=1)
+        assert b.ledger.reserve(child, SONNET, "anthropic", 100, 100, grant_id="g") is None
+        b.ledger.settle(child, "g", SONNET, {"input": 300, "output": 30})
+        b.ledger.observe(child, {"input": 1300, "output": 130}, model=SONNET, api_calls=2)  # the settled call again
+        held = list(b.ledger.pending.held.values())
+        b.ledger.pending.put(held[0])  # the same record once more: held once
+        assert [e.row["input"] for e in b.ledger.pending.held.values()] == [1000, 300]
+        assert report(b.store)["total"]["calls"] == 0  # nothing written yet
+        assert b.ledger.spent(("tree", root))["tokens"] == 1430  # but counted by the budgets meanwhile
+        assert b.ledger.spent(("tree", child))["calls"] == 2
+        assert b.ledger.exhausted(child) is None
+        b.ledger.observe(child, {"input": 1900, "output": 190}, model=SONNET, api_calls=3)
+        assert b.ledger.exhausted(child).text().endswith("spent 2,090 tokens of its limit 2,000 tokens")
+        lock.execute("ROLLBACK")
+        await wait_until(lambda: not b.ledger.pending.held)  # the retry timer writes them
+
+    asyncio.run(under_the_lock())
+    rows = b.store.all("SELECT input, calls FROM spend ORDER BY id")
+    assert [(r["input"], r["calls"]) for r in rows] == [(1000, 1), (300, 1), (600, 1)]  # in order, once
+    assert b.jobs.get(child)["cost_usd"] == pytest.approx(price_of(SONNET, DEFAULT_PRICES).cost(
+        {"input": 1900, "output": 190}))
+    lock.execute("BEGIN IMMEDIATE")
+    asyncio.run(held_then_stopped(b, child))
+    lock.execute("ROLLBACK")
+    assert "usage lost from the bill: 1 record(s) of job(s) " + child in caplog.text
+    assert "1 call(s), 100 input, 10 output" in caplog.text
+
+
+async def held_then_stopped(b, job):
+    b.ledger.observe(job, {"input": 2000, "output": 200}, model=SONNET, api_calls=4)
+    assert b.ledger.pending.settling() > 0
+    b.ledger.pending.close()  # the daemon stops with the database still locked: says what is lost
+    assert not b.ledger.pending.held and b.ledger.pending.settling() == 0
+
+
+async def wait_until(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the held usage was not written"
+        await asyncio.sleep(0.05)

@@ -12,7 +12,9 @@ a batch run, a Kanban task —, session, provider, model, tokens and cost; the
 cost is NULL when the model has no price), written in its own transaction, and
 the job's own totals (``jobs.cache_write``, ``cache_read``, ``cost_usd``,
 ``cost_unknown``).  ``spend`` rows outlive the jobs (retention removes jobs, not
-what they cost): a restart, or a cleanup, forgets nothing that was spent.
+what they cost): a restart, or a cleanup, forgets nothing that was spent.  A record
+the database cannot take now (locked, disk full) is held and written later, in
+order and once, and budgets count it meanwhile (:mod:`hermesd.billing.held`).
 
 Budgets (:class:`Budget`): a job's and its ancestors' own (``max_cost_usd``,
 ``max_tokens`` in the job's spec: a delegation tree, a batch run), the
@@ -27,10 +29,12 @@ output.
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from hermesd import clock
+from hermesd.billing.held import Entry, HeldSpend
 from hermesd.contract.tokens import TOKEN_KEYS
 from hermesd.prices import Price, price_of
 from hermesd.protocol import ProtocolError, arg
@@ -130,6 +134,8 @@ class _Run:
 
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
     calls: int = 0
+    id: str = field(default_factory=lambda: os.urandom(6).hex())
+    """Which run (a new process counting from zero is a new one): part of a record's identity."""
 
 
 class Ledger:
@@ -148,6 +154,7 @@ class Ledger:
         self._runs: dict[str, _Run] = {}
         self._inflight: dict[tuple[str, str], _Reservation] = {}
         self._prices: tuple[Any, dict[str, Price]] = (None, {})
+        self.pending = HeldSpend(self._write)
 
     # prices ---------------------------------------------------------------------
 
@@ -172,7 +179,7 @@ class Ledger:
         calls = max(0, _int(api_calls))
         run = self._run(job_id)
         if any(now[k] < run.tokens[k] for k in TOKEN_KEYS) or calls < run.calls:
-            run.tokens, run.calls = dict.fromkeys(TOKEN_KEYS, 0), 0
+            run.tokens, run.calls, run.id = dict.fromkeys(TOKEN_KEYS, 0), 0, _Run().id
         delta = {k: now[k] - run.tokens[k] for k in TOKEN_KEYS}
         added = max(0, calls - run.calls)
         run.tokens, run.calls = now, max(calls, run.calls)
@@ -183,24 +190,32 @@ class Ledger:
 
     def record(self, job_id: str, tokens: dict[str, int], *, provider: str | None, model: str | None,
                calls: int = 1) -> None:
-        """Write one ``spend`` row for ``job_id`` and add it to the job's totals (one transaction)."""
+        """Write one ``spend`` row for ``job_id`` and add it to the job's totals (one transaction);
+        held and written later when the database cannot take it now (:mod:`hermesd.billing.held`)."""
         row = self.jobs.get(job_id) or {"id": job_id}
         model, provider = model or row.get("model"), provider or row.get("provider")
         price = self.price(model, provider)
         cost = price.cost(tokens) if price is not None else None
         tree, tree_kind = self.tree_of(row)
         now = clock.now_iso()
+        run = self._runs.get(job_id) or _Run()
+        self.pending.put(Entry(
+            (job_id, run.id, run.calls, *(run.tokens[k] for k in TOKEN_KEYS)),
+            {"time": now, "day": now[:10], "job": job_id, "kind": row.get("kind"), "tree": tree,
+             "tree_kind": tree_kind, "session": row.get("session"), "provider": provider, "model": model,
+             "calls": calls, **{k: int(tokens.get(k) or 0) for k in TOKEN_KEYS}, "cost_usd": cost},
+            tuple(self.chain_of(row))))
+
+    def _write(self, entry: Entry) -> None:
+        """:class:`HeldSpend`'s ``write``: the record's ``spend`` row and the job's totals, one transaction."""
+        spend = entry.row
         with self.store.transaction():
-            self.store.insert("spend", {
-                "time": now, "day": now[:10], "job": job_id, "kind": row.get("kind"), "tree": tree,
-                "tree_kind": tree_kind, "session": row.get("session"), "provider": provider,
-                "model": model, "calls": calls, **{k: int(tokens.get(k) or 0) for k in TOKEN_KEYS},
-                "cost_usd": cost})
+            self.store.insert("spend", spend)
             self.store.db.execute(
                 "UPDATE jobs SET cache_write = cache_write + ?, cache_read = cache_read + ?, "
                 "cost_usd = cost_usd + ?, cost_unknown = MAX(cost_unknown, ?) WHERE id = ?",
-                (int(tokens.get("cache_write") or 0), int(tokens.get("cache_read") or 0), cost or 0.0,
-                 int(cost is None and bool(tokens.get("input") or tokens.get("output"))), job_id))
+                (spend["cache_write"], spend["cache_read"], spend["cost_usd"] or 0.0,
+                 int(spend["cost_usd"] is None and bool(spend["input"] or spend["output"])), spend["job"]))
 
     def _run(self, job_id: str) -> _Run:
         """What is recorded of the live child's run of ``job_id``; a child that resumes the job
@@ -224,16 +239,28 @@ class Ledger:
     def tree_of(self, row: dict[str, Any]) -> tuple[str, str | None]:
         """The top of ``row``'s parent chain and its kind: ``(job id, kind)``, or a parent that
         is no job (a Kanban task ``kb_N``: kind ``kanban_task``)."""
-        seen = {row["id"]}
+        rows, outside = self._chain(row)
+        if outside is not None:
+            return outside, "kanban_task" if outside.startswith("kb_") else None
+        return rows[-1]["id"], rows[-1].get("kind")
+
+    def chain_of(self, row: dict[str, Any]) -> list[str]:
+        """The ids of ``row``'s parent chain, ``row``'s first, the top (:meth:`tree_of`) last."""
+        rows, outside = self._chain(row)
+        return [r["id"] for r in rows] + ([outside] if outside is not None else [])
+
+    def _chain(self, row: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+        """The rows of ``row``'s parent chain, ``row``'s first, and the parent that is no job, if any."""
+        rows = [row]
         while row.get("parent"):
             parent = self.jobs.get(row["parent"])
             if parent is None:
-                return row["parent"], "kanban_task" if str(row["parent"]).startswith("kb_") else None
-            if parent["id"] in seen:
+                return rows, str(row["parent"])
+            if any(parent["id"] == r["id"] for r in rows):
                 break
-            seen.add(parent["id"])
+            rows.append(parent)
             row = parent
-        return row["id"], row.get("kind")
+        return rows, None
 
     # budgets --------------------------------------------------------------------
 
@@ -281,6 +308,10 @@ class Ledger:
         sub = ("WITH RECURSIVE sub(id) AS (SELECT ? UNION SELECT j.id FROM jobs j JOIN sub ON j.parent = sub.id) "
                if "sub" in where else "")
         row = self.store.one(f"{sub}SELECT {SUMS} FROM spend {where}", params)
+        for held in self.pending.within(scope):  # held: not written yet, counted all the same
+            unknown = held["cost_usd"] is None and held["input"] + held["output"] > 0
+            row = {"calls": row["calls"] + held["calls"], **{k: row[k] + held[k] for k in TOKEN_KEYS},
+                   "cost_usd": row["cost_usd"] + (held["cost_usd"] or 0.0), "cost_unknown": row["cost_unknown"] or unknown}
         return {**row, "tokens": row["input"] + row["output"], "cost_usd": round(float(row["cost_usd"]), 6),
                 "cost_unknown": bool(row["cost_unknown"])}
 

@@ -10,7 +10,8 @@ and reports its usage (``child.grant_done``: :meth:`Ledger.settle`).  The child 
 and whose report shows one of its budgets spent is stopped, ending the same way —
 but an item of a batch run over its run's budget is left to finish: the run stops
 dispatching instead (:mod:`batch.job`).  Each budget is announced once with a
-``budget.exceeded`` event.
+``budget.exceeded`` event.  Usage the database cannot take now is held, written later
+and waited for by a graceful stop (:mod:`hermesd.billing.held`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ class BillingPlugin(Plugin):
         if refusal.budget not in self.announced:
             self.announced.add(refusal.budget)
             self.ctx.events.emit("budget.exceeded", job=job_id, data=refusal.to_wire())
+
+    def settling(self) -> float:
+        """Shutdown: the usage still held (:mod:`hermesd.billing.held`) is waited for a while."""
+        return self.ledger.pending.settling()
+
+    def shutdown(self) -> None:
+        """Shutdown: a last attempt at the held usage; what still cannot be written is logged as lost."""
+        self.ledger.pending.close()
 
     def after_exit(self, row: dict[str, Any] | None) -> None:
         """A job ended and its process is gone: the ledger forgets its run (what it spent stays)."""
@@ -112,5 +121,7 @@ async def usage(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     date is its midnight UTC).  Returns ``{by, since, rows: [{key, kind?, calls, input,
     output, cache_write, cache_read, cost_usd, cost_unknown}], total}``: ``input`` counts
     every prompt token, the cache's writes and reads among them; ``cost_usd`` what had a
-    price; ``cost_unknown`` true when some tokens' model had none."""
+    price; ``cost_unknown`` true when some tokens' model had none.  Usage held while the
+    database could not take it is written first, if it can be now (:mod:`hermesd.billing.held`)."""
+    ctx.service(Ledger).pending.flush()
     return report(ctx.store, by=arg(args, "by", str, "day", choices=tuple(REPORT_BY)), since=since_of(args))
