@@ -162,6 +162,8 @@ class Agent:
                         self.mcp.close()
         except BudgetExceeded as exc:
             return self.finish("failed", "budget_exceeded", error=str(exc))
+        except journal.Unwritable as exc:  # the step it records was not taken
+            return self.finish_stopped() if exc.stopped else self.finish("failed", "journal", error=str(exc))
         except (ProviderError, ContainerError) as exc:
             return self.finish("failed", "error", error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug still ends in a result with the partial output
@@ -384,7 +386,7 @@ class Agent:
     def begin(self, registry: Any) -> None:
         """The run's first message, or, when the job's journal holds the steps of an earlier
         child (a restart), the conversation, counters and trace it recorded (:mod:`child.journal`)."""
-        self.journal = journal.open_for(self.spec)
+        self.journal = journal.open_for(self.spec, self.heartbeat, self.stop.event.wait)
         if self.journal is not None:
             self.resumed = journal.replay(self.journal.path, lambda name: bool(
                 getattr(registry.get_tool(name), "repeatable", False)), lambda call: approval.waiting(self.channel, call))

@@ -1,7 +1,9 @@
 """The child's side of a job's journal (format: :mod:`hermesd.journal`): write each step, replay them.
 
 :class:`Journal` appends one entry per step and fsyncs it before the loop goes on,
-so what was paid for (a model call) or done (a tool call) survives a crash.
+so what was paid for (a model call) or done (a tool call) survives a crash; a write
+that fails (a full disk) holds the run until it succeeds or the job fails
+(:class:`Unwritable`), never a step taken unjournalled.
 :func:`replay` turns the entries of an earlier child back into the state of the
 run: its messages, counters and trace, and the tool calls of the last model call
 that have no result yet.  A tool call that was started but has no result was
@@ -12,48 +14,104 @@ safe to repeat (:attr:`child.tools.Tool.repeatable`); the model gets
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from child import messages as m
 from child import redact
 from hermesd import journal as stored
+from hermesd.contract.wire import JobSpec
 
 INTERRUPTED = ("not finished: hermesd restarted while this tool call ran, so its effect is unknown "
                "(it may have run in full, in part or not at all); check its effect before you run it again")
 """The result a tool call interrupted by a restart gets."""
 
 
+RETRY_SECONDS = (0.05, 2.0)
+"""The first and the longest pause between two attempts of a journal write that failed (doubling)."""
+
+
+class Unwritable(Exception):
+    """A journal entry that could not be written: for ``seconds`` (the text names the journal and
+    the error), or not before the run was stopped (``stopped``).  The step it records is not taken."""
+
+    def __init__(self, text: str, stopped: bool = False):
+        super().__init__(text)
+        self.stopped = stopped
+
+
 class Journal:
     """The journal at ``path``, opened for appending (created 0600 if missing).
 
-    A write that fails (the disk is full) is said once in the job's log and ends the
-    journal there — the run goes on, unjournalled from then on: a journal with a hole
-    would replay a wrong run, a shorter one only replays less."""
+    A step is never taken unjournalled: a write that fails (the disk is full, an I/O error, a
+    read-only file system) is undone (the file cut back to its last whole line) and tried again,
+    the pauses doubling from ``RETRY_SECONDS[0]`` to ``RETRY_SECONDS[1]``, each attempt reported
+    by ``waiting(what)`` (the run's activity: so a child waiting for its disk is not stale), for
+    up to ``wait_seconds``; then :class:`Unwritable` is raised.  ``pause(seconds)`` sleeps and
+    returns True when the run is stopped meanwhile (:class:`Unwritable` with ``stopped``).  A last
+    line without its newline (a write an earlier child did not finish) is cut off at the open, so
+    that the next entry starts a line of its own.
+    """
 
-    def __init__(self, path: str):
-        self.path = path
-        self.fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    def __init__(self, path: str, wait_seconds: float = JobSpec.journal_wait_seconds,
+                 waiting: Callable[[str], None] = lambda what: None,
+                 pause: Callable[[float], bool] = lambda seconds: bool(time.sleep(seconds))):
+        self.path, self.wait_seconds, self.waiting, self.pause = path, float(wait_seconds), waiting, pause
+        self.fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.size = whole_lines(self.fd)
+        if self.size < os.fstat(self.fd).st_size:
+            os.ftruncate(self.fd, self.size)
 
     def write(self, entry: dict[str, Any]) -> None:
         """Append ``entry`` as one line, every known secret value redacted (:mod:`child.redact`: a
         key the model wrote into a reply is no more kept here than in the trajectory), and fsync it
-        before returning."""
-        if self.fd is None:
-            return
+        before returning; raises :class:`Unwritable` (see the class)."""
         entry = redact.current().data(entry)
         data = (json.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
+        began, delay, failed = time.monotonic(), RETRY_SECONDS[0], None
+        while True:
+            try:
+                self._append(data)
+            except OSError as exc:
+                error = exc.strerror or str(exc)
+                if failed is None:
+                    print(f"journal {self.path}: {error}; waiting to write it (up to {self.wait_seconds:g}s)",
+                          file=sys.stderr, flush=True)
+                failed = error
+                left = self.wait_seconds - (time.monotonic() - began)
+                if left <= 0:
+                    raise Unwritable(f"its journal {self.path} could not be written for {self.wait_seconds:g}s: "
+                                     f"{error}") from None
+                self.waiting(f"waiting to write its journal: {error}")
+                if self.pause(min(delay, left)):
+                    raise Unwritable(f"stopped while its journal {self.path} could not be written: {error}",
+                                     stopped=True) from None
+                delay = min(delay * 2, RETRY_SECONDS[1])
+                continue
+            if failed is not None:
+                print(f"journal {self.path}: written again after {time.monotonic() - began:.1f}s ({failed})",
+                      file=sys.stderr, flush=True)
+            return
+
+    def _append(self, data: bytes) -> None:
+        """One attempt: ``data`` written and fsynced, or the file cut back to where it was and
+        OSError raised (a partial line or one whose fsync failed is not left to be built upon:
+        after a failed fsync the pages may be dropped, so the whole line is written again)."""
         try:
-            while data:
-                data = data[os.write(self.fd, data):]
+            rest = data
+            while rest:
+                rest = rest[os.write(self.fd, rest):]
             os.fsync(self.fd)
-        except OSError as exc:
-            print(f"journal {self.path}: {exc.strerror or exc}; the run goes on without it", file=sys.stderr, flush=True)
-            os.close(self.fd)
-            self.fd = None
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self.size)
+            raise
+        self.size += len(data)
 
     def message(self, message: dict[str, Any], turn: int, api_calls: int, tokens: dict[str, int]) -> None:
         """A message added to the conversation; a user message of tool results only is not written
@@ -77,10 +135,23 @@ class Journal:
         self.write({"t": "note", "block": block})
 
 
-def open_for(spec: Any) -> Journal | None:
-    """The journal of the job ``spec`` (a :class:`hermesd.contract.wire.JobSpec`: its ``journal`` path),
-    or None for a job that keeps none."""
-    return Journal(spec.journal) if spec.journal else None
+def open_for(spec: Any, waiting: Callable[[str], None] = lambda what: None,
+             pause: Callable[[float], bool] = lambda seconds: bool(time.sleep(seconds))) -> Journal | None:
+    """The journal of the job ``spec`` (a :class:`hermesd.contract.wire.JobSpec`: its ``journal`` path and
+    ``journal_wait_seconds``; ``waiting``, ``pause``: see :class:`Journal`), or None for a job that keeps none."""
+    return Journal(spec.journal, spec.journal_wait_seconds, waiting, pause) if spec.journal else None
+
+
+def whole_lines(fd: int) -> int:
+    """The size in bytes of the file open at ``fd`` up to and with its last newline (0: none)."""
+    end = os.fstat(fd).st_size
+    while end > 0:
+        start = max(0, end - 65536)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
 
 
 def interrupted_result(call: dict[str, Any]) -> dict[str, Any]:

@@ -22,10 +22,8 @@ from bench.soak.workload import Scale
 
 SEED = 47
 """Its faults in order: kill9, disconnect, reload | child, dblock, provider | zygote, sigterm, disk.  The disk
-comes last, after the restarts: a disk full *before* a restart still breaches the oracle (seed 44 shows it:
-a child's journal write fails, the child goes on without it, and the restart resumes the job from the
-journal as it was — its commands since run again, its tokens billed again; bench/README.md, "Found and
-not fixed")."""
+came last, after the restarts, while a disk full *before* a restart breached the oracle (seed 44: a child's
+journal write failed and the child went on without it; fixed: ``tests/chaos/test_journal_disk.py``)."""
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Callable
 
 import psutil
@@ -148,21 +149,10 @@ class Faults:
             return "disk full: skipped (HERMES_HOME is no tmpfs of the soak's: needs root)"
         seconds = rng.uniform(1.0, 3.0)
         ballast = self.soak.d.home / "ballast"
-        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            stat = os.fstatvfs(fd)
-            with contextlib.suppress(OSError):
-                os.posix_fallocate(fd, 0, max(1, stat.f_bavail * stat.f_frsize))
-            os.lseek(fd, 0, os.SEEK_END)
-            try:
-                while True:
-                    os.write(fd, b"\0" * 4096)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
+            fill(ballast)
             time.sleep(seconds)
         finally:
-            os.close(fd)
             ballast.unlink()
         return f"disk full for {seconds:.1f}s"
 
@@ -230,3 +220,22 @@ def schedule(faults: Faults, rng: random.Random, count: int, spread: float, log:
 
 
 __all__ = ["KINDS", "Faults", "schedule"]
+
+
+def fill(ballast: Path) -> None:
+    """Take every free byte of the file system of ``ballast`` with that file (created 0600; remove it
+    to free the space again): fallocate(2) what ``statvfs`` says is free, then 4 KiB writes until ENOSPC."""
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        stat = os.fstatvfs(fd)
+        with contextlib.suppress(OSError):
+            os.posix_fallocate(fd, 0, max(1, stat.f_bavail * stat.f_frsize))
+        os.lseek(fd, 0, os.SEEK_END)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+    finally:
+        os.close(fd)

@@ -59,6 +59,9 @@ class JobSpec(Wire):
     ``child.approval``).
     ``journal``: the path of the job's journal (``hermesd.journal``), which the child
     replays when it holds steps of an earlier child and appends to; None: none kept.
+    ``journal_wait_seconds``: how long a journal write that fails (a full disk) is tried again before
+    the job fails rather than take its step unjournalled (:class:`child.journal.Journal`; the daemon
+    sends ``delegation.stale_after_seconds``: the child reports its waiting as activity meanwhile).
     ``context_window``: the model's context window in tokens (:func:`hermesd.contract.providers.context_window`), past a
     share of which older tool results are shortened in what is sent (:mod:`child.window`);
     None: the child looks its model up itself, in ``context_windows`` (the config's
@@ -98,6 +101,7 @@ class JobSpec(Wire):
     activity_interval_seconds: float = 2.0
     container: dict[str, Any] | None = None
     journal: str | None = None
+    journal_wait_seconds: float = 600.0
     context_window: int | None = None
     context_windows: dict[str, int] | None = None
     worktree: dict[str, Any] | None = None

@@ -51,4 +51,5 @@ def child_defaults(section: Delegation) -> dict[str, Any]:
     return {"provider": section.provider, "model": section.model, "max_turns": section.max_turns,
             "timeout_seconds": section.child_timeout_seconds,
             "activity_interval_seconds": min(2.0, section.stale_after_seconds / 4),
+            "journal_wait_seconds": section.stale_after_seconds,
             "max_spawn_depth": section.max_spawn_depth, "auto_approve": section.subagent_auto_approve}
