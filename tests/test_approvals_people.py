@@ -85,10 +85,14 @@ def test_top_shows_waiting_jobs_and_answers_the_selected_one(make_daemon, termin
 
     second = daemon.delegate("run it again", script=SCRIPT, toolsets=["terminal"])["id"]
     denied = wait_for(lambda: _requests(daemon, "pending"), what="the second request")[0]
-    term.wait(f"{second}  running  APPROVAL? {denied['id']}")
-    term.keys("d")  # the cursor is on the first job, which waits for nothing
+    screen = term.wait(f"{second}  running  APPROVAL? {denied['id']}")
+    term.keys("d")  # the cursor stays on the first job (now finished), which waits for nothing
     term.wait("waits for no", what="the warning")
-    term.keys("Down")
+    # the second job is selected by what it is: its row is found on the screen, wherever the
+    # board's order put it (live jobs first, then the newest finished), relative to the first's
+    rows = [line[1:].split()[0] for line in screen.splitlines() if line.startswith("│deleg_")]
+    step = rows.index(second) - rows.index(first)
+    term.keys(*["Down" if step > 0 else "Up"] * abs(step))
     term.keys("d")
     term.wait(f"Deny {denied['id']} of {second}?")
     term.type("not on this box")
