@@ -47,6 +47,8 @@ def test_a_tool_call_cut_off_by_a_crash_is_reported_interrupted_and_the_run_goes
     assert "read again" not in results[read_call]["content"]  # its result was journalled: not run again
     assert results[shell_call]["is_error"] and results[shell_call]["content"] == journal.INTERRUPTED
     assert_well_formed(resumed.messages)
+    # the torn line was cut off before the new child wrote: its journal still reads, to the end
+    assert [e["t"] for e in read(path)][cut:] == ["tool_started", "message"]
 
 
 def test_a_repeatable_tool_cut_off_runs_again(tmp_path):
