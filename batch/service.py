@@ -38,6 +38,7 @@ from batch.executor_local import SupervisorExecutor
 from batch.settings import Settings, filter_change, job_id_of, no_run
 from hermesd import jobs as jobs_mod
 from hermesd.billing.ledger import Ledger
+from hermesd.billing.ops import ledger_of
 from hermesd.containers import engine as containers
 from hermesd.contract.states import LIVE, STOP_REASONS, JobStatus
 from hermesd.protocol import ProtocolError
@@ -112,7 +113,7 @@ class BatchService:
     def _open(self, job_id: str, s: Settings, data: dataset_mod.Dataset) -> BatchRun:
         run = BatchRun(job_id, s, data, self.executors[s.executor], lambda etype, payload: self.d.events.emit(
             etype, job=job_id, data=payload, durable=False), self._finished, self._offload,
-            RunBill(self.d.service(Ledger), job_id))
+            RunBill(ledger_of(self.d), job_id))
         try:
             run.open()
         except (OSError, CheckpointError) as exc:
@@ -270,7 +271,7 @@ class BatchService:
         row = self.d.jobs.require(job_id)
         s = Settings.from_dict(row["spec"])
         rec = jobs_mod.record(row)
-        usage = RunBill(self.d.service(Ledger), job_id).of_run()
+        usage = RunBill(ledger_of(self.d), job_id).of_run()
         rec.update(usage=usage, cost_usd=usage["cost_usd"], cost_unknown=usage["cost_unknown"])
         run = self.runs.get(job_id)
         rec.update(run_name=s.run_name, run_dir=str(s.run_dir), settings=s.to_dict(),

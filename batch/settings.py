@@ -185,7 +185,7 @@ def flag_options(args: dict[str, Any]) -> dict[str, Any]:
     verifier = arg(args, "verifier", str, None)
     if verifier is not None and not verifier.strip():
         raise ProtocolError("bad_request", "argument 'verifier' is empty", {"field": "verifier"})
-    from hermesd.billing.ledger import budget_of
+    from hermesd.billing.budget import budget_of
 
     own = args.get("budget") if isinstance(args.get("budget"), dict) else {}  # a resume's: the run's own
     budget = {**(budget_of(own) or {}), **(budget_of(args, BUDGET_ARGS) or {})} or None

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from hermesd import config
-from hermesd.billing.ledger import Ledger, budget_of, report
+from hermesd.billing.budget import budget_of, nothing_spent
+from hermesd.billing.ledger import Ledger, report
 from hermesd.events import EventLog
 from hermesd.jobs import JobTable
 from hermesd.prices import DEFAULT_PRICES, Price, model_key, price_of
@@ -229,3 +230,10 @@ async def wait_until(condition, timeout=30.0):
     while not condition():
         assert time.monotonic() < deadline, "the held usage was not written"
         await asyncio.sleep(0.05)
+
+
+def test_nothing_spent_is_what_the_ledger_says_of_an_empty_spend_table(tmp_path):
+    """``status`` and ``job`` answer :func:`nothing_spent` without the ledger while no ``spend`` row exists."""
+    b = Bench(tmp_path)
+    assert b.ledger.spent(("day", "2026-01-01")) == nothing_spent()
+    assert b.ledger.spent(("tree", b.job())) == nothing_spent()

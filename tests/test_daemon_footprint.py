@@ -124,3 +124,24 @@ def test_an_idle_daemon_imports_no_part_a_plugin_makes_at_its_first_use(make_dae
     imported = _imported(daemon.log())
     assert "hermesd.server" in imported  # the log is the daemon's
     assert sorted(set(lazy) & imported) == []
+
+
+def test_the_ledger_and_the_governor_are_made_at_a_metered_jobs_first_call(make_daemon):
+    """An idle daemon answers ``status``'s ``spend`` and ``governor`` without them (nothing spent,
+    no limiter: ``BillingPlugin.spent``, ``GovernorPlugin.describe``); a job of a metered provider
+    (the fake Anthropic server) makes both at its first ``child.grant``, and its spend is the ledger's."""
+    from hermesd.billing.budget import nothing_spent
+    from tests.fakes.anthropic_server import FakeAnthropic
+
+    lazy = {"hermesd.billing.ledger", "hermesd.governor.service"}
+    with FakeAnthropic() as api:
+        daemon = make_daemon({"provider": "anthropic", "base_url": api.url, "model": "claude-fake"},
+                             env={"ANTHROPIC_API_KEY": "sk-test", "PYTHONPROFILEIMPORTTIME": "1"})
+        status = daemon.call("status")
+        assert status["spend"]["today"] == nothing_spent() and status["governor"] == []
+        assert not lazy & _imported(daemon.log())
+        job = daemon.wait_job(daemon.delegate("a metered job")["id"], timeout=60)
+    assert job["status"] == "completed", job
+    assert lazy <= _imported(daemon.log())
+    status = daemon.call("status")
+    assert status["governor"] and status["spend"]["today"]["calls"] >= 1, status

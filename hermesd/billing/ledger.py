@@ -34,16 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from hermesd import clock
+from hermesd.billing.budget import BUDGET_KEYS
 from hermesd.billing.held import Entry, HeldSpend
 from hermesd.contract.tokens import TOKEN_KEYS
 from hermesd.prices import Price, price_of
-from hermesd.protocol import ProtocolError, arg
-
-BUDGET_KEYS = ("max_cost_usd", "max_tokens")
-"""A job's own budget, in its spec's ``budget`` map: USD, tokens (input and output) of its whole subtree."""
-
-MAX_COST_USD = 1e9
-MAX_TOKENS = 1 << 53
 
 SUMS = ("COALESCE(SUM(calls), 0) AS calls, " + ", ".join(f"COALESCE(SUM({k}), 0) AS {k}" for k in TOKEN_KEYS)
         + ", COALESCE(SUM(cost_usd), 0) AS cost_usd, "
@@ -51,23 +45,6 @@ SUMS = ("COALESCE(SUM(calls), 0) AS calls, " + ", ".join(f"COALESCE(SUM({k}), 0)
 """The sums of ``spend`` rows a bill shows."""
 
 _grants = itertools.count(1)
-
-
-def budget_of(args: dict[str, Any], names: tuple[str, str] = BUDGET_KEYS) -> dict[str, Any] | None:
-    """A request's cost limit (USD) and token limit (input and output tokens), the arguments
-    ``names`` (default ``max_cost_usd``, ``max_tokens``), as a job's ``budget`` map (keys
-    :data:`BUDGET_KEYS`; None when neither is given).  Raises ``ProtocolError(bad_request)``
-    naming the argument when a limit is not a number > 0."""
-    budget = {}
-    for key, name, types, most in zip(BUDGET_KEYS, names, ((int, float), int), (MAX_COST_USD, MAX_TOKENS)):
-        value = arg(args, name, types, None)
-        if value is None:
-            continue
-        if not 0 < value <= most or value != value:
-            raise ProtocolError("bad_request", f"argument '{name}' must be a number > 0 (at most {most:g}), "
-                                f"not {value!r}", {"field": name})
-        budget[key] = value
-    return budget or None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The bill's plugin (no job kind: it sees every job) and the ``usage`` op.
 
-The plugin makes the :class:`hermesd.billing.ledger.Ledger` (``ctx.service(Ledger)``)
-and gives it to the governor: each model call of a metered provider asks the ledger
+The plugin makes the :class:`hermesd.billing.ledger.Ledger` at its first use (:attr:`BillingPlugin.ledger`:
+the first report of a model call or of tokens, a grant, a batch run; ``Plugin.on_demand``) and
+gives it to the governor: each model call of a metered provider asks the ledger
 first (``child.grant``: :meth:`Ledger.reserve`; a refusal ends the job ``failed``
 with ``budget_exceeded``, the error naming the budget, what was spent and the limit)
 and reports its usage (``child.grant_done``: :meth:`Ledger.settle`).  The child ops
@@ -20,12 +21,16 @@ import datetime
 from typing import Any
 
 from hermesd import clock
-from hermesd.billing.ledger import REPORT_BY, Ledger, Refusal, report
+from typing import TYPE_CHECKING
+
+from hermesd.billing.budget import nothing_spent
 from hermesd.context import Context
-from hermesd.governor.service import Governor
 from hermesd.plugin import Plugin
 from hermesd.protocol import ProtocolError, arg
 from hermesd.router import op
+
+if TYPE_CHECKING:
+    from hermesd.billing.ledger import Ledger, Refusal
 
 class BillingPlugin(Plugin):
     """The ledger's owner (see the module doc); no job kind."""
@@ -37,21 +42,40 @@ class BillingPlugin(Plugin):
         "`tokens`), `reason`, `scope`, `error`.",
     }
 
+    on_demand = ("hermesd.billing.ledger", "hermesd.billing.held")
+
     def __init__(self, ctx: Any):
         super().__init__(ctx)
-        self.ledger = ctx.provide(Ledger(ctx.store, ctx.jobs, lambda: ctx.config, on_refusal=self.announce))
+        self._ledger: "Ledger | None" = None  # made at the first need (:attr:`ledger`)
         self.announced: set[str] = set()
         ctx.provide(self)
-        if Governor in ctx.services:  # each model call's grant asks the ledger first, and reports to it
-            ctx.service(Governor).ledger = self.ledger
+
+    @property
+    def ledger(self) -> "Ledger":
+        """The ledger (:mod:`hermesd.billing.ledger`), made at its first use: a child's report with
+        tokens or model calls, a governor's grant (the governor asks the ledger before each call), a
+        batch run, a ``usage`` op; a daemon that never had one imports none of it."""
+        if self._ledger is None:
+            from hermesd.billing.ledger import Ledger
+
+            ctx = self.ctx
+            self._ledger = ctx.provide(Ledger(ctx.store, ctx.jobs, lambda: ctx.config, on_refusal=self.announce))
+        return self._ledger
+
+    def spent(self, scope: tuple[str, ...]) -> dict[str, Any]:
+        """What ``scope`` spent (``Ledger.spent``); while no ledger was made and the ``spend`` table is
+        empty, nothing (:func:`hermesd.billing.budget.nothing_spent`), without importing the ledger."""
+        if self._ledger is None and self.ctx.store.db.execute("SELECT 1 FROM spend LIMIT 1").fetchone() is None:
+            return nothing_spent()
+        return self.ledger.spent(scope)
 
     def status(self) -> dict[str, Any]:
         """``spend``: what was spent today (UTC; ``Ledger.spent``) and the daily limits of ``budgets:``."""
         limits = self.ctx.config.budgets
-        return {"spend": {"today": self.ledger.spent(("day", clock.now_iso()[:10])),
+        return {"spend": {"today": self.spent(("day", clock.now_iso()[:10])),
                           "daily_cost_usd": limits.daily_cost_usd, "daily_tokens": limits.daily_tokens}}
 
-    def announce(self, job_id: str, refusal: Refusal) -> None:
+    def announce(self, job_id: str, refusal: "Refusal") -> None:
         """A ``budget.exceeded`` event, once per budget."""
         if refusal.budget not in self.announced:
             self.announced.add(refusal.budget)
@@ -59,18 +83,19 @@ class BillingPlugin(Plugin):
 
     def settling(self) -> float:
         """Shutdown: the usage still held (:mod:`hermesd.billing.held`) is waited for a while."""
-        return self.ledger.pending.settling()
+        return 0.0 if self._ledger is None else self._ledger.pending.settling()
 
     def shutdown(self) -> None:
         """Shutdown: a last attempt at the held usage; what still cannot be written is logged as lost."""
-        self.ledger.pending.close()
+        if self._ledger is not None:  # no ledger: nothing held
+            self._ledger.pending.close()
 
     def after_exit(self, row: dict[str, Any] | None) -> None:
         """A job ended and its process is gone: the ledger forgets its run (what it spent stays)."""
-        if row is not None:
-            self.ledger.forget(row["id"])
+        if row is not None and self._ledger is not None:  # no ledger: it has no run to forget
+            self._ledger.forget(row["id"])
 
-    def exceeded(self, job_id: str, refusal: Refusal) -> None:
+    def exceeded(self, job_id: str, refusal: "Refusal") -> None:
         """``job_id``'s report shows ``refusal``'s budget spent: stop the job (unless it is a batch
         item under its run's budget) and announce the budget once."""
         self.announce(job_id, refusal)
@@ -86,15 +111,19 @@ class BillingPlugin(Plugin):
 def observe(ctx: Context, job: str, args: dict[str, Any], *, final: bool = False) -> None:
     """Hand a child report's running totals to the ledger (``child.progress``; ``child.result``
     with ``final``), and stop the job when they show a budget of it spent (not after its
-    final report: it has ended)."""
-    ledger = ctx.service(Ledger)
+    final report: it has ended).  A report of no tokens and no call, before any ledger was made,
+    has nothing to record: the ledger is not made for it."""
+    plugin, tokens = ctx.service(BillingPlugin), args.get("tokens")
+    if plugin._ledger is None and not (isinstance(tokens, dict) and (any(tokens.values()) or args.get("api_calls"))):
+        return
+    ledger = plugin.ledger
     doing = ctx.runner.doing(job)
-    if ledger.observe(job, args.get("tokens"), provider=args.get("provider") or doing.provider,
+    if ledger.observe(job, tokens, provider=args.get("provider") or doing.provider,
                       model=args.get("model") or doing.model, api_calls=args.get("api_calls")) and not final \
             and job not in ledger.asked:  # a job whose calls ask first is refused its next call instead
         refusal = ledger.exhausted(job)
         if refusal is not None:
-            ctx.service(BillingPlugin).exceeded(job, refusal)
+            plugin.exceeded(job, refusal)
 
 
 def since_of(args: dict[str, Any]) -> str | None:
@@ -123,5 +152,14 @@ async def usage(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     every prompt token, the cache's writes and reads among them; ``cost_usd`` what had a
     price; ``cost_unknown`` true when some tokens' model had none.  Usage held while the
     database could not take it is written first, if it can be now (:mod:`hermesd.billing.held`)."""
-    ctx.service(Ledger).pending.flush()
+    from hermesd.billing.ledger import REPORT_BY, report  # here: a daemon never asked for its bill does without
+
+    ledger = ctx.service(BillingPlugin)._ledger
+    if ledger is not None:  # no ledger: nothing held
+        ledger.pending.flush()
     return report(ctx.store, by=arg(args, "by", str, "day", choices=tuple(REPORT_BY)), since=since_of(args))
+
+
+def ledger_of(ctx: Context) -> "Ledger":
+    """The daemon's ledger (:attr:`BillingPlugin.ledger`: made at its first use)."""
+    return ctx.service(BillingPlugin).ledger

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermesd import config as config_mod
 from hermesd.system import limits
-from hermesd.billing import ledger
+from hermesd.billing.budget import budget_of
 from hermesd.contract.providers import PROVIDER_KEYS, PROVIDERS
 from hermesd.contract.toolsets import ROLES
 from hermesd.protocol import ProtocolError, arg, expand_toolsets, in_range
@@ -47,7 +47,7 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     :mod:`hermesd.worktrees.ops`; outside a repository ``not_a_repository``), and the resource limits
     ``memory_limit_mb``, ``cpu_limit_seconds``, ``max_processes``,
     ``max_open_files`` (see :mod:`hermesd.system.limits`; at most the config's), and the budget of the
-    job's whole subtree ``max_cost_usd``, ``max_tokens`` (:mod:`hermesd.billing.ledger`).  Raises ``ProtocolError``
+    job's whole subtree ``max_cost_usd``, ``max_tokens`` (:mod:`hermesd.billing.budget`).  Raises ``ProtocolError``
     (``bad_request``/``too_large``) naming the field.
     """
     goal = arg(args, "goal", str)
@@ -79,7 +79,7 @@ def task_fields(ctx: Context, args: dict[str, Any], *, default_toolsets: list[st
     resources = limits.requested(args, limits.ceiling(ctx.config.child_limits))
     if resources:
         spec["resources"] = resources
-    budget = ledger.budget_of(args)
+    budget = budget_of(args)
     if budget:
         spec["budget"] = budget
     in_range(spec.get("max_turns"), "max_turns", 1, MAX_TURNS)

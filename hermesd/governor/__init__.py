@@ -16,3 +16,8 @@ daemon's loop.  After the call it reports the outcome (``child.grant_done``), an
 
 This module imports nothing (children import :mod:`hermesd.contract` only).
 """
+
+OUTCOMES = ("ok", "rate_limited", "overloaded", "quota", "error")
+"""What a child reports of a call: it went well; refused by the rate limit (429); the provider
+was overloaded (529, 503, an ``overloaded_error`` mid-stream); the money ran out (not retried);
+any other failure."""

@@ -73,11 +73,6 @@ STALE_SECONDS = 5.0
 FORGET_SECONDS = 120.0
 """A waiter this long past the time it was told to ask again leaves the queue."""
 
-OUTCOMES = ("ok", "rate_limited", "overloaded", "quota", "error")
-"""What a child reports of a call: it went well; refused by the rate limit (429); the provider
-was overloaded (529, 503, an ``overloaded_error`` mid-stream); the money ran out (not retried);
-any other failure."""
-
 
 class Bucket:
     """A token bucket: ``rate`` tokens per second up to ``capacity`` (starts full).
@@ -253,7 +248,7 @@ class Limiter:
     # learning ---------------------------------------------------------------
 
     def done(self, grant_id: str, outcome: str, learned: Learned, usage: dict[str, Any], now: float) -> Grant | None:
-        """The call of ``grant_id`` ended with ``outcome`` (:data:`OUTCOMES`), its response's
+        """The call of ``grant_id`` ended with ``outcome`` (:data:`hermesd.governor.OUTCOMES`), its response's
         headers read as ``learned`` and its ``usage`` (``input``, ``output``, ``cache_read``
         tokens); returns its grant (None if unknown: released already).  :attr:`began` says
         whether it began a pause."""

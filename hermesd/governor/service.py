@@ -12,8 +12,8 @@ import itertools
 import time
 from typing import Any, Callable, Protocol
 
-from hermesd.governor import headers
-from hermesd.governor.limiter import OUTCOMES, Grant, Limiter
+from hermesd.governor import OUTCOMES, headers
+from hermesd.governor.limiter import Grant, Limiter
 
 BUDGET_WAIT_SECONDS = 0.5
 """How long a call waits when the budget it counts against is filled only by calls in flight."""
@@ -100,7 +100,7 @@ remains: once until that limit is full again; :meth:`_announce`).
 
     def done(self, job: str, grant_id: str, outcome: str, seen: dict[str, str], usage: dict[str, Any],
              model: str, retry_after: float | None = None) -> None:
-        """The call of ``grant_id`` ended: ``outcome`` (:data:`hermesd.governor.limiter.OUTCOMES`),
+        """The call of ``grant_id`` ended: ``outcome`` (:data:`hermesd.governor.OUTCOMES`),
         the rate-limit headers ``seen`` on its response, its ``usage``; ``retry_after`` seconds when
         the child read one itself (an error event mid-stream carries no header)."""
         limiter = self.grants.pop(grant_id, None)

@@ -7,7 +7,7 @@ from typing import Any
 
 from hermesd import __version__, protocol
 from hermesd.context import Context
-from hermesd.governor.service import Governor
+from hermesd.governor.ops import GovernorPlugin
 from hermesd.router import op
 from hermesd.protocol import arg
 
@@ -48,7 +48,7 @@ async def status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
            "queued": len(ctx.scheduler.queue), "caps": ctx.scheduler.usage(), "jobs": dict(counts),
            "last_seq": last_seq, **{key: value for part in added for key, value in part.items()},
            "start": ctx.procs.spawner.describe(), "queue": ctx.runner.queue_state(),
-           "governor": ctx.service(Governor).describe()}
+           "governor": ctx.service(GovernorPlugin).describe()}
     if ctx.control.loop_lag is not None:
         out["loop_lag"] = ctx.control.loop_lag.describe()
     return out

@@ -8,10 +8,10 @@ from typing import Any
 
 from hermesd import jobs as jobs_mod
 from hermesd import journal as journal_file
-from hermesd.billing.ledger import Ledger
+from hermesd.billing.ops import BillingPlugin
 from hermesd.context import Context
 from hermesd.contract.states import LIVE
-from hermesd.governor.service import Governor
+from hermesd.governor.ops import GovernorPlugin
 from hermesd.router import op
 from hermesd.protocol import arg, fit
 
@@ -81,7 +81,7 @@ async def ps(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                                session=arg(args, "session", str, None), prefix=arg(args, "prefix", str, None),
                                newest_first=newest, after=arg(args, "cursor", int, None),
                                limit=min(arg(args, "limit", int, MAX_PAGE, lo=1), MAX_PAGE))
-    governor = ctx.service(Governor)
+    governor = ctx.service(GovernorPlugin)
     jobs, complete = fit([governor.annotate(public(row)) for _, row in rows])
     return {"jobs": jobs, "more": more or not complete, "next": rows[len(jobs) - 1][0] if jobs else None}
 
@@ -100,8 +100,8 @@ async def result(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     cost_unknown}``); ``trajectory=true`` adds the ShareGPT trajectory the child recorded
     (``null`` when it recorded none)."""
     row = ctx.jobs.require(arg(args, "id", str))
-    rec = ctx.service(Governor).annotate(public(row))
-    rec["tree_usage"] = ctx.service(Ledger).spent(("tree", row["id"]))
+    rec = ctx.service(GovernorPlugin).annotate(public(row))
+    rec["tree_usage"] = ctx.service(BillingPlugin).spent(("tree", row["id"]))
     if arg(args, "trajectory", bool, False):
         path = ctx.runner.job_dir(row["id"]) / "trajectory.json"
         try:
