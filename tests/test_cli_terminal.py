@@ -166,7 +166,7 @@ def test_top_at_80x24_keeps_calls_and_cost_on_every_running_jobs_row(make_daemon
     running = [j["id"] for j in daemon.call("ps")["jobs"] if j["status"] == "running"]
 
     term = terminals(daemon, "top")
-    row = r"  running  \d+s  (.*  )?· \d+ calls  (\$[\d.]+|unknown|-)"
+    row = r"  running  \d+s  (.*  )?· \d+ calls?  (\$[\d.]+|unknown|-)"
     screen = term.wait(lambda s: re.search(rf"{long}  running  \d+s  refactor.*  · 1 call  (\$[\d.]+|unknown)", s)
                        and all(re.search(job + row, s) for job in running), 30,
                        what="every running job's row with its calls and cost")
