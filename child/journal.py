@@ -67,10 +67,12 @@ class Journal:
         if self.size < os.fstat(self.fd).st_size:
             os.ftruncate(self.fd, self.size)
 
-    def write(self, entry: dict[str, Any]) -> None:
+    def write(self, entry: dict[str, Any], wait: bool = True) -> None:
         """Append ``entry`` as one line, every known secret value redacted (:mod:`child.redact`: a
         key the model wrote into a reply is no more kept here than in the trajectory), and fsync it
-        before returning; raises :class:`Unwritable` (see the class)."""
+        before returning; raises :class:`Unwritable` (see the class).  With ``wait`` false, one
+        attempt: a failure is said in the job's log and the entry left out (for an entry no step
+        depends on)."""
         entry = redact.current().data(entry)
         data = (json.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
         began, delay, failed = time.monotonic(), RETRY_SECONDS[0], None
@@ -79,6 +81,10 @@ class Journal:
                 self._append(data)
             except OSError as exc:
                 error = exc.strerror or str(exc)
+                if not wait:
+                    print(f"journal {self.path}: {error}; the final answer is not journaled (no step follows it: "
+                          f"a restart before the job's end is stored asks the model again)", file=sys.stderr, flush=True)
+                    return
                 if failed is None:
                     print(f"journal {self.path}: {error}; waiting to write it (up to {self.wait_seconds:g}s)",
                           file=sys.stderr, flush=True)
@@ -115,12 +121,17 @@ class Journal:
 
     def message(self, message: dict[str, Any], turn: int, api_calls: int, tokens: dict[str, int]) -> None:
         """A message added to the conversation; a user message of tool results only is not written
-        (its results were, one by one)."""
+        (its results were, one by one).  A reply without a tool call is the final answer: no step
+        follows it, so it is not waited for when the disk refuses it (the job ends; its end is the
+        daemon's to store, and a restart before that asks the model again, as for a call in flight)."""
         content = message.get("content")
         if message.get("role") == "user" and isinstance(content, list) and content \
                 and all(b.get("type") == "tool_result" for b in content):
             return
-        self.write({"t": "message", "message": message, "turn": turn, "api_calls": api_calls, "tokens": tokens})
+        final = message.get("role") == "assistant" and not (
+            isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content))
+        self.write({"t": "message", "message": message, "turn": turn, "api_calls": api_calls, "tokens": tokens},
+                   wait=not final)
 
     def started(self, call: dict[str, Any]) -> None:
         """Tool call ``call`` (a ``tool_use`` block) is about to run."""

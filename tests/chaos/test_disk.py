@@ -109,6 +109,10 @@ def test_a_job_ending_on_a_full_disk_reads_ended_and_its_end_is_written_once_spa
     with _on_small_tmpfs(make_daemon) as d:
         job = d.delegate("ends on a full disk", background=True, script=[{"text": "done", "sleep": 3.0}])["id"]
         running_job(d, job)
+        # the disk fills while the model is asked (its goal journaled): a step waits for the disk
+        # (tests/chaos/test_journal_disk.py), the final answer, which no step follows, does not
+        journal = d.home / "jobs" / job / "journal.jsonl"
+        wait_for(lambda: journal.exists() and journal.read_bytes().endswith(b"\n"), 30, what="its goal journaled")
         filler = _fill_disk(d)
         wait_for(lambda: d.call("job", id=job)["status"] in TERMINAL, 30, what="the job read as ended")
         assert _stored(d, job) == "running"  # not written yet: no space
