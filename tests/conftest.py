@@ -15,8 +15,8 @@ def pytest_collection_modifyitems(config, items):
     """Order and group the tests for a parallel run (pytest-xdist, as ``.ci/run`` runs them:
     ``--dist loadgroup --no-loadscope-reorder``).
 
-    * The files with ``slow`` tests come first, in their order, then the rest (a stable sort):
-      the longest tests taken first leave no worker alone with one of them at the end.
+    * The ``slow`` tests come first, in their order, then the rest (a stable sort): the longest
+      tests taken first leave no worker alone with one of them at the end.
     * A test that uses a fixture of ours shared beyond one test (module or session scope: a Ray
       cluster, a browser, the embedded model) is grouped with the rest of its file
       (``xdist_group``), so one worker makes that fixture once; every other test may go to any
@@ -25,8 +25,7 @@ def pytest_collection_modifyitems(config, items):
     Runs first (the xdist worker reads the groups in a hook of its own), after
     ``tests/chaos/conftest.py``'s, registered later, has marked its long tests.
     """
-    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     for item in items:
         fixtures = getattr(item, "_fixtureinfo", None)
         shared = fixtures and any(d.scope in SHARED_SCOPES and d.baseid for defs in fixtures.name2fixturedefs.values()
