@@ -4,6 +4,11 @@
 #
 #   bash scripts/install-venv.sh VENV [EXTRAS]
 #
+# With HERMES_VENV_CACHE=DIR (.ci/run sets it), a VENV that does not exist yet is copied, as hard
+# links (seconds), from DIR/KEY, a venv an earlier run made for the same EXTRAS, pyproject.toml and
+# this script (KEY: their hash), then pointed at this checkout; a VENV made here from nothing is
+# kept there for the next run. Removing DIR is always safe.
+#
 # The embedded model's llama-cpp-python is compiled from source by pip (about 10 minutes on 2
 # cores), and pip caches the wheel it builds. llama.cpp builds for "this CPU" by default
 # (-march=native), so a cached wheel reused on a CPU with fewer instruction-set extensions dies
@@ -16,11 +21,21 @@ VENV=$1
 EXTRAS=${2:-}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export CMAKE_ARGS=${CMAKE_ARGS:--DGGML_NATIVE=OFF}
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 # pip, quiet (-q) and without the machine's notice about a missing extra index (PIPQ_MORE: more lines not shown)
-pipq() { "$VENV/bin/pip" "$@" -q 2>&1 | grep -vE "^WARNING: Location|^\$${PIPQ_MORE:+|$PIPQ_MORE}" || true; }
-pipq install --upgrade pip
-pipq install -e "$ROOT$EXTRAS"
+pipq() { "$VENV/bin/python" -m pip "$@" -q 2>&1 | grep -vE "^WARNING: Location|^\$${PIPQ_MORE:+|$PIPQ_MORE}" || true; }
+kept=""
+if [ -n "${HERMES_VENV_CACHE:-}" ]; then
+  kept="$HERMES_VENV_CACHE/venv-$(cat "$ROOT/pyproject.toml" "$0" <(echo "$EXTRAS") | sha256sum | cut -c1-16)"
+fi
+if [ ! -e "$VENV" ] && [ -n "$kept" ] && [ -f "$kept/.complete" ]; then
+  cp -al "$kept" "$VENV" && rm "$VENV/.complete"
+  pipq install --no-deps -e "$ROOT"  # this checkout's hermesd (and its commands' first lines) in the copy
+else
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  pipq install --upgrade pip
+  pipq install -e "$ROOT$EXTRAS"
+  fresh=1
+fi
 "$VENV/bin/python" -c "import hermesd" # the install above must have worked
 # With the test extra: Atropos for tests/test_batch_atropos.py. atroposlib without its ~90
 # dependencies (wandb, polars, gymnasium, nltk, fastapi…); its SFT loader, which only the sdist holds
@@ -50,12 +65,15 @@ esac
 # imports (its own modules, pyzmq, msgpack; PyYAML for a reload).
 "$VENV/bin/python" -OO -m compileall -q "$ROOT/hermesd" "$ROOT/batch" $("$VENV/bin/python" -c \
   'import os, msgpack, yaml, zmq; print(*(os.path.dirname(m.__file__) for m in (msgpack, yaml, zmq)))') >/dev/null
-if "$VENV/bin/pip" show -q llama-cpp-python >/dev/null 2>&1 \
+if "$VENV/bin/python" -m pip show -q llama-cpp-python >/dev/null 2>&1 \
     && ! why=$(cd "$ROOT" && "$VENV/bin/python" -m child.providers.llama_build 2>&1); then
   echo "install-venv.sh: ${why:-the installed llama-cpp-python crashed on this CPU}" >&2
   echo "install-venv.sh: rebuilding llama-cpp-python portably ($CMAKE_ARGS), about 10 minutes on 2 cores" >&2
-  version=$("$VENV/bin/pip" show llama-cpp-python | sed -n 's/^Version: //p')
-  "$VENV/bin/pip" cache remove 'llama_cpp_python*' >/dev/null 2>&1 || true
-  "$VENV/bin/pip" install -q --force-reinstall --no-deps "llama-cpp-python==$version"
+  version=$("$VENV/bin/python" -m pip show llama-cpp-python | sed -n 's/^Version: //p')
+  "$VENV/bin/python" -m pip cache remove 'llama_cpp_python*' >/dev/null 2>&1 || true
+  "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "llama-cpp-python==$version"
   (cd "$ROOT" && "$VENV/bin/python" -m child.providers.llama_build)
+fi
+if [ -n "$kept" ] && [ -n "${fresh:-}" ] && [ ! -f "$kept/.complete" ]; then  # kept for the next run
+  rm -rf "$kept" && mkdir -p "$(dirname "$kept")" && cp -al "$VENV" "$kept" && touch "$kept/.complete"
 fi

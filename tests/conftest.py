@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.harness import DaemonProc
 
+
+for _size in ("COLUMNS", "LINES"):  # a pytest-xdist worker gets COLUMNS=80 LINES=24: clients' tables would
+    os.environ.pop(_size, None)     # fit that, while the tests pass a width where they mean one
 
 SHARED_SCOPES = ("package", "module", "class", "session")
 
@@ -15,23 +20,33 @@ def pytest_collection_modifyitems(config, items):
     """Order and group the tests for a parallel run (pytest-xdist, as ``.ci/run`` runs them:
     ``--dist loadgroup --no-loadscope-reorder``).
 
-    * The ``slow`` tests come first, in their order, then the rest (a stable sort): the longest
-      tests taken first leave no worker alone with one of them at the end.
+    * The ``slow`` tests (the embedded model, TRL training, a Ray cluster, ``demo.sh``, the soak…)
+      come first and form one group, run one after another by one worker: most of them keep
+      both cores busy by themselves, and two of them at once each take three times as long.
     * A test that uses a fixture of ours shared beyond one test (module or session scope: a Ray
-      cluster, a browser, the embedded model) is grouped with the rest of its file
-      (``xdist_group``), so one worker makes that fixture once; every other test may go to any
-      worker.
+      cluster, a browser, the embedded model) goes with the rest of its file, so one worker makes
+      that fixture once: into the slow group when the file has a slow test, else a group of its
+      own.  Every other test may go to any worker.
 
     Runs first (the xdist worker reads the groups in a hook of its own), after
     ``tests/chaos/conftest.py``'s, registered later, has marked its long tests.
     """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-    for item in items:
+    def shares(item) -> bool:
         fixtures = getattr(item, "_fixtureinfo", None)
-        shared = fixtures and any(d.scope in SHARED_SCOPES and d.baseid for defs in fixtures.name2fixturedefs.values()
-                                  for d in defs)
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        return bool(fixtures) and any(d.scope in SHARED_SCOPES and d.baseid
+                                      for defs in fixtures.name2fixturedefs.values() for d in defs)
+
+    def path(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    slow_files = {path(item) for item in items if item.get_closest_marker("slow")}
+    shared_files = {path(item) for item in items if shares(item)}
+    for item in items:
+        if item.get_closest_marker("slow") or path(item) in slow_files & shared_files:
+            item.add_marker(pytest.mark.xdist_group("slow"))
+        elif path(item) in shared_files:
+            item.add_marker(pytest.mark.xdist_group(path(item)))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture

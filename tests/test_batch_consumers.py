@@ -316,14 +316,11 @@ def test_runs_with_and_without_tool_calls_load_and_concatenate(make_daemon, tmp_
 
 @pytest.mark.slow
 def test_the_card_loads_on_the_oldest_datasets_release_it_supports(make_daemon, tmp_path):
-    """``datasets`` 3.0 in a throwaway venv (from PyPI) loads the folders as the newest does."""
-    import subprocess
-    import venv
+    """``datasets`` 3.0 in a throwaway venv (from PyPI, kept for later runs: tests/venvs.py) loads the
+    folders as the newest does."""
+    from tests.venvs import cached_venv
 
-    where = tmp_path / "venv"
-    venv.create(where, with_pip=True)
-    python = str(where / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "-q", "datasets==3.0.*"], check=True, timeout=900)
+    python = cached_venv("datasets-3.0", ["datasets==3.0.*"])
     found = _load_all(python, two_runs(make_daemon, tmp_path), tmp_path / "hf")
     assert found["version"].startswith("3.0.")
     _check_loaded(found)
