@@ -20,13 +20,14 @@ def pytest_collection_modifyitems(config, items):
     """Order and group the tests for a parallel run (pytest-xdist, as ``.ci/run`` runs them:
     ``--dist loadgroup --no-loadscope-reorder``).
 
-    * The ``slow`` tests (the embedded model, TRL training, a Ray cluster, ``demo.sh``, the soak…)
-      come first and form one group, run one after another by one worker: most of them keep
-      both cores busy by themselves, and two of them at once each take three times as long.
+    * The ``cpu`` tests (the embedded model, TRL training, a pip install: each keeps both cores busy
+      by itself, and two at once each take three times as long) form one group, run one after
+      another by one worker, and come first; then the other ``slow`` tests, then the rest (a
+      stable sort): the longest taken first leave no worker alone with one of them at the end.
     * A test that uses a fixture of ours shared beyond one test (module or session scope: a Ray
       cluster, a browser, the embedded model) goes with the rest of its file, so one worker makes
-      that fixture once: into the slow group when the file has a slow test, else a group of its
-      own.  Every other test may go to any worker.
+      that fixture once: into the ``cpu`` group when the file has a ``cpu`` test, else a group of
+      its own.  Every other test may go to any worker.
 
     Runs first (the xdist worker reads the groups in a hook of its own), after
     ``tests/chaos/conftest.py``'s, registered later, has marked its long tests.
@@ -39,14 +40,15 @@ def pytest_collection_modifyitems(config, items):
     def path(item) -> str:
         return item.nodeid.split("::")[0]
 
-    slow_files = {path(item) for item in items if item.get_closest_marker("slow")}
+    cpu_files = {path(item) for item in items if item.get_closest_marker("cpu")}
     shared_files = {path(item) for item in items if shares(item)}
     for item in items:
-        if item.get_closest_marker("slow") or path(item) in slow_files & shared_files:
-            item.add_marker(pytest.mark.xdist_group("slow"))
+        if item.get_closest_marker("cpu") or path(item) in cpu_files & shared_files:
+            item.add_marker(pytest.mark.cpu)
+            item.add_marker(pytest.mark.xdist_group("cpu"))
         elif path(item) in shared_files:
             item.add_marker(pytest.mark.xdist_group(path(item)))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(key=lambda item: (item.get_closest_marker("cpu") is None, item.get_closest_marker("slow") is None))
 
 
 @pytest.fixture

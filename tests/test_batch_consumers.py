@@ -315,6 +315,7 @@ def test_runs_with_and_without_tool_calls_load_and_concatenate(make_daemon, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_the_card_loads_on_the_oldest_datasets_release_it_supports(make_daemon, tmp_path):
     """``datasets`` 3.0 in a throwaway venv (from PyPI, kept for later runs: tests/venvs.py) loads the
     folders as the newest does."""

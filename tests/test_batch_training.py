@@ -29,6 +29,7 @@ def _run(make_daemon, tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 @pytest.mark.timeout(1800)
 def test_sft_trainer_trains_smollm2_on_a_run_folder_with_assistant_only_loss(make_daemon, tmp_path):
     pytest.importorskip("torch")

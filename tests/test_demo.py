@@ -47,7 +47,7 @@ def demo(provider: str, **env_vars: str) -> tuple[int, str, str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
-@pytest.mark.parametrize("provider", ["scripted", "local"])
+@pytest.mark.parametrize("provider", ["scripted", pytest.param("local", marks=pytest.mark.cpu)])
 def test_demo_succeeds_end_to_end(provider):
     if provider == "local" and not local.available():
         pytest.skip(f"local model not installed: {local.INSTALL_HINT}")

@@ -120,6 +120,7 @@ def steps() -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 @needs_model
 def test_tool_call_then_final_answer(steps):
     step = steps["first"]
@@ -138,6 +139,7 @@ def test_tool_call_then_final_answer(steps):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 @needs_model
 def test_same_prompt_same_step(steps):
     strip = [{k: v for k, v in blk.items() if k != "id"} for blk in steps["first"]["content"]]
@@ -145,6 +147,7 @@ def test_same_prompt_same_step(steps):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 @needs_model
 def test_loaded_without_weight_repacking_and_the_build_fits_this_cpu():
     """The two guards of :mod:`child.providers.llama_build`, checked in a subprocess too."""
