@@ -31,6 +31,7 @@ import itertools
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -256,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disk-mib", type=int, default=192, help="the size of HERMES_HOME's tmpfs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    # a SIGTERM (timeout(1), a CI's end) unwinds like Ctrl-C: the daemon, the fake provider and the
+    # tmpfs of HERMES_HOME are cleaned up by the finally blocks, not left behind
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     result = run(args.cycles, args.seed, args.faults, args.fuzz, Scale.small() if args.small else Scale(),
                  args.disk_mib, log=lambda line: print(line, flush=True))
     print(json.dumps(result, default=str) if args.json else report(result), flush=True)
