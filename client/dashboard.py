@@ -27,7 +27,7 @@ from hermesd import paths, private
 
 START_SECONDS = 20.0
 STOP_SECONDS = 10.0
-"""How long ``--stop`` waits for the dashboard to exit (it shuts down within 2 s: ``dashboard.__main__``)."""
+"""How long ``--stop`` waits for the dashboard to exit (it shuts down within ``dashboard.__main__.SHUTDOWN_SECONDS``)."""
 
 
 def _state(runtime_dir: str | None) -> Path:

@@ -3,7 +3,8 @@
 Reads ``config.yaml`` (``dashboard:``; ``--listen`` wins), refuses an address other than
 loopback unless ``dashboard.allow_remote`` (and says loudly when it serves one), binds the socket
 itself so that a port in use is one clear line (exit 2), writes ``dashboard.json`` (pid, URL) 0600 in
-the runtime directory for ``hermesctl dashboard`` to find it, and serves until SIGTERM/SIGINT."""
+the runtime directory for ``hermesctl dashboard`` to find it (again each time hermesd answers after
+it did not: a daemon restarted may have a new runtime directory), and serves until SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from hermesd import config as config_mod
 from hermesd import paths, private
 
 STATE_FILE = "dashboard.json"
+SHUTDOWN_SECONDS = 2
+"""How long open pages (their server-sent event streams) may hold the shutdown after SIGTERM."""
 
 
 def state_path(runtime_dir: str | None) -> Path:
@@ -34,6 +37,13 @@ def forget(state: Path, pid: int) -> None:
             state.unlink()
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def announce(state: Path, url: str, listen: str) -> None:
+    """Write ``state`` (``dashboard.json``: this process's pid, its ``url`` and ``listen`` address)
+    0600, its directory made first when it is not there.  Raises ``OSError``."""
+    paths.ensure_private_dir(state.parent)
+    private.write_file(state, json.dumps({"pid": os.getpid(), "url": url, "listen": listen}))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -91,13 +101,21 @@ def main(argv: list[str] | None = None) -> int:
 
     private.tighten_umask()
     token = load_token()
-    app = build(args.runtime_dir, token, read_only=cfg.read_only, metrics_public=cfg.metrics_public)
-    shown = f"[{host}]" if ":" in host else host
-    state = state_path(args.runtime_dir)
-    paths.ensure_private_dir(state.parent)
-    private.write_file(state, json.dumps({"pid": os.getpid(), "url": f"http://{shown}:{port}/", "listen": f"{host}:{port}"}))
+    state, shown = state_path(args.runtime_dir), f"[{host}]" if ":" in host else host
+    url, listen = f"http://{shown}:{port}/", f"{host}:{port}"
+
+    def again() -> None:
+        """hermesd answers (again): its runtime directory may be a new one without dashboard.json
+        (systemd removes a unit's RuntimeDirectory= as it stops), where `hermesctl dashboard` looks."""
+        try:
+            announce(state, url, listen)
+        except OSError as exc:
+            print(f"hermesctl dashboard: cannot write {state}: {exc}", file=sys.stderr, flush=True)
+
+    app = build(args.runtime_dir, token, read_only=cfg.read_only, metrics_public=cfg.metrics_public, on_up=again)
+    announce(state, url, listen)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=2))
+                                           timeout_graceful_shutdown=SHUTDOWN_SECONDS))
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _exit)
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.routing import Mount, Route
@@ -21,12 +21,13 @@ from dashboard.views import HERE, Views
 
 
 def build(runtime_dir: str | Path | None, token: str, *, read_only: bool = False,
-          metrics_public: bool = False) -> Any:
-    """The guarded ASGI app for the daemon of ``runtime_dir`` (None: the environment's)."""
+          metrics_public: bool = False, on_up: Callable[[], None] | None = None) -> Any:
+    """The guarded ASGI app for the daemon of ``runtime_dir`` (None: the environment's);
+    ``on_up`` is called (in the feed's thread) each time the daemon answers after it did not."""
     index = Index()
     link = Link(runtime_dir)
     holder: dict[str, Views] = {}
-    feed = Feed(runtime_dir, index, link, lambda topics, rows: holder["views"].hub.changed(topics, rows))
+    feed = Feed(runtime_dir, index, link, lambda topics, rows: holder["views"].hub.changed(topics, rows), on_up)
     views = holder["views"] = Views(link, index, feed, token, read_only)
 
     @contextlib.asynccontextmanager

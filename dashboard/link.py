@@ -77,11 +77,12 @@ def load_jobs(link: Link, index: Index) -> None:
 class Feed:
     """The event log followed in a thread: each event to ``index``, then ``changed(topics, rows)``
     called (in this thread) with the topics it touched and the ids of job rows to redraw.
-    :attr:`up` is False while the daemon cannot be reached (:attr:`why` says why)."""
+    :attr:`up` is False while the daemon cannot be reached (:attr:`why` says why); ``on_up()`` is
+    called (in this thread) each time it answers after it did not."""
 
     def __init__(self, runtime_dir: str | Path | None, index: Index, link: Link,
-                 changed: Callable[[set[str], set[str]], None]):
-        self.runtime_dir, self.index, self.link, self.changed = runtime_dir, index, link, changed
+                 changed: Callable[[set[str], set[str]], None], on_up: Callable[[], None] | None = None):
+        self.runtime_dir, self.index, self.link, self.changed, self.on_up = runtime_dir, index, link, changed, on_up
         self.stop = threading.Event()
         self.up, self.why = False, "connecting to hermesd"
         self.thread = threading.Thread(target=self.run, name="dashboard-feed", daemon=True)
@@ -94,6 +95,8 @@ class Feed:
         """``Connection.follow``'s news: the daemon is gone (``why``) or back (None)."""
         self.up, self.why = why is None, why or ""
         self.changed({"status"}, set())
+        if self.up and self.on_up is not None:
+            self.on_up()
 
     def run(self) -> None:
         """Load the jobs, then follow the events until :meth:`close`; a daemon not yet there is

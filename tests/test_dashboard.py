@@ -400,3 +400,32 @@ def test_stop_waits_for_the_dashboard_to_exit_and_its_state_file_goes_with_it(ma
         assert "Traceback" not in (daemon.home / "dashboard.log").read_text()
     finally:
         dashboard.stop()
+
+
+def test_the_dashboard_outlives_a_daemon_restart_and_is_found_again(make_daemon):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    daemon = make_daemon()
+    dashboard = Dashboard(daemon)
+    state = daemon.runtime / "dashboard.json"
+
+    def up() -> float:
+        families = {f.name: f for f in text_string_to_metric_families(dashboard.http("/metrics")[1])}
+        return families["hermesd_up"].samples[0].value
+
+    try:
+        assert daemon.stop() == 0
+        shutil.rmtree(daemon.runtime)  # as systemd removes hermesd.service's RuntimeDirectory= when it stops
+        wait_for(lambda: 'id="down"' in dashboard.http("/")[1], 30, 0.2, "the banner while hermesd is away")
+        assert up() == 0
+        daemon.start()
+        wait_for(lambda: state.exists() and json.loads(state.read_text())["pid"] == dashboard.pid, 30, 0.2,
+                 "dashboard.json in the new runtime directory")
+        again = daemon.ctl("dashboard")  # found, not a second one started on a port in use
+        assert again.returncode == 0 and again.stdout.strip() == dashboard.url, again.stderr
+        job = daemon.delegate("after the restart", script=[{"text": "done"}])["id"]
+        wait_for(lambda: f'id="job-{job}"' in dashboard.http("/")[1], 30, 0.2, "a job of the new daemon on the page")
+        assert 'id="down"' not in dashboard.http("/")[1] and up() == 1
+        assert "Traceback" not in (daemon.home / "dashboard.log").read_text()
+    finally:
+        dashboard.stop()

@@ -110,6 +110,32 @@ def test_daemon_units_say_what_spec_asks(path):
         assert one["ProtectSystem"] == "strict" and one["ProtectHome"] == "yes" and one["PrivateTmp"] == "yes"
 
 
+@pytest.mark.parametrize("path", [UNITS / "hermes-dashboard.service", UNITS / "user" / "hermes-dashboard.service"],
+                         ids=["system", "user"])
+def test_dashboard_units_outlive_the_daemon_and_reach_it(path):
+    from dashboard.__main__ import SHUTDOWN_SECONDS
+
+    unit, daemon = parse_unit(path), parse_unit(path.parent / "hermesd.service")
+    assert "hermesd.service" in unit["Unit"]["Wants"] and "hermesd.service" in unit["Unit"]["After"]
+    assert not {"Requires", "Requisite", "BindsTo", "PartOf"} & set(unit["Unit"]), \
+        "stopping or restarting hermesd must not stop the dashboard (it reconnects)"
+    svc = {key: values[-1] for key, values in unit["Service"].items()}
+    assert svc["ExecStart"].endswith("/hermesctl dashboard --foreground") and svc["Type"] == "exec"
+    assert svc["Restart"] == "on-failure" and svc["RestartPreventExitStatus"] == "2"
+    assert _seconds(svc["TimeoutStopSec"]) > SHUTDOWN_SECONDS
+    env = {name: dict(e.split("=", 1) for e in parsed["Service"]["Environment"]) for name, parsed in
+           (("dashboard", unit), ("daemon", daemon))}
+    for key in ("HERMES_HOME", "HERMES_RUNTIME_DIR"):  # the daemon's config, token file and sockets
+        assert env["dashboard"][key] == env["daemon"][key], key
+    assert "EnvironmentFile" not in svc, "the dashboard is given no provider key"
+    assert "RemoveIPC" not in svc, "it would remove the IPC objects of hermesd's user as the dashboard stops"
+    if path.parent == UNITS:  # the daemon's user (its sockets are 0600), its state directory, a sandbox
+        theirs = {key: values[-1] for key, values in daemon["Service"].items()}
+        for key in ("User", "Group", "StateDirectory", "StateDirectoryMode"):
+            assert svc[key] == theirs[key], key
+        assert svc["ProtectSystem"] == "strict" and svc["ReadWritePaths"] == "%t" and svc["NoNewPrivileges"] == "yes"
+
+
 def test_every_timer_starts_a_cron_style_command():
     timers = sorted(UNITS.glob("*.timer"))
     assert {t.stem for t in timers} >= {"hermes-delegate-example", "hermes-nightly-batch"}
