@@ -41,7 +41,8 @@ def build(runtime_dir: str | Path | None, token: str, *, read_only: bool = False
             link.close()
 
     routes = [
-        Route("/", views.jobs), Route("/jobs/part", views.alone(views.jobs)), Route("/live", views.stream),
+        Route("/", views.jobs), Route("/jobs/part", views.alone(views.jobs)), Route("/jobs/counts", views.counts),
+        Route("/live", views.stream),
         Route("/job/{id}", views.job), Route("/job/{id}/part", views.alone(views.job)), Route("/job/{id}/log", views.log),
         Route("/job/{id}/{action}", views.act, methods=["POST"]),
         Route("/approvals", views.approvals), Route("/approvals/part", views.alone(views.approvals)),

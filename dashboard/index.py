@@ -47,6 +47,12 @@ def holder_kind(key: str, rec: dict[str, Any]) -> str:
     return {"kb": "Kanban task", "group": "parallel group"}.get(key.split("_", 1)[0], "parent")
 
 
+def holder_of(rec: dict[str, Any]) -> str | None:
+    """What holds a job of the tree's top level: its session, or its parent when that is no kept job
+    (a Kanban task, a parallel group); None when it stands alone."""
+    return rec.get("session") or rec.get("parent") or None
+
+
 def matches(rec: dict[str, Any], kind: str | None, state: str | None, text: str | None) -> bool:
     """Whether a job passes the filters: its ``kind``, its ``state`` (or ``live``, ``ended``), ``text``
     in its id, goal, summary or error (any case)."""
@@ -167,20 +173,40 @@ class Index:
         with self.lock:
             return sum(int(r.get("resumes") or 0) for r in self.jobs.values())
 
+    def _tops(self) -> list[dict[str, Any]]:
+        """The jobs no kept job started: the tree's top level, unsorted (the lock held)."""
+        return [r for r in self.jobs.values() if not r.get("parent") or r["parent"] not in self.jobs]
+
+    def _matching(self, kind: str | None, state: str | None, text: str | None) -> list[dict[str, Any]]:
+        """The jobs passing the filters (:func:`matches`), unsorted (the lock held)."""
+        return [r for r in self.jobs.values() if matches(r, kind, state, text)]
+
+    def tally(self, kind: str | None = None, state: str | None = None, text: str | None = None) -> dict[str, int]:
+        """The jobs page's counts, without laying the tree out: ``top``, how many top-level entries
+        :meth:`rows` pages through (with a filter: the jobs passing it), and ``live``, how many of
+        the kept jobs (passing the filter) have not ended."""
+        with self.lock:
+            if kind or state or text:
+                found = self._matching(kind, state, text)
+                return {"top": len(found), "live": sum(1 for r in found if r.get("status") not in TERMINAL)}
+            keys = [holder_of(r) for r in self._tops()]
+            return {"top": len({k for k in keys if k}) + keys.count(None),
+                    "live": sum(1 for r in self.jobs.values() if r.get("status") not in TERMINAL)}
+
     def rows(self, kind: str | None = None, state: str | None = None, text: str | None = None,
              limit: int = 200, offset: int = 0) -> tuple[list[Row], int]:
         """The job tree as rows, newest first, ``limit`` top-level entries from ``offset``; and how
         many top-level entries there are.  With a filter the matching jobs are listed flat."""
         with self.lock:
             if kind or state or text:
-                found = newest_first(r for r in self.jobs.values() if matches(r, kind, state, text))
+                found = newest_first(self._matching(kind, state, text))
                 return [Row(0, dict(r), children=len(self.children.get(r["id"], ()))) for r in
                         found[offset:offset + limit]], len(found)
-            tops = newest_first(r for r in self.jobs.values() if not r.get("parent") or r["parent"] not in self.jobs)
+            tops = newest_first(self._tops())
             entries: list[tuple[str, Any]] = []  # ("job", rec) or ("holder", key)
             held: dict[str, list[dict[str, Any]]] = {}
             for rec in tops:
-                key = rec.get("session") or rec.get("parent")  # a session, or what is no job (a Kanban task, a group)
+                key = holder_of(rec)
                 if key:
                     if key not in held:
                         held[key] = []

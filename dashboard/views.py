@@ -89,6 +89,11 @@ class Views:
         return {"kind": q.get("kind") or None, "state": q.get("state") or None, "q": (q.get("q") or "").strip() or None,
                 "offset": offset}
 
+    def counted(self, f: dict[str, Any]) -> dict[str, Any]:
+        """The jobs page's heading for filters ``f``: ``tally`` (:meth:`Index.tally`) and
+        ``approvals`` (how many requests wait for a person)."""
+        return {"tally": self.index.tally(f["kind"], f["state"], f["q"]), "approvals": len(self.index.approvals)}
+
     async def jobs(self, request: Request, part: bool = False) -> Response:
         """``/``: the job tree, newest first, with filters (``/jobs/part``: its rows alone)."""
         f = self.filters(request)
@@ -97,7 +102,12 @@ class Views:
         return self.page(request, "_job_rows.html" if part else "jobs.html", rows=rows, total=total, f=f, kinds=self.index.kinds(),
                          states=["live", "ended", "queued", "running", "completed", "failed", "cancelled",
                                  "interrupted", "timed_out", "lost"], page_rows=PAGE_ROWS, waiting=waiting,
-                         approvals=len(self.index.approvals))
+                         **self.counted(f))
+
+    async def counts(self, request: Request) -> Response:
+        """``/jobs/counts``: the jobs page's heading alone (its live part: jobs added or ended, requests waiting)."""
+        f = self.filters(request)
+        return self.page(request, "_job_counts.html", f=f, **self.counted(f))
 
     async def stream(self, request: Request) -> Response:
         """``/live``: server-sent events for one page (``?rows=1`` and the jobs filters: its rows too)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -30,8 +31,9 @@ if not (CHROMIUM.exists() and CHROMEDRIVER.exists()) and not os.environ.get("CI"
 SLOW = [{"tool_calls": [{"name": "terminal", "input": {"command": "sleep 2; echo slept-well"}}]}, {"text": "all done"}]
 HELD_SCRIPT = [{"tool_calls": [{"name": "terminal", "input": {"command": HELD}}]}, {"text": "went on"}]
 HANG = [{"tool_calls": [{"name": "terminal", "input": {"command": "sleep 60"}}]}, {"text": "never"}]
-PAGES = ("/", "/job/deleg_x", "/job/deleg_x/part", "/job/deleg_x/log", "/approvals", "/approvals/part", "/batches",
-         "/batch/batch_x", "/bill", "/kanban", "/metrics", "/live", "/static/dash.js")
+PAGES = ("/", "/jobs/part", "/jobs/counts", "/job/deleg_x", "/job/deleg_x/part", "/job/deleg_x/log", "/approvals",
+         "/approvals/part", "/batches", "/batch/batch_x", "/bill", "/kanban", "/metrics", "/live",
+         "/static/dash.js")
 SHOTS: dict[str, Path] = {}
 
 
@@ -90,6 +92,12 @@ def click(driver, element_id: str, keys: str | None = None) -> None:
             return False
 
     wait_for(done, 10, 0.05, f"#{element_id}")
+
+
+def counts(driver) -> tuple[int, int] | None:
+    """The jobs page's counts at the top: ``(top-level entries, jobs live)``; None before they show."""
+    found = re.search(r"(\d+) at the top level · (\d+) live", text_of(driver, "#counts"))
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def text_of(driver, css: str) -> str:
@@ -174,14 +182,19 @@ def test_a_cross_site_post_from_a_browser_is_refused(site, tmp_path):
 
 def test_a_job_appears_live_and_its_page_shows_the_tool_calls(site, tmp_path):
     daemon, dashboard, driver = site
+    wait_for(lambda: not daemon.call("ps")["jobs"], 60, 0.2, "the jobs of the tests before to end")
     driver.get(dashboard.base + "/")
     find(driver, "table#jobs")
+    top, _ = wait_for(lambda: (lambda got: got if got and got[1] == 0 else None)(counts(driver)), 30, 0.1,
+                      "no job live in the counts at the top")
     driver.execute_script("window.notReloaded = true")
     job = daemon.delegate("count the files", script=SLOW, toolsets=["terminal"])["id"]
     find(driver, f"tr#job-{job}", what="the new job's row, live")
-    assert driver.execute_script("return window.notReloaded === true"), "the page reloaded instead of updating"
+    wait_for(lambda: counts(driver) == (top + 1, 1), 30, 0.1, "the counts at the top to take the new job, live")
     assert "count the files" in text_of(driver, f"tr#job-{job}")
     wait_for(lambda: "completed" in text_of(driver, f"tr#job-{job} .state"), 60, 0.1, "the row to say completed")
+    wait_for(lambda: counts(driver) == (top + 1, 0), 30, 0.1, "the counts at the top to say it ended, live")
+    assert driver.execute_script("return window.notReloaded === true"), "the page reloaded instead of updating"
     shot(driver, "jobs", tmp_path)
     driver.get(f"{dashboard.base}/job/{job}")
     find(driver, ".conversation .call")

@@ -45,6 +45,22 @@ def test_the_tree_is_newest_first_with_sessions_children_and_folds():
     assert [r.rec["id"] for r in index.rows(text="GOAL OF BG")[0]] == ["bg_old"]
 
 
+def test_the_counts_at_the_top_are_those_of_the_tree_and_its_filters():
+    index = Index()
+    assert index.tally() == {"top": 0, "live": 0}
+    index.add([rec("loose", "running", second=1), rec("batch_b", "running", second=2, kind="batch"),
+               rec("item_1", parent="batch_b", second=3, kind="batch_item"),
+               rec("item_2", "running", parent="batch_b", second=4, kind="batch_item"),
+               rec("turn_1", session="main", second=5, kind="session_turn"),
+               rec("turn_2", "queued", session="main", second=6, kind="session_turn"),
+               rec("worker", "failed", parent="kb_3", second=7, kind="kanban_worker")])
+    # loose, batch_b (its items under it), the session main, the Kanban task kb_3: as the rows page through
+    assert index.tally() == {"top": index.rows()[1], "live": 4} == {"top": 4, "live": 4}
+    assert index.tally(kind="batch_item") == {"top": index.rows(kind="batch_item")[1], "live": 1} == {"top": 2, "live": 1}
+    assert index.tally(state="ended") == {"top": 3, "live": 0}
+    assert index.tally(text="TURN_") == {"top": 2, "live": 1}
+
+
 def test_events_update_the_index_and_name_their_topics():
     index = Index()
     index.add([rec("batch_b", "running", kind="batch")])

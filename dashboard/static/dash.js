@@ -44,7 +44,11 @@
       parent.after(tr);
     } else if (!row.parent) {
       table.prepend(tr);
+    } else {
+      return;
     }
+    const none = document.getElementById("no-jobs");
+    if (none) none.remove();
   }
 
   function confirmForms(root) {
