@@ -52,6 +52,7 @@ def build(runtime_dir: str | Path | None, token: str, *, read_only: bool = False
         Route("/batch/{id}/samples", views.samples),
         Route("/bill", views.bill), Route("/bill/part", views.alone(views.bill)),
         Route("/kanban", views.kanban), Route("/kanban/part", views.alone(views.kanban)),
+        Route("/kanban/{action}", views.act, methods=["POST"]), Route("/kanban/{id}/{action}", views.act, methods=["POST"]),
         Route("/metrics", views.metrics),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]

@@ -5,7 +5,7 @@ that carries the CSRF token and answers with a redirect back (or a page saying w
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -177,9 +177,31 @@ class Views:
 
     # actions --------------------------------------------------------------
 
+    @staticmethod
+    def actions(area: str, form: Any) -> dict[str, tuple[str, dict[str, Any]]]:
+        """The actions of ``area`` (``job``, ``approval``, ``kanban``; else none): each name →
+        ``(op, args)``, the args from the posted ``form`` (None: not given).  The daemon checks
+        them (an empty title or message is its ``bad_request``, shown on the page)."""
+        def given(key: str) -> str | None:
+            return str(form.get(key) or "").strip() or None
+
+        by = "the dashboard"
+        return {
+            "job": {"cancel": ("cancel", {}), "retry": ("retry", {}),
+                    "steer": ("steer", {"message": str(form.get("message") or "")})},
+            "approval": {"approve": ("approvals.approve", {"by": by}),
+                         "deny": ("approvals.deny", {"by": by, "reason": given("reason")})},
+            "kanban": {"create": ("kanban.create", {"title": str(form.get("title") or ""), "assignee": given("assignee"),
+                                                    "body": given("body"), "board": given("board"),
+                                                    "triage": bool(form.get("triage")), "author": by}),
+                       "unblock": ("kanban.unblock", {"note": given("note"), "author": by}),
+                       "archive": ("kanban.archive", {"author": by})},
+        }.get(area, {})
+
     async def act(self, request: Request) -> Response:
-        """``POST /job/ID/{cancel,retry,steer}``, ``POST /approval/ID/{approve,deny}``: checked
-        (read-only, CSRF token), sent, then back to the page the form was on."""
+        """``POST /job/ID/{cancel,retry,steer}``, ``POST /approval/ID/{approve,deny}``, ``POST
+        /kanban/create``, ``POST /kanban/ID/{unblock,archive}``: checked (read-only, CSRF token),
+        sent, then back to the page the form was on."""
         form = await request.form()
         if self.read_only:
             return self.page(request, "error.html", 403, code="read_only",
@@ -187,16 +209,15 @@ class Views:
         if not auth.same(str(form.get("csrf") or ""), self.csrf):
             return self.page(request, "error.html", 403, code="csrf", message="refused: the form's CSRF token is "
                              "missing or wrong (reload the page)")
-        what, target = request.path_params["action"], request.path_params["id"]
-        ops = {"cancel": ("cancel", {}), "retry": ("retry", {}),
-               "steer": ("steer", {"message": str(form.get("message") or "")}),
-               "approve": ("approvals.approve", {"by": "the dashboard"}),
-               "deny": ("approvals.deny", {"by": "the dashboard", "reason": str(form.get("reason") or "") or None})}
-        if what not in ops or (request.url.path.startswith("/approval/") != (what in ("approve", "deny"))):
+        what, target = request.path_params["action"], request.path_params.get("id")
+        ops = self.actions(request.url.path.split("/")[1], form)
+        if what not in ops or (target is None) != (what == "create"):  # creating is the one action on no id
             return self.page(request, "error.html", 404, code="not_found", message=f"no action {what!r} here")
         op, args = ops[what]
+        if target is not None:
+            args = {"id": target, **args}
         try:
-            answer = await self.ask(op, id=target, **{k: v for k, v in args.items() if v is not None})
+            answer = await self.ask(op, **{k: v for k, v in args.items() if v is not None})
         except (ProtocolError, ClientError) as err:
             return self.failed(request, err)
         back = str(form.get("back") or "/")
@@ -305,7 +326,8 @@ class Views:
                                 body="_bill_body.html")
 
     async def kanban(self, request: Request, part: bool = False) -> Response:
-        """``/kanban``: the board's columns and cards."""
+        """``/kanban``: the board's columns and cards; unless read-only, a form for a new task and
+        each card's actions (unblock a blocked or triage card, archive one)."""
         try:
             board = await self.ask("kanban.list", 0.5)
         except (ProtocolError, ClientError) as err:
@@ -313,9 +335,8 @@ class Views:
         columns: dict[str, list[dict[str, Any]]] = {s: [] for s in ("triage", "todo", "ready", "running", "blocked", "done")}
         for task in board.get("tasks") or []:
             columns.setdefault(task.get("status") or "?", []).append(task)
-        return self.page(request, "_kanban.html" if part else "live.html", title="Kanban", live="/kanban/part",
-                         topics="kanban", body="_kanban.html", columns=columns,
-                         counts=Counter({k: len(v) for k, v in columns.items()}))
+        return self.page(request, "_kanban.html" if part else "kanban.html", columns=columns,
+                         profiles=board.get("profiles") or [], boards=board.get("boards") or [])
 
     async def metrics(self, request: Request) -> Response:
         """``/metrics``: Prometheus' text format (``prometheus_client``)."""

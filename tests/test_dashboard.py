@@ -32,8 +32,10 @@ SLOW = [{"tool_calls": [{"name": "terminal", "input": {"command": "sleep 2; echo
 HELD_SCRIPT = [{"tool_calls": [{"name": "terminal", "input": {"command": HELD}}]}, {"text": "went on"}]
 HANG = [{"tool_calls": [{"name": "terminal", "input": {"command": "sleep 60"}}]}, {"text": "never"}]
 PAGES = ("/", "/jobs/part", "/jobs/counts", "/job/deleg_x", "/job/deleg_x/part", "/job/deleg_x/log", "/approvals",
-         "/approvals/part", "/batches", "/batch/batch_x", "/bill", "/kanban", "/metrics", "/live",
+         "/approvals/part", "/batches", "/batch/batch_x", "/bill", "/kanban", "/kanban/part", "/metrics", "/live",
          "/static/dash.js")
+ACTIONS = ("/job/deleg_x/cancel", "/job/deleg_x/retry", "/job/deleg_x/steer", "/approval/ap_x/approve",
+           "/approval/ap_x/deny", "/kanban/create", "/kanban/kb_x/unblock", "/kanban/kb_x/archive")
 SHOTS: dict[str, Path] = {}
 
 
@@ -100,6 +102,11 @@ def counts(driver) -> tuple[int, int] | None:
     return (int(found[1]), int(found[2])) if found else None
 
 
+def csrf_of(page: str) -> str:
+    """The CSRF token a page's forms carry."""
+    return page.split('data-csrf="', 1)[1].split('"', 1)[0]
+
+
 def text_of(driver, css: str) -> str:
     """The text of every element matching ``css``, read in one go (a live update may replace them)."""
     return driver.execute_script("return Array.from(document.querySelectorAll(arguments[0]))"
@@ -112,8 +119,7 @@ def test_without_the_token_every_page_and_action_is_refused(site):
         status, body = dashboard.http(path, token=False)
         assert status == 401, (path, status)
         assert "token" in body
-    for path in ("/job/deleg_x/cancel", "/job/deleg_x/retry", "/job/deleg_x/steer", "/approval/ap_x/approve",
-                 "/approval/ap_x/deny"):
+    for path in ACTIONS:
         assert dashboard.http(path, {"csrf": "x"}, token=False)[0] == 401, path
     assert dashboard.http("/?token=not-it", token=False)[0] == 401
     status, _ = dashboard.http("/", token=True)
@@ -268,6 +274,56 @@ def test_kanban_columns_are_live_and_approvals_fit_a_phone(site):
         driver.set_window_size(1200, 900)
 
 
+def test_kanban_tasks_are_created_unblocked_and_archived_from_the_board(site):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    daemon, dashboard, driver = site
+    daemon.call("profile.create", name="editor", description="edits prose", toolsets=["file"])
+
+    def form_offers_it():
+        driver.get(f"{dashboard.base}/kanban")
+        return driver.find_elements(By.CSS_SELECTOR, '#new-assignee option[value="editor"]')
+
+    wait_for(form_offers_it, 30, 0.5, "the new task's form to offer the profile")
+    click(driver, "new-title", keys="draft the release notes")
+    Select(driver.find_element(By.ID, "new-assignee")).select_by_value("editor")
+    click(driver, "new-body", keys="Two paragraphs, in NEWS.md.")
+    click(driver, "new-triage")
+    click(driver, "create")
+    wait_for(lambda: "draft the release notes" in text_of(driver, "#col-triage"), 30, 0.2, "the new card in triage")
+    draft = next(t for t in daemon.call("kanban.list")["tasks"] if t["title"] == "draft the release notes")
+    assert (draft["status"], draft["assignee"], draft["created_by"], draft["body"]) == \
+        ("triage", "editor", "the dashboard", "Two paragraphs, in NEWS.md."), draft
+    # unblocked, this one waits (todo) for its parent, still in triage: no worker starts meanwhile
+    later = daemon.call("kanban.create", title="publish them", assignee="editor", parents=[draft["id"]],
+                        triage=True)["id"]
+    find(driver, f"#unblock-{later}", what="the second card, live")
+    click(driver, f"note-{later}", keys="once the draft is read")
+    click(driver, f"unblock-{later}")
+    wait_for(lambda: "publish them" in text_of(driver, "#col-todo"), 30, 0.2, "the card in todo")
+    shown = daemon.call("kanban.show", id=later)
+    assert shown["status"] == "todo" and [c["text"] for c in shown["comments"]] == ["once the draft is read"]
+    click(driver, f"archive-{draft['id']}")
+    assert draft["id"] in driver.switch_to.alert.text
+    driver.switch_to.alert.accept()
+    wait_for(lambda: not driver.find_elements(By.ID, f"task-{draft['id']}"), 30, 0.2, "the archived card gone")
+    assert daemon.call("kanban.show", id=draft["id"])["status"] == "archived"
+    # what waited for it is blocked, and its card says why
+    wait_for(lambda: "archived unfinished" in text_of(driver, f"#col-blocked #task-{later}"), 30, 0.2,
+             "the waiting card blocked, with the reason")
+    # bad input is the daemon's clear refusal, shown; nothing is made
+    status, page = dashboard.http("/", token=True)
+    csrf = csrf_of(page)
+    status, page = dashboard.http("/kanban/create", {"csrf": csrf, "title": "orphan", "assignee": "ghost"})
+    assert status == 404 and "no profile" in page and "ghost" in page
+    status, page = dashboard.http("/kanban/create", {"csrf": csrf, "title": " ", "assignee": "editor"})
+    assert status == 400 and "title" in page
+    assert dashboard.http(f"/kanban/{later}/create", {"csrf": csrf})[0] == 404
+    assert dashboard.http("/kanban/unblock", {"csrf": csrf})[0] == 404
+    assert not [t for t in daemon.call("kanban.list")["tasks"] if t["title"] in ("orphan", " ")]
+
+
 def test_cancel_ends_a_job_and_the_page_says_so(site):
     from selenium.webdriver.common.by import By
 
@@ -383,9 +439,17 @@ def test_read_only_port_in_use_and_remote_addresses(site, tmp_path):
         job = daemon.delegate("hang", script=HANG, toolsets=["terminal"])["id"]
         status, page = ro.http(f"/job/{job}")
         assert status == 200 and 'id="cancel"' not in page and "read-only" in page
-        csrf = page.split('data-csrf="', 1)[1].split('"', 1)[0]
+        csrf = csrf_of(page)
         assert ro.http(f"/job/{job}/cancel", {"csrf": csrf})[0] == 403
         assert daemon.call("job", id=job)["status"] in ("queued", "starting", "running")
+        daemon.call("profile.create", name="reader", description="reads", toolsets=["file"])
+        parked = daemon.call("kanban.create", title="left alone", assignee="reader", triage=True)["id"]
+        status, board = ro.http("/kanban")
+        assert status == 200 and parked in board and "new-task" not in board and f"unblock-{parked}" not in board
+        assert ro.http("/kanban/create", {"csrf": csrf, "title": "not made", "assignee": "reader"})[0] == 403
+        assert ro.http(f"/kanban/{parked}/archive", {"csrf": csrf})[0] == 403
+        assert daemon.call("kanban.show", id=parked)["status"] == "triage"
+        assert "not made" not in {t["title"] for t in daemon.call("kanban.list")["tasks"]}
         assert ro.http("/metrics", token=False)[0] == 200  # metrics_public
         assert ro.http("/", token=False)[0] == 401  # but nothing else
         daemon.call("cancel", id=job)

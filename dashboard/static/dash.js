@@ -1,7 +1,8 @@
 // hermesd dashboard: live updates by server-sent events (/live), no framework, no build step.
 // Parts of a page marked data-live="URL" data-topics="a b" are fetched again from URL when the
 // server says one of their topics changed (at most one request in flight per part); the jobs
-// table (data-rows) takes its changed rows as HTML; a job's log (data-log) is followed.
+// table (data-rows) takes its changed rows as HTML; a job's log (data-log) is followed; a form
+// marked "confirm" asks its data-confirm question before it is sent.
 "use strict";
 (function () {
   const parts = Array.from(document.querySelectorAll("[data-live]"));
@@ -55,7 +56,7 @@
     root.querySelectorAll("form.confirm").forEach(f => {
       if (f.dataset.armed) return;
       f.dataset.armed = "1";
-      f.addEventListener("submit", e => { if (!window.confirm("Cancel this job?")) e.preventDefault(); });
+      f.addEventListener("submit", e => { if (!window.confirm(f.dataset.confirm)) e.preventDefault(); });
     });
   }
 
