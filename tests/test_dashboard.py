@@ -245,12 +245,21 @@ def test_approve_and_deny_from_the_page_and_the_job_goes_on(site, tmp_path):
 
 def test_steer_from_the_page_reaches_the_running_job(site):
     daemon, dashboard, driver = site
-    job = daemon.delegate("wait then answer", script=SLOW, toolsets=["terminal"])["id"]
+    # its command runs until the steer was sent (or 60 s): however slow the machine, the message
+    # is sent while the job runs, and read before its next model call
+    until_sent = [{"tool_calls": [{"name": "terminal", "input": {
+        "command": "for i in $(seq 600); do [ -e steer-sent ] && break; sleep 0.1; done; echo waited"}}]},
+        {"text": "all done"}]
+    job = daemon.delegate("wait then answer", script=until_sent, toolsets=["terminal"])["id"]
     wait_for(lambda: any(e["t"] == "tool_started" for e in daemon.call("journal", id=job)["entries"]), 30, 0.05,
              "the tool call to start")
     driver.get(f"{dashboard.base}/job/{job}")
     click(driver, "steer-message", keys="mind the README")
-    click(driver, "steer")
+    driver.execute_script("window.beforeSteer = true")
+    click(driver, "steer")  # the form's answer is the job's page again, loaded anew once the daemon took it
+    wait_for(lambda: driver.execute_script("return window.beforeSteer === undefined && "
+                                           "document.readyState === 'complete'"), 30, 0.1, "the steer sent")
+    (daemon.work / "steer-sent").touch()
     assert daemon.wait_job(job)["status"] == "completed"
     wait_for(lambda: "Message from a person" in text_of(driver, ".conversation .note"), 30, 0.2,
              "the steer message in the conversation")
