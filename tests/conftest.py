@@ -15,7 +15,7 @@ for _size in ("COLUMNS", "LINES"):  # a pytest-xdist worker gets COLUMNS=80 LINE
 SHARED_SCOPES = ("package", "module", "class", "session")
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     """Order and group the tests for a parallel run (pytest-xdist, as ``.ci/run`` runs them:
     ``--dist loadgroup --no-loadscope-reorder``).
@@ -29,8 +29,9 @@ def pytest_collection_modifyitems(config, items):
       that fixture once: into the ``cpu`` group when the file has a ``cpu`` test, else a group of
       its own.  Every other test may go to any worker.
 
-    Runs first (the xdist worker reads the groups in a hook of its own), after
-    ``tests/chaos/conftest.py``'s, registered later, has marked its long tests.
+    A wrapper, so it runs before every plain implementation (the xdist worker reads the groups in a
+    plain one of its own), after ``tests/chaos/conftest.py``'s wrapper, registered later, has marked
+    its long tests.
     """
     def shares(item) -> bool:
         fixtures = getattr(item, "_fixtureinfo", None)
@@ -49,6 +50,7 @@ def pytest_collection_modifyitems(config, items):
         elif path(item) in shared_files:
             item.add_marker(pytest.mark.xdist_group(path(item)))
     items.sort(key=lambda item: (item.get_closest_marker("cpu") is None, item.get_closest_marker("slow") is None))
+    return (yield)
 
 
 @pytest.fixture

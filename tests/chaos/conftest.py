@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark ``slow`` the items named in their module's ``SLOW`` (first: ``tests/conftest.py``
-    orders the items by that mark)."""
+    """Mark ``slow`` the items named in their module's ``SLOW`` (a wrapper, before
+    ``tests/conftest.py``'s, which orders the items by that mark)."""
     for item in items:
         if getattr(item, "originalname", None) in getattr(getattr(item, "module", None), "SLOW", ()):
             item.add_marker(pytest.mark.slow)
+    return (yield)
