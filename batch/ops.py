@@ -222,7 +222,7 @@ async def batch_run(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     the key with other arguments is ``bad_request``.
     """
     key = idempotency.key_of(args, "batch.run")
-    first = idempotency.earlier(ctx.jobs, key)
+    first = idempotency.earlier(ctx.store, key)
     if first is not None:
         return idempotency.repeat(_service(ctx).record(first["id"]))
     settings = settings_from(ctx, args)

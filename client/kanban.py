@@ -15,7 +15,8 @@ from typing import Any
 import click
 
 from client import render
-from client.common import conn, is_json, json_option, out, print_all, read_text, show, split, text_input
+from client.common import (conn, idempotency_option, is_json, json_option, out, print_all, read_text, said_repeat, show,
+                           split, text_input)
 from hermesd.contract.providers import PROVIDERS
 from hermesd.protocol import EXIT_CODES
 
@@ -90,17 +91,21 @@ def kanban_group() -> None:
 @click.option("--triage", is_flag=True, help="Park it in triage until `kanban unblock`.")
 @click.option("--cwd", default=None, type=click.Path(file_okay=False, exists=True),
               help="Working directory of its worker (default: the board's directory under HERMES_HOME).")
+@idempotency_option
 def create(title: str, assignee: str, body: str | None, body_file: Any, parents: tuple[str, ...], priority: int,
-           board: str | None, triage: bool, cwd: str | None) -> None:
+           board: str | None, triage: bool, cwd: str | None, idempotency_key: str | None) -> None:
     """Put task TITLE on the board for profile --assignee; prints its id and status."""
     if body is not None or body_file is not None:
         body = read_text(body, body_file, "body")
     args: dict[str, Any] = {"title": title, "assignee": assignee, "parents": list(parents), "priority": priority,
                             "triage": triage, "author": _author()}
-    for key, value in (("body", body), ("board", board), ("cwd", cwd and os.path.abspath(cwd))):
+    for key, value in (("body", body), ("board", board), ("cwd", cwd and os.path.abspath(cwd)),
+                       ("idempotency_key", idempotency_key)):
         if value is not None:
             args[key] = value
-    show(conn().call("kanban.create", **args), lambda t: f"{t['id']} {t['status']}")
+    task = conn().call("kanban.create", **args)
+    said_repeat(task, task["id"])
+    show(task, lambda t: f"{t['id']} {t['status']}")
 
 
 def _link_command(name: str, help_text: str) -> click.Command:

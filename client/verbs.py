@@ -174,7 +174,7 @@ def take(s: Session, items: Iterator[Any], limit: int | None, what: str) -> list
 
 
 IDEMPOTENCY_HELP = ("Make the request idempotent: sent again with the same KEY (after a timeout, by a retrying "
-                    "script), it returns the job the first one made instead of starting another.")
+                    "script), it returns the job (or Kanban task) the first one made instead of making another.")
 
 
 def said_repeat(s: Session, answer: dict[str, Any], job_id: str) -> None:

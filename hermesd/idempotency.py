@@ -5,14 +5,16 @@ connection, a cron line run again) sends it again with the same
 ``idempotency_key`` (the name Stripe's API and the IETF draft
 draft-ietf-httpapi-idempotency-key-header give it): the answer is the job the
 first request made — same id, with ``repeat: true`` — and no second job starts.
-The key is stored with the job (``jobs.idempotency_key``, unique), so it holds
-for as long as the job is kept (until retention or ``clean`` removes it) and
-across restarts.  Keys are per request kind (``delegate``, ``spawn_parallel``,
-``session.send``, ``batch.run``): the same text sent to two of them is two
-keys.  A repeat is the same request: the key is stored with a digest of the
+The key is stored with what the request made, in a unique column
+``idempotency_key`` of its table — the job's (``jobs``), or the Kanban task's
+(``kanban_tasks``, for ``kanban.create``: a task is no job) — so it holds for as
+long as that row is kept (until retention or ``clean`` removes a job) and across
+restarts.  Keys are per request kind (``delegate``, ``spawn_parallel``,
+``session.send``, ``batch.run``, ``kanban.create``): the same text sent to two of
+them is two keys.  A repeat is the same request: the key is stored with a digest of the
 request's other arguments (SHA-256 of their canonical JSON), and the key sent
 again with other arguments is refused (``bad_request`` naming the key and the
-first job), as the draft (422, "a key reused with a different payload") and
+first job or task), as the draft (422, "a key reused with a different payload") and
 Stripe do, instead of answering a job the caller did not ask for.  A job stored
 before digests were (a key alone) is answered whatever the repeat's arguments.
 """
@@ -65,25 +67,26 @@ def key_of(args: dict[str, Any], scope: str) -> str | None:
     return f"{scope}:{key}{DIGEST_SEP}{digest(args)}"
 
 
-def earlier(jobs: Any, key: str | None) -> dict[str, Any] | None:
-    """The row of the job submitted with stored ``key`` (:func:`key_of`) and still kept, else None.
-    ``jobs``: the :class:`hermesd.jobs.JobTable`.
+def earlier(store: Any, key: str | None, table: str = "jobs", noun: str = "job") -> dict[str, Any] | None:
+    """The row of ``table`` (``jobs``, or another with a unique ``idempotency_key`` column and an
+    ``id``) made by a request with stored ``key`` (:func:`key_of`) and still kept, else None.
+    ``store``: the :class:`hermesd.store.Store`; ``noun``: what a row of ``table`` is called.
 
-    Raises ``ProtocolError(bad_request)`` naming the key and the first job when that job
-    was submitted with the same key but other arguments (another digest)."""
+    Raises ``ProtocolError(bad_request)`` naming the key and the first row (``{noun}`` and its id,
+    also in the details) when it was made with the same key but other arguments (another digest)."""
     if key is None:
         return None
     scoped, _, _ = key.partition(DIGEST_SEP)
-    row = jobs.store.one("SELECT * FROM jobs WHERE idempotency_key = ? OR (idempotency_key > ? AND idempotency_key < ?)"
-                         " LIMIT 1", (scoped, scoped + DIGEST_SEP, scoped + chr(ord(DIGEST_SEP) + 1)))
+    row = store.one(f"SELECT * FROM {table} WHERE idempotency_key = ? OR (idempotency_key > ? AND idempotency_key < ?)"
+                    " LIMIT 1", (scoped, scoped + DIGEST_SEP, scoped + chr(ord(DIGEST_SEP) + 1)))
     if row is None or row["idempotency_key"] in (key, scoped):
         return row
     sent = scoped.partition(":")[2]
-    raise ProtocolError("bad_request", f"{ARG} {sent!r} was sent before with other arguments (job {row['id']}); "
+    raise ProtocolError("bad_request", f"{ARG} {sent!r} was sent before with other arguments ({noun} {row['id']}); "
                         "a repeat must be the same request, another request needs another key",
-                        {"field": ARG, "job": row["id"]})
+                        {"field": ARG, noun: row["id"]})
 
 
 def repeat(answer: dict[str, Any]) -> dict[str, Any]:
-    """``answer`` (the first request's kind of reply, for the earlier job) marked as a repeat."""
+    """``answer`` (the first request's kind of reply, for the earlier job or task) marked as a repeat."""
     return {**answer, "repeat": True}

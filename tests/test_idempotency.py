@@ -1,6 +1,7 @@
 """Idempotent submission: the same request sent again with the same ``idempotency_key`` gets the
 first job (same id, ``repeat: true``) and starts nothing, for delegations, parallel groups, session
-messages and batch runs, also after a restart; the key sent with other arguments is refused."""
+messages and batch runs, and the first Kanban task for ``kanban.create``, also after a restart; the key
+sent with other arguments is refused."""
 
 from __future__ import annotations
 
@@ -89,3 +90,27 @@ def test_a_background_errand_sent_twice_with_a_key_is_one_job(daemon):
     assert [j["id"] for j in errands] == [first["delegation_id"]]
     with pytest.raises(ProtocolError, match="other arguments"):
         daemon.call("session.send", **{**args, "text": "/background another errand"})
+
+
+def test_kanban_create_twice_with_a_key_is_one_task_also_after_a_restart(daemon):
+    # Found by the soak: a client that lost kanban.create's answer could not ask again safely.
+    made = daemon.ctl("profile", "create", "scribe", "--description", "Writes notes", "--provider", "scripted")
+    assert made.returncode == 0, made.stderr
+    argv = ("kanban", "create", "write the notes", "--assignee", "scribe", "--triage", "--idempotency-key", "plan-1")
+    cli = daemon.ctl(*argv, "--json")
+    assert cli.returncode == 0, cli.stderr
+    first = json.loads(cli.stdout)
+    assert "repeat" not in first and "idempotency_key" not in first
+    assert daemon.stop() == 0
+    daemon.start()
+    again = daemon.ctl(*argv, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {**first, "repeat": True}
+    people = daemon.ctl(*argv)
+    assert people.stdout.startswith(first["id"]) and "not started again" in people.stderr
+    other = daemon.ctl("kanban", "create", "other notes", "--assignee", "scribe", "--triage", "--idempotency-key", "plan-1")
+    assert other.returncode == 2 and "was sent before with other arguments (task " + first["id"] in other.stderr
+    with pytest.raises(ProtocolError) as err:
+        daemon.call("kanban.create", title="write the notes", assignee="scribe", idempotency_key="plan-1")
+    assert err.value.code == "bad_request" and err.value.details["task"] == first["id"]
+    assert [t["id"] for t in daemon.call("kanban.list")["tasks"]] == [first["id"]]

@@ -95,7 +95,7 @@ async def delegate(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     the key with other arguments is ``bad_request`` (:mod:`hermesd.idempotency`).
     """
     key = idempotency.key_of(args, "delegate")
-    first = idempotency.earlier(ctx.jobs, key)
+    first = idempotency.earlier(ctx.store, key)
     if first is not None:
         return idempotency.repeat(submitted(ctx, first))
     background = arg(args, "background", bool, False)
@@ -116,7 +116,7 @@ async def spawn_parallel(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     the key with other arguments is ``bad_request``.
     """
     key = idempotency.key_of(args, "spawn_parallel")
-    first = idempotency.earlier(ctx.jobs, key)
+    first = idempotency.earlier(ctx.store, key)
     if first is not None:
         rows = ctx.jobs.list(parent=first["parent"])
         return idempotency.repeat({"group": first["parent"], "jobs": [submitted(ctx, r) for r in rows]})

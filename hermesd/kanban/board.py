@@ -143,7 +143,7 @@ class Board:
         """The public view of a task: its columns (``worker`` = the last worker job)
         plus ``parents`` and ``children`` ids; ``full`` adds ``comments``; ``cut``
         shortens ``body`` and ``result`` to that many characters (listings)."""
-        rec = {k: v for k, v in row.items() if k not in ("num", "last_worker")}
+        rec = {k: v for k, v in row.items() if k not in ("num", "last_worker", "idempotency_key")}
         rec["worker"] = row.get("last_worker")
         rec["parents"] = [p["id"] for p in self.parents(row["id"])]
         rec["children"] = [c["id"] for c in self.children(row["id"])]
@@ -220,12 +220,14 @@ class Board:
     # orchestrator and people ---------------------------------------------
 
     def create(self, actor: Actor, *, title: Any, assignee: Any, body: Any = None, parents: Any = None,
-               priority: Any = 0, board: Any = None, triage: bool = False, cwd: Any = None) -> dict[str, Any]:
+               priority: Any = 0, board: Any = None, triage: bool = False, cwd: Any = None,
+               idempotency_key: str | None = None) -> dict[str, Any]:
         """Put a task on ``board`` for profile ``assignee``; returns its record.
 
         ``parents``: ids of tasks it waits for (same board).  It starts ``triage``
         (with ``triage``), else ``ready`` when every parent is done, else ``todo``.
-        Raises ``bad_request``/``too_large`` naming the field, ``not_found`` for an
+        ``idempotency_key``: the request's in its stored form (:func:`hermesd.idempotency.key_of`),
+        kept with the task.  Raises ``bad_request``/``too_large`` naming the field, ``not_found`` for an
         unknown parent or profile (the message lists the profiles).
         """
         self._not_worker(actor, "create tasks")
@@ -240,7 +242,7 @@ class Board:
         profiles.load(text_arg(assignee, "assignee", limit=64))
         parent_rows = [self._linkable_parent(p, board) for p in self._id_list(parents, "parents")]
         fields = {"title": title, "body": body, "board": board, "priority": priority, "cwd": cwd,
-                  "assignee": assignee.strip()}
+                  "assignee": assignee.strip(), "idempotency_key": idempotency_key}
         return self.run(self._create, actor, fields, parent_rows, triage)
 
     def _create(self, out: list, actor: Actor, fields: dict[str, Any], parent_rows: list, triage: bool) -> dict:

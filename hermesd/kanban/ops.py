@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from hermesd import idempotency
 from hermesd.context import Context
 from hermesd.contract.states import KanbanStatus
 from hermesd.subagents import SubagentRules
@@ -130,12 +131,14 @@ def _person(args: dict[str, Any]) -> Actor:
 
 # the verbs, shared by the client ops and the child ops -------------------------
 
-def create(ctx: Context, actor: Actor, args: dict[str, Any]) -> dict[str, Any]:
+def create(ctx: Context, actor: Actor, args: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
     """``title``, ``assignee`` (a profile), ``body``, ``parents`` (ids), ``priority``
-    (higher first, default 0), ``board``, ``triage``, ``cwd`` → the task."""
+    (higher first, default 0), ``board``, ``triage``, ``cwd`` → the task (a person's ``kanban.create``
+    keeps its ``idempotency_key`` with it: :mod:`hermesd.idempotency`)."""
     return _board(ctx).create(actor, title=args.get("title"), assignee=args.get("assignee"), body=args.get("body"),
                             parents=args.get("parents"), priority=args.get("priority", 0) or 0,
-                            board=args.get("board"), triage=arg(args, "triage", bool, False), cwd=args.get("cwd"))
+                            board=args.get("board"), triage=arg(args, "triage", bool, False), cwd=args.get("cwd"),
+                            idempotency_key=idempotency_key)
 
 
 def link(ctx: Context, actor: Actor, args: dict[str, Any]) -> dict[str, Any]:
@@ -242,8 +245,16 @@ async def kanban_create(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ``block_reason``, ``claimed_by``, ``claimed_at``, ``heartbeat_at``, ``worker``,
     ``attempts``, ``failures``, ``last_error``, ``created_by``, ``created_at``,
     ``updated_at``, ``completed_at``, ``cwd``.  ``not_found`` for an unknown
-    profile or parent."""
-    return create(ctx, _person(args), args)
+    profile or parent.  ``idempotency_key``: a repeat of a request with the same key
+    gets the task the first one made (its record now, with ``repeat: true``) and creates
+    none; the key with other arguments is ``bad_request`` naming the first task
+    (:mod:`hermesd.idempotency`)."""
+    key = idempotency.key_of(args, "kanban.create")
+    board = _board(ctx)
+    first = idempotency.earlier(ctx.store, key, "kanban_tasks", "task")
+    if first is not None:
+        return idempotency.repeat(board.record(first))
+    return create(ctx, _person(args), args, key)
 
 
 @op("kanban.link")

@@ -52,6 +52,11 @@ MIGRATIONS = {2: """
         time TEXT NOT NULL
     );
     CREATE INDEX kanban_comments_task ON kanban_comments(task, id)
+    """, 9: """
+    ALTER TABLE kanban_tasks ADD COLUMN idempotency_key TEXT;
+    CREATE UNIQUE INDEX kanban_tasks_idempotency_key ON kanban_tasks(idempotency_key)
+        WHERE idempotency_key IS NOT NULL
     """}
 """The board's tables: ``kanban_tasks``, ``kanban_links``, ``kanban_comments`` (schema version 2,
-:func:`hermesd.store.schema`)."""
+:func:`hermesd.store.schema`); a task's ``idempotency_key`` (version 9: the ``kanban.create`` that
+made it, :mod:`hermesd.idempotency`), unique while the task is kept."""

@@ -154,7 +154,7 @@ async def session_send(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     first one started (of a ``/background``, the errand it dispatched), with ``repeat: true``;
     the key with other arguments is ``bad_request`` (:mod:`hermesd.idempotency`)."""
     key = idempotency.key_of(args, "session.send")
-    first = idempotency.earlier(ctx.jobs, key)
+    first = idempotency.earlier(ctx.store, key)
     if first is not None:
         if first["kind"] == "background":  # a /background sent again
             return idempotency.repeat({"session": first["session"], **_dispatched(ctx, first)})
