@@ -5,7 +5,8 @@
   submitted is a job (none lost, none twice: its idempotency key answered one job), and every
   background job is one the soak submitted (a request asked again made no second);
 * a session's errand delivered into its history once; a session's turn in its history once;
-* a Kanban task ``done`` once; a job whose ``write_file`` waits for an approval completed only with it approved;
+* a Kanban task ``done`` once, and every task one the soak submitted (a ``kanban.create`` asked
+  again with its idempotency key made no second); a job whose ``write_file`` waits for an approval completed only with it approved;
 * every batch prompt in the run's output exactly once (written, or discarded or failed as the
   checkpoint says);
 * every terminal command's side effect (a line of the effects file) at most once per completed
@@ -115,6 +116,11 @@ def check(soak: Any) -> tuple[list[str], dict[str, Any]]:
                     said[w.ident] += 1
     tasks = {t["id"]: t for t in soak.call("kanban.list")["tasks"]} if any(
         w.kind == "k" for w in works) else {}
+    submitted = {w.id for w in works if w.kind == "k"}
+    for task in tasks.values():
+        if task["id"] not in submitted:
+            bad.append(f"Kanban task {task['id']} ({task['title'][:60]!r}) was never submitted: a repeat made twice?")
+            figures["duplicated"] += 1
     effects = Counter(tuple(line.split()) for line in soak.effects.read_text().splitlines()) \
         if soak.effects.exists() else Counter()
     restarts, killed = soak.faults.restarts, soak.faults.killed

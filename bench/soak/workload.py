@@ -5,22 +5,20 @@ terminal command in each (the effect counter), jobs with a token budget that run
 ``write_file`` waits for an approval (the soak follows the approvals and answers them, as
 ``hermesctl approvals --follow`` does), a session taking turns and delegating in the background
 (``/background``), a Kanban plan of tasks depending on each other, and a batch of prompts.  Each
-request carries an ``idempotency_key`` where the op takes one, and is retried while the daemon is
-down, stopping or its state database unavailable (a client that got no answer asks again with the
-same key and gets the first request's job, as :mod:`hermesd.idempotency` promises; ``kanban.create``
-takes none, so its retry looks for the task first).
+submission carries an ``idempotency_key`` and is retried while the daemon is down, stopping or its
+state database unavailable (a client that got no answer asks again with the same key and gets the
+first request's job or Kanban task, as :mod:`hermesd.idempotency` promises).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bench.soak.brain import tag
 from client.calls import ClientError
@@ -74,11 +72,9 @@ class Work:
         return self.turns + IDEAL[self.kind] if self.kind != "b" else self.extra.get("prompts", 0)
 
 
-def call(d: Any, op: str, deadline: float = 120.0, made: Callable[[], Any] | None = None, **args: Any) -> Any:
+def call(d: Any, op: str, deadline: float = 120.0, **args: Any) -> Any:
     """``op`` on a fresh connection, asked again while :data:`RETRIED` (up to ``deadline`` seconds);
-    raises the last :class:`ProtocolError`/:class:`ClientError` otherwise.  ``made``: for an op that
-    takes no idempotency key, asked before each retry what the first attempt made (None: nothing),
-    which is then the answer."""
+    raises the last :class:`ProtocolError`/:class:`ClientError` otherwise."""
     end = time.monotonic() + deadline
     while True:
         try:
@@ -87,11 +83,6 @@ def call(d: Any, op: str, deadline: float = 120.0, made: Callable[[], Any] | Non
             if exc.code not in RETRIED or time.monotonic() > end:
                 raise
             time.sleep(0.2)
-        if made is not None:
-            with contextlib.suppress(ProtocolError, ClientError):
-                earlier = made()
-                if earlier is not None:
-                    return earlier
 
 
 class Workload:
@@ -130,16 +121,13 @@ class Workload:
         return work
 
     def plan(self, cycle: int) -> list[Work]:
-        """A Kanban chain: each task waits for the one before.  ``kanban.create`` takes no
-        idempotency key: a retry first looks for the task by its title, as a careful client would."""
+        """A Kanban chain: each task waits for the one before."""
         works, parent = [], None
         for i in range(self.scale.tasks):
             work = self._add("k", f"c{cycle}k{i}", 0)
-            title = f"soak task {tag('k', work.ident, 0)}"
-            record = call(self.d, "kanban.create", title=title, assignee=PROFILE, body=f"do {tag('k', work.ident, 0)}",
-                          parents=[parent] if parent else [], cwd=str(self.d.work),
-                          made=lambda title=title: next((t for t in self.d.call("kanban.list")["tasks"]
-                                                         if t["title"] == title), None))
+            record = call(self.d, "kanban.create", title=f"soak task {tag('k', work.ident, 0)}", assignee=PROFILE,
+                          body=f"do {tag('k', work.ident, 0)}", parents=[parent] if parent else [],
+                          cwd=str(self.d.work), idempotency_key=f"soak-{work.ident}")
             work.id = parent = record["id"]
             works.append(work)
         return works
