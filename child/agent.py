@@ -127,6 +127,8 @@ class Agent:
         self.structured: Any = None
         self.journal: journal.Journal | None = None  # the job's journal (None: it keeps none)
         self.resumed: journal.Resumed | None = None  # what an earlier child of this job did
+        self.steered: set[int] = set()  # ids of the steer messages in the conversation (its journal's too)
+        self.unacked: list[int] = []  # of those, the ones to acknowledge at the next child.inbox
         self.mcp: Any = None  # the job's MCP servers (child.mcp.client.Servers), None without any
         self.mcp_tools: dict[str, Any] = {}  # their tools, by name
 
@@ -396,6 +398,7 @@ class Agent:
         done = self.resumed
         self.new, self.turn, self.api_calls, self.trace = done.messages, done.turn, done.api_calls, done.trace
         self.tokens.update(done.tokens)
+        self.steered = set(done.steered)
         log(f"resumed from the journal: {len(done.messages)} message(s), {done.api_calls} model call(s) already made"
             + (f"; interrupted by the restart: {', '.join(done.interrupted)}" if done.interrupted else ""))
 
@@ -446,28 +449,40 @@ class Agent:
     def read_inbox(self) -> None:
         """Add the messages sent to this run (``steer``: by the agent that started it, or by a person
         for a delegation, :data:`STEERABLE`) to the conversation: into the last user message (tool
-        results) as text, so roles still alternate.  Any other child no agent started (``depth`` 0:
+        results) as text, so roles still alternate.  Each is journaled with its id, then
+        acknowledged at the next fetch: the daemon keeps it until then, so a child that dies
+        before its journal holds it does not lose it, and a message whose id the conversation
+        already holds (a resumed run's journal) is only acknowledged, never added twice
+        (:mod:`hermesd.delegation.inbox`).  Any other child no agent started (``depth`` 0:
         a session's turn, a batch item) has no one to steer it and does not ask (one round trip
         fewer per model call)."""
         if self.channel is None or not self.spec.job or not (self.spec.depth or self.spec.kind in STEERABLE):
             return
         try:
-            answer = self.channel.call("child.inbox", timeout=10.0)
+            answer = self.channel.call("child.inbox", timeout=10.0, **({"ack": self.unacked} if self.unacked else {}))
         except Exception as exc:  # noqa: BLE001 - no steering this step; the run goes on
             log(f"could not read messages from hermesd: {exc}")
             return
+        self.unacked = []
         messages = answer.get("messages") or []
-        senders = list(answer.get("senders") or [])
+        senders, ids = list(answer.get("senders") or []), list(answer.get("ids") or [])
         for i, text in enumerate(messages):
+            steer = ids[i] if i < len(ids) else None
+            if steer is not None and steer in self.steered:
+                self.unacked.append(steer)  # in the journal a resumed run replayed: acknowledged, not added again
+                continue
             who = "a person" if i < len(senders) and senders[i] == "person" else "the agent that started you"
             log(f"message from {who.replace('you', 'this one')}: {one_line(text, 100)}")
             note = m.text(f"[Message from {who}, sent while you work]\n{text}")
             if self.new and self.new[-1]["role"] == "user":
                 self.new[-1]["content"].append(note)
-                if self.journal is not None:
-                    self.journal.note(note)
             else:
-                self.add(m.user(note))
+                self.new.append(m.user(note))
+            if self.journal is not None:
+                self.journal.note(note, steer)
+            if steer is not None:
+                self.steered.add(steer)
+                self.unacked.append(steer)
 
     def finish_stopped(self) -> JobResult:
         """The result after the stop flag: ``timed_out`` for the timeout, else ``interrupted``."""

@@ -141,9 +141,10 @@ class Journal:
         """A tool call's ``tool_result`` block and its trace entry."""
         self.write({"t": "tool_result", "result": block, "trace": trace})
 
-    def note(self, block: dict[str, Any]) -> None:
-        """A text block added to the last user message."""
-        self.write({"t": "note", "block": block})
+    def note(self, block: dict[str, Any], steer: int | None = None) -> None:
+        """A text block added to the last user message (or as a user message of its own after a
+        reply); ``steer``: the id of the steer message it is (:mod:`hermesd.delegation.inbox`)."""
+        self.write({"t": "note", "block": block, **({"steer": steer} if steer is not None else {})})
 
 
 def open_for(spec: Any, waiting: Callable[[str], None] = lambda what: None,
@@ -178,7 +179,8 @@ class Resumed:
     the counters of the last model call; ``trace``: one entry per tool result;
     ``open_calls``: the tool calls of the last assistant message without a result
     yet, in order; ``results``: the results already known of those (``id`` →
-    block), interrupted ones included; ``interrupted``: their names.
+    block), interrupted ones included; ``interrupted``: their names; ``steered``: the ids of
+    the steer messages in the conversation.
     """
 
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -189,6 +191,7 @@ class Resumed:
     open_calls: list[dict[str, Any]] = field(default_factory=list)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     interrupted: list[str] = field(default_factory=list)
+    steered: list[int] = field(default_factory=list)
 
 
 def replay(path: str, repeatable: Callable[[str], bool],
@@ -230,6 +233,8 @@ def replay(path: str, repeatable: Callable[[str], bool],
                 state.messages[-1]["content"].append(entry["block"])
             else:
                 state.messages.append(m.user(entry["block"]))
+            if entry.get("steer") is not None:
+                state.steered.append(entry["steer"])
     for call in state.open_calls:
         if call["id"] in started and call["id"] not in state.results and not repeatable(call["name"]) \
                 and not waiting(call):

@@ -10,7 +10,8 @@ the last one stopped (:mod:`hermesd.resume`).  Entries (key ``t``):
   ``turn``, ``api_calls`` and ``tokens`` so far;
 * ``tool_started``: a tool call (``id``, ``name``) is about to run;
 * ``tool_result``: its ``result`` block and ``trace`` entry, once it ran;
-* ``note``: a text block added to the last user message (a steer message).
+* ``note``: a text block added to the last user message (a steer message, with its ``steer`` id:
+  the message it is, :mod:`hermesd.delegation.inbox`).
 
 A leaf both sides import (standard library only): the daemon checks a journal at
 start-up, the child replays it.

@@ -55,7 +55,7 @@ def paused_after_first(env: dict[str, str], base: Path, op: str, seconds: float 
     (a ``sitecustomize`` in ``base`` wraps ``Connection.call``) and touches ``base/paused`` as
     it begins: a test kills the daemon in that window, between a follower's first answer and
     what it does next (on a loaded machine the daemon once went just there)."""
-    (base / "sitecustomize.py").write_text(
+    return _with_sitecustomize(env, base,
         "import pathlib, time\n"
         "from client import connection\n"
         "call, first = connection.Connection.call, []\n"
@@ -67,7 +67,37 @@ def paused_after_first(env: dict[str, str], base: Path, op: str, seconds: float 
         f"        time.sleep({seconds!r})\n"
         "    return out\n"
         "connection.Connection.call = paused\n")
-    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, (str(base), env.get("PYTHONPATH"))))}
+
+
+def child_held_after(env: dict[str, str], base: Path, op: str, key: str, seconds: float = 60.0) -> dict[str, str]:
+    """``env`` for a daemon whose children hold ``seconds`` (touching ``base/held`` as they begin)
+    after the first answer to their ``op`` whose ``key`` is not empty (a ``sitecustomize`` in
+    ``base`` wraps ``child.channel.Channel.call``; once ``held`` exists no child holds again): a
+    test kills the daemon in that window, between what a child was told and what it does with it."""
+    return _with_sitecustomize(env, base,
+        "import pathlib, time\n"
+        f"held = pathlib.Path({str(base / 'held')!r})\n"
+        "try:\n"
+        "    from child import channel\n"
+        "except ImportError:\n"
+        "    channel = None\n"
+        "if channel is not None:\n"
+        "    call = channel.Channel.call\n"
+        "    def holding(self, op, /, timeout=30.0, **args):\n"
+        "        out = call(self, op, timeout, **args)\n"
+        f"        if op == {op!r} and isinstance(out, dict) and out.get({key!r}) and not held.exists():\n"
+        "            held.touch()\n"
+        f"            time.sleep({seconds!r})\n"
+        "        return out\n"
+        "    channel.Channel.call = holding\n")
+
+
+def _with_sitecustomize(env: dict[str, str], base: Path, code: str) -> dict[str, str]:
+    """``env`` whose Pythons run ``code`` as they start (``base/sitecustomize.py``); ``PYTHONPATH``:
+    ``base``, then ``env``'s (else this process's)."""
+    (base / "sitecustomize.py").write_text(code)
+    path = env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, (str(base), path)))}
 
 
 def command_line(proc: psutil.Process) -> str:

@@ -186,13 +186,13 @@ def test_the_schema_is_what_the_core_and_the_plugins_declare(tmp_path):
     try:
         tables = {r["name"] for r in store.all("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert {"jobs", "events", "settings", "notifications", "sessions", "messages", "kanban_tasks",
-                "kanban_links", "kanban_comments", "approvals", "spend", "compactions"} <= tables
+                "kanban_links", "kanban_comments", "approvals", "spend", "compactions", "steer_inbox"} <= tables
         assert store.version == 9
     finally:
         store.close()
 
 
-def test_a_version_8_state_db_gains_the_kanban_keys_keeping_its_tasks(tmp_path):
+def test_a_version_8_state_db_gains_the_kanban_keys_and_the_steer_inbox_keeping_its_tasks(tmp_path):
     migrations = Plugins(PLUGINS).migrations()
     old = Store(tmp_path / "state.db", migrations[:8])
     old.insert("kanban_tasks", {"title": "kept", "assignee": "p", "status": "todo", "created_at": "t", "updated_at": "t"})
@@ -202,6 +202,7 @@ def test_a_version_8_state_db_gains_the_kanban_keys_keeping_its_tasks(tmp_path):
         assert store.version == 9
         assert store.one("SELECT id, title, idempotency_key FROM kanban_tasks") == {
             "id": "kb_1", "title": "kept", "idempotency_key": None}
+        assert store.all("SELECT * FROM steer_inbox") == []
     finally:
         store.close()
 

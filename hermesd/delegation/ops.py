@@ -12,11 +12,11 @@ from hermesd import idempotency
 from hermesd.config import Config
 from hermesd.context import Context
 from hermesd.contract.states import TERMINAL
-from hermesd.delegation import notifications
+from hermesd.delegation import inbox, notifications
 from hermesd.subagents import SubagentRules
 from hermesd.delegation.delivery import Delivery
-from hermesd.delegation.service import (STEERABLE, Inbox, delegate_from_child, list_children, steer, steer_child,
-                                        stop_child, stop_foreground_children)
+from hermesd.delegation.service import (STEERABLE, delegate_from_child, list_children, steer, steer_child, stop_child,
+                                        stop_foreground_children)
 from hermesd.handlers.jobs import submitted
 from hermesd.jobs import AdmissionPool, JobKind
 from hermesd.protocol import ProtocolError, arg
@@ -31,13 +31,16 @@ ASYNC = AdmissionPool(
 """Background delegations hold a slot of ``async`` from admission: beyond ``delegation.max_async_children``
 a new one is refused (``capacity_reached``) unless it asks to queue."""
 
+MAX_ACK = 1000
+"""Most message ids one ``child.inbox`` acknowledges."""
+
 
 class DelegationPlugin(SubagentRules):
     """Subagents.  A queued foreground delegation ends ``interrupted`` at shutdown
     (whoever waits for it is gone); a queued background one runs after the next
     start (its notification is still owed).  A background job's terminal state
     carries its completion notification (``hermesd.delegation.delivery``); when any job
-    ends, its foreground children end too."""
+    ends, its foreground children end too, and the steer messages still waiting for it go."""
 
     events = {
         "async_delegation": "A background delegation ended (any terminal state): the completion notification. "
@@ -49,15 +52,17 @@ class DelegationPlugin(SubagentRules):
 
     kinds = (JobKind("delegation", "deleg", at_shutdown="stop", at_restart="journal"),
              JobKind("background", "bg", at_restart="journal", pool=ASYNC))
-    migrations = notifications.MIGRATIONS
+    migrations = {**notifications.MIGRATIONS, **inbox.MIGRATIONS}
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
-        ctx.provide(Inbox())  # steer messages waiting for their subagent
+        self.inbox = ctx.provide(inbox.Inbox(ctx.store))  # steer messages waiting for their subagent
         self.delivery = ctx.provide(Delivery(ctx.store, ctx.events))
 
     def on_terminal(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        """A background job's notification, stored with its terminal state."""
+        """A background job's notification, stored with its terminal state; the steer messages
+        no one will read removed in the same transaction."""
+        self.inbox.forget(row["id"])
         return self.delivery.on_terminal(row) if row.get("background") else []
 
     def configure(self, config: Config) -> None:
@@ -190,11 +195,19 @@ async def steer_job(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("child.inbox", child=True)
 async def child_inbox(ctx: Context, job: str, args: dict[str, Any]) -> dict[str, Any]:
-    """The messages sent to this child (``steer``, ``child.steer``), removed: ``{messages: [text…],
-    senders: [sender…]}`` (``agent``: the agent that started it; ``person``: the ``steer`` op).
-    A child asks before each model call."""
-    taken = ctx.service(Inbox).take(job)
-    return {"messages": [text for _, text in taken], "senders": [sender for sender, _ in taken]}
+    """The messages sent to this child (``steer``, ``child.steer``) not yet acknowledged:
+    ``{messages: [text…], senders: [sender…], ids: [id…]}`` (``agent``: the agent that started it;
+    ``person``: the ``steer`` op).  A child asks before each model call, with ``ack``: the ids
+    (at most 1,000) of the messages it has written to its journal since, which are removed
+    first; any other is answered again, so a message taken by a child that died before it
+    journaled it reaches the child that resumes the job (:mod:`hermesd.delegation.inbox`)."""
+    ack = arg(args, "ack", list, [])
+    if len(ack) > MAX_ACK or not all(isinstance(i, int) and not isinstance(i, bool) for i in ack):
+        raise ProtocolError("bad_request", f"argument 'ack' must be a list of at most {MAX_ACK} message ids "
+                            "(integers)", {"field": "ack"})
+    waiting = ctx.service(inbox.Inbox).fetch(job, ack)
+    return {"messages": [m["text"] for m in waiting], "senders": [m["sender"] for m in waiting],
+            "ids": [m["id"] for m in waiting]}
 
 
 @op("child.children", child=True)

@@ -15,8 +15,9 @@ rules, checked here and nowhere else:
   once (a ``group:`` pool); results come back in task order;
 * an agent sees, steers and stops only its own children (``parent`` is its
   job): any other id is ``not_found``.  A steer message waits in the child's
-  inbox until the child fetches it before its next model call
-  (``child.inbox``); a stopped child ends ``interrupted`` with its partial output.
+  inbox until the child fetches it before its next model call (``child.inbox``)
+  and has journaled it (:mod:`hermesd.delegation.inbox`); a stopped child ends
+  ``interrupted`` with its partial output.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermesd import jobs as jobs_mod
 from hermesd.contract.states import LIVE, TERMINAL
+from hermesd.delegation.inbox import Inbox
 from hermesd.delegation.tasks import new_group, task_fields
 from hermesd.protocol import ProtocolError
 from hermesd.worktrees.ops import working_dir
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
 
 NEVER_FOR_CHILDREN = ("clarify", "memory")
 MAX_STEER_BYTES = 64 * 1024
-MAX_INBOX = 32
-"""Most steer messages waiting for one child."""
 RESULT_FIELDS = ("id", "status", "exit_reason", "summary", "error", "api_calls", "duration_seconds", "tokens", "trace")
 
 
@@ -119,27 +119,6 @@ def stop_foreground_children(ctx: Context, row: dict[str, Any] | None) -> None:
             pass
 
 
-class Inbox:
-    """Steer messages waiting for their child, by job id (in memory: a child does not outlive the daemon),
-    each with who sent it (``agent``: the agent that started the child; ``person``: the ``steer`` op)."""
-
-    def __init__(self) -> None:
-        self.messages: dict[str, list[tuple[str, str]]] = {}
-
-    def put(self, job: str, message: str, sender: str = "agent") -> int:
-        """Queue ``message`` for ``job``; returns how many wait.  Raises ``capacity_reached`` past :data:`MAX_INBOX`."""
-        waiting = self.messages.setdefault(job, [])
-        if len(waiting) >= MAX_INBOX:
-            raise ProtocolError("capacity_reached", f"{job} has {len(waiting)} unread messages; wait for it to "
-                                "read them", {"job": job})
-        waiting.append((sender, message))
-        return len(waiting)
-
-    def take(self, job: str) -> list[tuple[str, str]]:
-        """The messages waiting for ``job`` as ``(sender, text)``, removed."""
-        return self.messages.pop(job, [])
-
-
 def own_child(ctx: Context, parent_id: str, child_id: Any) -> dict[str, Any]:
     """The row of ``child_id`` if ``parent_id`` started it; else ``not_found`` (whoever else's it is)."""
     row = ctx.jobs.get(child_id) if isinstance(child_id, str) else None
@@ -180,7 +159,7 @@ call whatever their depth (``child.agent.STEERABLE``, the child's copy of this t
 def steer(ctx: Context, row: dict[str, Any], message: Any, sender: str) -> dict[str, Any]:
     """Queue ``message`` (a non-empty string of at most :data:`MAX_STEER_BYTES`) from ``sender`` for the
     live job ``row``.  Raises ``bad_request``, ``too_large``, ``invalid_state`` (it ended) and
-    ``capacity_reached`` (:data:`MAX_INBOX` unread)."""
+    ``capacity_reached`` (:data:`hermesd.delegation.inbox.MAX_INBOX` unread)."""
     if not isinstance(message, str) or not message.strip():
         raise ProtocolError("bad_request", "argument 'message' must be a non-empty string", {"field": "message"})
     if len(message.encode()) > MAX_STEER_BYTES:
