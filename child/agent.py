@@ -35,7 +35,7 @@ from child import approval, journal, redact
 from child import messages as m
 from child import structured
 from child.activity import Activity
-from child.container import ContainerError, opened
+from child.container import ContainerError, opened, placed
 from child.governor import PACED, BudgetExceeded, Grants, estimate_tokens
 from child.providers.base import Completion, ProviderError
 from child.providers.select import make_provider
@@ -150,7 +150,7 @@ class Agent:
             box = container_of(self.spec, self.tools)
             if box is not None:  # a timeout or crash meanwhile says so (hermesd.exits)
                 self.doing(0, f"starting a container of image {box['image']}")
-            with opened(box, self.cwd()) as self.container:  # removed in any case
+            with opened(box, self.cwd(), self.spec.worktree) as self.container:  # removed in any case
                 if self.container is not None:
                     log(f"container {self.container.id[:12]} of {self.container.image} started")
                 try:
@@ -572,8 +572,9 @@ def container_note(spec: JobSpec, tools: list[dict[str, Any]]) -> str:
     box = container_of(spec, tools)
     if not box:
         return ""
+    _, workdir = placed(box["workdir"], spec.cwd or os.getcwd(), spec.worktree)
     return (f"Terminal commands run in a container of image {box['image']}, where the working directory is "
-            f"{box['workdir']}" + ("" if box.get("network") else " (no network)"))
+            f"{workdir}" + ("" if box.get("network") else " (no network)"))
 
 
 def first_message(spec: JobSpec) -> str:

@@ -16,7 +16,13 @@ or sweeps what the job left, they finish anyway, since podman interrupted
 half-way can forget a container that still runs.
 
 Inside: the job's working directory bind-mounted at ``workdir``
-(``/workspace``), which is also the commands' working directory; no network
+(``/workspace``), which is also the commands' working directory — for a job
+with a git worktree of its own (:mod:`child.worktree`), the worktree's top
+level there (the commands run in the job's directory below it) and, read-write
+at the paths the worktree's files name (:func:`hermesd.worktrees.git.linked_layout`),
+the repository's git directory, where the worktree's ``.git`` file points and
+the job's branch lives, and the worktree itself, so that git inside works on the
+job's branch as on the host (:meth:`Container.mounts`); no network
 unless ``terminal.network``; the image is never pulled unless
 ``terminal.pull``; the job's resource limits as ``--ulimit`` values at or
 below the child's own (:func:`ulimit_args`: an unprivileged engine cannot
@@ -31,12 +37,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import resource
 import subprocess
 import sys
 from typing import Any, Iterator
 
 from child.redact import passed, tool_environment
+from hermesd.worktrees.git import GitError, linked_layout
 
 ULIMITS = {"nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC, "fsize": resource.RLIMIT_FSIZE,
            "cpu": resource.RLIMIT_CPU, "data": resource.RLIMIT_DATA, "core": resource.RLIMIT_CORE}
@@ -78,24 +86,68 @@ def ulimit_args(max_processes: int) -> list[str]:
     return args
 
 
+def _top_of(worktree: Any) -> str | None:
+    """The top level of ``worktree`` (a spec's, :func:`hermesd.worktrees.git.plan`), resolved; None without one."""
+    return os.path.realpath(worktree["path"]) if isinstance(worktree, dict) and worktree.get("path") else None
+
+
+def placed(mount_point: str, cwd: str, worktree: dict[str, Any] | None) -> tuple[str, str]:
+    """``(top, workdir)`` of a job working in ``cwd``: the host directory mounted at ``mount_point``
+    (the top level of the job's ``worktree`` when ``cwd`` is in it, else ``cwd``) and where
+    ``cwd`` is inside, the commands' working directory (``/workspace/src`` for ``WORKTREE/src``)."""
+    cwd, top = os.path.realpath(cwd), _top_of(worktree)
+    inside = os.path.relpath(cwd, top) if top else "."
+    if inside == ".." or inside.startswith("../"):  # not in its worktree (never so): the directory alone
+        top, inside = cwd, "."
+    return top or cwd, mount_point if inside == "." else posixpath.join(mount_point, inside)
+
+
 class Container:
     """The container of one job.  ``desc``: the spec's ``container`` entry; ``cwd``: the
-    job's working directory on the host (mounted at ``desc["workdir"]``)."""
+    job's working directory on the host; ``worktree``: the job's git worktree (the spec's
+    ``worktree``, :func:`hermesd.worktrees.git.plan`), or None.
 
-    def __init__(self, desc: dict[str, Any], cwd: str):
+    ``mount_point`` (``desc["workdir"]``) is where ``top`` — the worktree's top level, else
+    ``cwd`` — is mounted; ``workdir``, where ``cwd`` is then, is the commands' working directory."""
+
+    def __init__(self, desc: dict[str, Any], cwd: str, worktree: dict[str, Any] | None = None):
         self.desc = desc
         self.engine: list[str] = list(desc["engine"])
-        self.workdir: str = desc["workdir"]
+        self.mount_point: str = desc["workdir"]
         self.image: str = desc["image"]
         self.cwd = os.path.realpath(cwd)
+        self.top, self.workdir = placed(self.mount_point, self.cwd, worktree)
+        self.worktree = worktree if self.top == _top_of(worktree) else None  # None: cwd is not in it
         self.id: str = desc["name"]  # the engine's id once started; the name finds it too
 
+    def mounts(self) -> list[tuple[str, str]]:
+        """``(host directory, path inside)`` of each read-write bind mount: :attr:`top` at
+        :attr:`mount_point`; for a job with a worktree also the repository's git directory and
+        the worktree at the paths the worktree's files name (see the module doc).  Raises
+        :class:`ContainerError` for a directory a bind mount cannot name (a comma), a path
+        inside that would lie in (or over) the mount point, or a worktree whose files git
+        cannot be given."""
+        pairs = [(self.top, self.mount_point)]
+        if self.worktree:
+            try:
+                layout = linked_layout(self.top)
+            except GitError as exc:
+                raise ContainerError(f"cannot give git in the container the job's worktree: {exc}") from None
+            pairs += [(os.path.realpath(layout["common"]), layout["common"]), (self.top, layout["worktree"])]
+        for source, target in pairs:
+            if "," in source + target:
+                raise ContainerError(f"the directory {source!r} contains a comma, which a bind mount cannot name; "
+                                     "use another directory")
+            if target != self.mount_point and (posixpath.commonpath([target, self.mount_point])
+                                               in (target, self.mount_point)):
+                raise ContainerError(f"cannot mount {source} at {target} in the container: it would overlap "
+                                     f"{self.mount_point}, where the job's directory is")
+        return pairs
+
     def run_argv(self) -> list[str]:
-        """The ``run`` command line that starts the container (detached)."""
+        """The ``run`` command line that starts the container (detached).  Raises
+        :class:`ContainerError` (:meth:`mounts`)."""
         d = self.desc
-        if "," in self.cwd:
-            raise ContainerError(f"the working directory {self.cwd!r} contains a comma, which a bind mount "
-                                 "cannot name; use another directory")
         argv = [*self.engine, "run", "-d", "--name", d["name"], "--stop-signal", "KILL",
                 "--pull", "missing" if d.get("pull") else "never"]
         for key, value in d["labels"].items():
@@ -109,8 +161,9 @@ class Container:
             argv += ["--runtime", d["runtime"]]
         if os.getuid() != 0:  # files written inside belong to whoever runs hermesd
             argv += ["--userns", "keep-id"] if d["kind"] == "podman" else ["--user", f"{os.getuid()}:{os.getgid()}"]
-        argv += ["--mount", f"type=bind,source={self.cwd},target={self.workdir}", "--workdir", self.workdir,
-                 "--entrypoint", "sleep", self.image, str(SLEEP_SECONDS)]
+        for source, target in self.mounts():
+            argv += ["--mount", f"type=bind,source={source},target={target}"]
+        argv += ["--workdir", self.workdir, "--entrypoint", "sleep", self.image, str(SLEEP_SECONDS)]
         return argv
 
     def start(self) -> None:
@@ -133,7 +186,7 @@ class Container:
         self.id = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else self.id
 
     def exec_argv(self, command: str, env: dict[str, str] | None = None) -> list[str]:
-        """The command line running shell ``command`` inside, in the mounted directory, with the
+        """The command line running shell ``command`` inside, in the job's directory, with the
         variables the job was given and ``terminal.pass_env`` (:func:`child.redact.passed`) added
         to the image's environment as ``--env NAME`` — the engine takes their values from its own
         environment, so no value is on its command line — and ``env`` as ``--env NAME=VALUE``."""
@@ -147,9 +200,10 @@ class Container:
         self._quietly([*self.engine, "exec", self.id, "/bin/sh", "-c", "kill -KILL -1"], session=False)
 
     def host_path(self, path: str) -> str:
-        """``path`` as a file tool takes it: one under :attr:`workdir` (the model sees the
-        directory from inside) made relative to the working directory; others unchanged."""
-        if path == self.workdir or path.startswith(self.workdir.rstrip("/") + "/"):
+        """``path`` as a file tool takes it: one under :attr:`mount_point` (the model sees the
+        directory from inside) made relative to the working directory (:attr:`workdir` there);
+        others unchanged."""
+        if path == self.mount_point or path.startswith(self.mount_point.rstrip("/") + "/"):
             return os.path.relpath(path, self.workdir)
         return path
 
@@ -174,13 +228,15 @@ class Container:
 
 
 @contextlib.contextmanager
-def opened(desc: dict[str, Any] | None, cwd: str) -> Iterator[Container | None]:
+def opened(desc: dict[str, Any] | None, cwd: str,
+           worktree: dict[str, Any] | None = None) -> Iterator[Container | None]:
     """The job's container for the ``with`` block (None when the job has none): started
-    on entry, removed on exit whatever happens.  Raises :class:`ContainerError` on entry."""
+    on entry, removed on exit whatever happens.  ``worktree``: the job's (:class:`Container`).
+    Raises :class:`ContainerError` on entry."""
     if not desc:
         yield None
         return
-    box = Container(desc, cwd)
+    box = Container(desc, cwd, worktree)
     box.start()
     try:
         yield box

@@ -1,7 +1,7 @@
 """Terminal commands in containers (podman with runc, a busybox image made here).
 
 Real daemons, real podman, a real image imported from a busybox-static root
-filesystem (``tests/containers.py``).  Every test removes the containers of
+filesystem (``tests/containers.py``; with git for the jobs with a worktree).  Every test removes the containers of
 its own daemons (by their ``hermes.state_dir`` label, under the test's
 temporary directory) even when it fails.  Without podman, runc and
 busybox-static the podman tests are skipped with what to install; ``.ci/run``
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -20,16 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from child.container import Container, ulimit_args
+from child.container import Container, ContainerError, ulimit_args
 from hermesd import config as config_mod
 from hermesd.containers import engine as containers
 from hermesd.contract.wire import JobSpec
 from hermesd.protocol import ProtocolError
 from tests.chaos.helpers import delegate_warm, forkserver, wait_warm
-from tests.containers import (APT_HINT, ensure_image, kill_orphans, labelled_under, podman, remove_under,
-                              runc_orphans)
+from tests.containers import (APT_HINT, ensure_git_image, ensure_image, git_files, kill_orphans, labelled_under,
+                              podman, remove_under, runc_orphans)
 from tests.harness import wait_for
 from tests.test_batch_daemon import finish, read_run, start, write_dataset
+from tests.test_worktrees import git, make_repo
 
 ENGINE = podman()
 needs_podman = pytest.mark.skipif(ENGINE is None, reason=f"podman, runc and busybox-static are needed: {APT_HINT}")
@@ -41,6 +43,14 @@ MISSING_ENGINE = {"terminal": {"engine_path": "/nonexistent/podman"}}
 def image(tmp_path_factory) -> str:
     """The test image, imported once."""
     return ensure_image(ENGINE, tmp_path_factory.mktemp("image"))
+
+
+@pytest.fixture(scope="session")
+def git_image(tmp_path_factory) -> str:
+    """The test image with git, imported once (the test is skipped without git or ldd)."""
+    if git_files() is None:
+        pytest.skip("git and ldd are needed for the test image with git: apt-get install git")
+    return ensure_git_image(ENGINE, tmp_path_factory.mktemp("git-image"))
 
 
 @pytest.fixture
@@ -122,6 +132,29 @@ def test_file_tools_take_paths_under_the_mount_point(tmp_path):
     box = Container({"engine": ["podman"], "workdir": "/workspace", "image": "x", "name": "n"}, str(tmp_path))
     assert box.host_path("/workspace/a/b.txt") == "a/b.txt" and box.host_path("/workspace") == "."
     assert box.host_path("/workspacex/a") == "/workspacex/a" and box.host_path("rel.txt") == "rel.txt"
+
+
+def test_a_job_with_a_worktree_mounts_its_top_level_and_the_repositorys_git_directory(tmp_path):
+    repo = make_repo(tmp_path).resolve()
+    top = tmp_path.resolve() / "worktrees" / "j1"
+    git(repo, "worktree", "add", "-q", "-b", "hermes/j1", str(top), "HEAD")
+    plan = {"repo": str(repo), "path": str(top), "branch": "hermes/j1", "cwd": str(top / "src")}
+    desc = {"engine": ["podman"], "workdir": "/workspace", "image": "x", "name": "n"}
+    box = Container(desc, plan["cwd"], plan)
+    # the worktree at the mount point, the commands in the job's directory below it, and git's files
+    # where the worktree's .git file and the repository's record of it name them
+    assert box.workdir == "/workspace/src"
+    assert box.mounts() == [(str(top), "/workspace"), (str(repo / ".git"), str(repo / ".git")), (str(top), str(top))]
+    assert box.host_path("/workspace/src/a.txt") == "a.txt" and box.host_path("/workspace/b.txt") == "../b.txt"
+    alone = Container(desc, str(tmp_path))  # no worktree: the directory alone
+    assert alone.workdir == "/workspace" and alone.mounts() == [(str(tmp_path.resolve()), "/workspace")]
+    over = Container({**desc, "workdir": str(repo)}, plan["cwd"], plan)  # the git directory would be under it
+    why = f"cannot mount {repo}/.git at {repo}/.git in the container: it would overlap {repo}, where the job's"
+    with pytest.raises(ContainerError, match=re.escape(why)):
+        over.mounts()
+    (top / ".git").unlink()
+    with pytest.raises(ContainerError, match=r"cannot give git in the container the job's worktree: cannot read"):
+        box.mounts()
 
 
 def test_a_command_inside_gets_the_jobs_variables_by_name_never_their_values_on_the_command_line(monkeypatch, tmp_path):
@@ -336,3 +369,29 @@ def test_the_delegation_tools_image_boxes_the_subagent(make_daemon, boxed):
     sub = [j for j in daemon.call("ps", all=True)["jobs"] if j["parent"] == parent["id"]]
     assert len(sub) == 1 and sub[0]["status"] == "completed" and "/workspace" in sub[0]["summary"]
     assert not of_job(sub[0]["id"])
+
+
+@needs_podman
+def test_git_inside_the_container_of_a_job_with_a_worktree_commits_on_the_jobs_branch(make_daemon, tmp_path, boxed,
+                                                                                      git_image):
+    repo = make_repo(tmp_path)
+    daemon = make_daemon(CONFIG)
+    command = ("pwd; git status --short --branch; echo boxed > made.txt && git add made.txt && "
+               "git -c user.name=Box -c user.email=box@example.org commit -q -m 'made inside' && git log --format=%s")
+    script = [terminal_step(command), {"thinking": "I think it over.", "text": "done"}]
+    job = daemon.delegate("commit inside", cwd=str(repo / "src"), image=git_image, worktree=True, script=script,
+                          toolsets=["terminal"])["id"]
+    final = daemon.wait_job(job, timeout=60)
+    assert final["status"] == "completed", final
+    recorded = (daemon.home / "jobs" / job / "trajectory.json").read_text()
+    assert "where the working directory is /workspace/src" in recorded  # what the model is told
+    (output,) = [str(m["content"]) for m in json.loads(recorded)["messages"] if m["role"] == "tool"]
+    assert output.splitlines()[:2] == ["/workspace/src", f"## hermes/{job}"], output
+    assert "made inside\ninitial\n" in output, output
+    branch = f"hermes/{job}"
+    assert final["worktree"]["commit_count"] == 1 and final["worktree"]["changed_files"] == 0, final["worktree"]
+    assert git(repo, "log", "--format=%s", branch).splitlines() == ["made inside", "initial"]
+    assert git(repo, "show", f"{branch}:src/made.txt") == "boxed\n"
+    assert git(repo, "log", "--format=%s", "main").splitlines() == ["initial"]  # the checkout untouched
+    assert git(repo, "status", "--porcelain") == "" and not (repo / "src" / "made.txt").exists()
+    wait_for(lambda: not of_job(job), 30, what="the container removed")

@@ -53,7 +53,8 @@ log = logging.getLogger("hermesd")
 LABEL_JOB = "hermes.job"
 LABEL_STATE_DIR = "hermes.state_dir"
 WORKDIR = "/workspace"
-"""Where the job's working directory is bind-mounted inside its container."""
+"""Where the job's working directory is bind-mounted inside its container (for a job with a git
+worktree, the worktree's top level, beside the repository's git directory: :mod:`child.container`)."""
 
 ENGINE_TIMEOUT_SECONDS = 60.0
 """Longest wait for one engine command of the daemon (``ps``, ``inspect``, ``rm``)."""

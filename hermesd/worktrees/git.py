@@ -91,6 +91,37 @@ def plan(directory: str, job: str, root: Path) -> dict[str, str]:
             "cwd": str(path if inside == "." else path / inside)}
 
 
+def linked_layout(top: str) -> dict[str, str]:
+    """Where git keeps the files of the linked worktree whose top level is ``top``, as those files
+    name them (read, no git runs; https://git-scm.com/docs/gitrepository-layout): ``gitdir`` (what
+    ``top/.git``, a file, names: ``REPO/.git/worktrees/ID``), ``common`` (the repository's git
+    directory, which that one's ``commondir`` names, relative to it) and ``worktree`` (the
+    worktree, as that one's ``gitdir`` file names it, ``…/.git`` stripped).  Absolute paths, not
+    resolved: git inside a container finds them where a mount at the same path puts them.
+    Raises :class:`GitError` when ``top/.git`` is no such file, names a relative path (git's
+    ``worktree.useRelativePaths``: it would be resolved from the mount point inside), or a file
+    it leads to cannot be read."""
+    dot_git = os.path.join(top, ".git")
+    try:
+        with open(dot_git, encoding="utf-8") as fh:
+            named = fh.read().strip()
+        if not named.startswith("gitdir: "):
+            raise GitError(f"{dot_git} does not name a git directory (gitdir: …)")
+        gitdir = os.path.normpath(named[len("gitdir: "):])
+        if not os.path.isabs(gitdir):
+            raise GitError(f"{dot_git} names its git directory by a relative path ({gitdir}; git's "
+                           "worktree.useRelativePaths), which a container cannot resolve")
+        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
+            common = os.path.normpath(os.path.join(gitdir, fh.read().strip()))
+        with open(os.path.join(gitdir, "gitdir"), encoding="utf-8") as fh:
+            back = os.path.normpath(os.path.join(gitdir, fh.read().strip()))
+    except (IsADirectoryError, NotADirectoryError):
+        raise GitError(f"{dot_git} is not the file of a linked worktree") from None
+    except OSError as exc:
+        raise GitError(f"cannot read the git files of the worktree {top}: {exc.strerror}: {exc.filename}") from None
+    return {"gitdir": gitdir, "common": common, "worktree": os.path.dirname(back)}
+
+
 def git(args: list[str], cwd: str, env: dict[str, str] | None = None) -> str:
     """Run ``git ARGS`` in ``cwd``; its standard output.  Raises :class:`GitError` with its
     standard error when it exits non-zero, times out or cannot run (a zero status may have been
