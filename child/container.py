@@ -44,6 +44,7 @@ import sys
 from typing import Any, Iterator
 
 from child.redact import passed, tool_environment
+from hermesd.system import rlimits
 from hermesd.worktrees.git import GitError, linked_layout
 
 ULIMITS = {"nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC, "fsize": resource.RLIMIT_FSIZE,
@@ -185,19 +186,26 @@ class Container:
                                  f"{os.path.basename(self.engine[0])}: {done.stderr.strip()[-1500:]}")
         self.id = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else self.id
 
-    def exec_argv(self, command: str, env: dict[str, str] | None = None) -> list[str]:
+    def exec_argv(self, command: str, env: dict[str, str] | None = None, run: str | None = None) -> list[str]:
         """The command line running shell ``command`` inside, in the job's directory, with the
         variables the job was given and ``terminal.pass_env`` (:func:`child.redact.passed`) added
         to the image's environment as ``--env NAME`` — the engine takes their values from its own
-        environment, so no value is on its command line — and ``env`` as ``--env NAME=VALUE``."""
+        environment, so no value is on its command line —, ``env`` as ``--env NAME=VALUE``, and
+        the command's run id ``run`` as its ``HERMES_TOOL_RUN`` (:meth:`kill_commands`)."""
         pairs = [arg for name in passed() for arg in ("--env", name)]
         pairs += [arg for key, value in (env or {}).items() for arg in ("--env", f"{key}={value}")]
+        pairs += ["--env", f"{rlimits.TOOL_RUN_ENV}={run}"] if run else []
         return [*self.engine, "exec", *pairs, "--workdir", self.workdir, self.id, "/bin/sh", "-c", command]
 
-    def kill_commands(self) -> None:
-        """Kill every process inside but the container's own (``kill -KILL -1`` from inside):
-        what a timed-out or interrupted command left running."""
-        self._quietly([*self.engine, "exec", self.id, "/bin/sh", "-c", "kill -KILL -1"], session=False)
+    def kill_commands(self, run: str) -> None:
+        """Kill the processes inside of the command run ``run`` (:meth:`exec_argv`): each whose
+        environment holds its ``HERMES_TOOL_RUN``, read from ``/proc`` by a shell inside — what
+        a timed-out or interrupted command left running, a double-forked one too, as on the host
+        (:mod:`child.tools.terminal`).  The others stay: the job's stdio MCP servers run there
+        too, and what an earlier command left running on purpose."""
+        script = ('for d in /proc/[0-9]*; do case "$(cat "$d/environ" 2>/dev/null)" in '
+                  f'*"{rlimits.TOOL_RUN_ENV}={run}"*) kill -KILL "${{d#/proc/}}" 2>/dev/null;; esac; done')
+        self._quietly([*self.engine, "exec", self.id, "/bin/sh", "-c", script], session=False)
 
     def host_path(self, path: str) -> str:
         """``path`` as a file tool takes it: one under :attr:`mount_point` (the model sees the

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from child.container import Container, ContainerError, ulimit_args
+from child.container import SLEEP_SECONDS, Container, ContainerError, opened, ulimit_args
 from hermesd import config as config_mod
 from hermesd.containers import engine as containers
 from hermesd.contract.wire import JobSpec
@@ -277,6 +277,20 @@ def test_a_delegation_with_an_image_shares_its_directory_with_the_file_tools(mak
     assert result.returncode == 0, result.stderr
     assert "/workspace" in json.loads(result.stdout)["summary"]
     assert labelled_under(ENGINE, daemon.home) == []
+
+
+@needs_podman
+def test_kill_commands_kills_inside_what_one_command_started_and_nothing_else(tmp_path, boxed):
+    labels = {"hermes.job": "kill-test", "hermes.state_dir": str(tmp_path.resolve())}
+    desc = {"engine": ENGINE, "kind": "podman", "workdir": "/workspace", "image": boxed, "labels": labels,
+            "name": containers.container_name("kill-test", str(tmp_path))}
+    with opened(desc, str(tmp_path)) as box:
+        for run, seconds in (("run-1", 301), ("run-2", 302)):  # each left running by its command
+            started = box.exec_argv(f"(sleep {seconds} &) > /dev/null 2>&1", run=run)
+            subprocess.run(started, capture_output=True, check=True, timeout=30)
+        box.kill_commands("run-1")
+        ps = subprocess.run(box.exec_argv("ps"), capture_output=True, text=True, check=True, timeout=30).stdout
+    assert "sleep 301" not in ps and "sleep 302" in ps and f"sleep {SLEEP_SECONDS}" in ps, ps
 
 
 @needs_podman

@@ -34,7 +34,9 @@ while the command runs, a background process holding it open cannot make the
 tool hang, and only the first and last ``max_output_bytes/2`` are ever read.
 
 In a job with a container (:mod:`child.container`) the same holds for the
-engine's ``exec`` client, which stands for the command on the host.
+engine's ``exec`` client, which stands for the command on the host; inside, the
+command carries the same ``HERMES_TOOL_RUN``, by which a shell inside kills
+what it started (:meth:`child.container.Container.kill_commands`).
 """
 
 from __future__ import annotations
@@ -203,7 +205,7 @@ def run_shell(command: str, ctx: ToolContext, timeout: float, env: dict[str, str
     limit = int(ctx.limits["max_output_bytes"])
     run_id = uuid.uuid4().hex
     box = ctx.container
-    argv = box.exec_argv(command, env) if box is not None else ["/bin/sh", "-c", command]
+    argv = box.exec_argv(command, env, run_id) if box is not None else ["/bin/sh", "-c", command]
     with tempfile.TemporaryFile(prefix="hermes-terminal-") as out:
         try:
             proc = subprocess.Popen(argv, cwd=ctx.cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -238,7 +240,7 @@ def run_shell(command: str, ctx: ToolContext, timeout: float, env: dict[str, str
                 continue
             killed = kill_tree(proc, run_id)
             if box is not None:
-                box.kill_commands()  # what the command started inside the container
+                box.kill_commands(run_id)  # what the command started inside the container
             raise ToolError(f"[{why}; {killed} process(es) of the command were killed; output so far "
                             f"below]\n{_read_capped(out, limit)}")
 
