@@ -215,6 +215,16 @@ class Container:
             return os.path.relpath(path, self.workdir)
         return path
 
+    def inside_path(self, path: str) -> str:
+        """``path`` of the host as a process inside sees it: relative ones from :attr:`workdir`,
+        one under the mounted directory (:attr:`top`) under :attr:`mount_point`; others unchanged."""
+        if not os.path.isabs(path):
+            return posixpath.normpath(posixpath.join(self.workdir, path))
+        real = os.path.realpath(path)
+        if real == self.top or real.startswith(self.top.rstrip("/") + "/"):
+            return posixpath.normpath(posixpath.join(self.mount_point, os.path.relpath(real, self.top)))
+        return path
+
     def remove(self) -> None:
         """Remove the container at once, running or not; failures go to the job's log."""
         self._quietly([*self.engine, "rm", "-f", self.id])

@@ -146,6 +146,8 @@ def test_a_job_with_a_worktree_mounts_its_top_level_and_the_repositorys_git_dire
     assert box.workdir == "/workspace/src"
     assert box.mounts() == [(str(top), "/workspace"), (str(repo / ".git"), str(repo / ".git")), (str(top), str(top))]
     assert box.host_path("/workspace/src/a.txt") == "a.txt" and box.host_path("/workspace/b.txt") == "../b.txt"
+    assert box.inside_path("tools") == "/workspace/src/tools" and box.inside_path(str(top / "x")) == "/workspace/x"
+    assert box.inside_path("/opt/x") == "/opt/x"
     alone = Container(desc, str(tmp_path))  # no worktree: the directory alone
     assert alone.workdir == "/workspace" and alone.mounts() == [(str(tmp_path.resolve()), "/workspace")]
     over = Container({**desc, "workdir": str(repo)}, plan["cwd"], plan)  # the git directory would be under it

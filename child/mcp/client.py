@@ -188,11 +188,12 @@ class Servers:
         self.secrets(env)
         command, args, cwd = s.command or "", list(s.args), s.cwd
         if self.container is not None:
-            command, args = stdio.in_container(self.container, command, args, env, cwd)
-            env, cwd = {}, None
+            command, args, environ = stdio.in_container(self.container, command, args, env, cwd)
+            cwd = None
         else:
+            environ = stdio.environment(env)
             cwd = os.path.join(self.cwd, os.path.expanduser(cwd)) if cwd else self.cwd
-        return stdio_client(StdioServerParameters(command=command, args=args, env=stdio.environment(env), cwd=cwd),
+        return stdio_client(StdioServerParameters(command=command, args=args, env=environ, cwd=cwd),
                             errlog=self._stderr(c))
 
     def _stderr(self, c: Connection) -> Any:

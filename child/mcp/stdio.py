@@ -14,7 +14,12 @@ the pipes, the JSON-RPC framing, the shutdown sequence of the MCP specification 
 The server's environment (:func:`environment`) is the SDK's default (``HOME``, ``LOGNAME``,
 ``PATH``, ``SHELL``, ``TERM``, ``USER``) and what its config names, ``${NAME}`` expanded from
 the child's environment: no provider key, no ``HERMES_*`` variable unless named.  In a job
-with a container (:mod:`child.container`) the server runs inside it (``ENGINE exec -i``).
+with a container (:mod:`child.container`) the server runs inside it (``ENGINE exec -i``,
+:func:`in_container`): there its environment is the image's and what its config names, passed
+as ``--env NAME`` with the values in the engine client's environment — never on a command line
+that ``ps`` shows —, the client's being that of the job's other engine commands (the tools'
+environment, :func:`child.redact.tool_environment`: the engine's own variables such as
+``XDG_RUNTIME_DIR`` or ``DOCKER_HOST`` stay, the child's secrets do not).
 """
 
 from __future__ import annotations
@@ -55,13 +60,18 @@ def environment(env: dict[str, str]) -> dict[str, str]:
 
 
 def in_container(container: Any, command: str, args: list[str], env: dict[str, str],
-                 cwd: str | None) -> tuple[str, list[str]]:
-    """``(command, args)`` running the server inside the job's ``container`` (``ENGINE exec -i``
-    with its variables as ``--env``, in ``cwd`` or the container's working directory)."""
-    pairs = [a for key, value in env.items() for a in ("--env", f"{key}={value}")]
-    argv = [*container.engine, "exec", "-i", *pairs, "--workdir", cwd or container.workdir, container.id,
-            command, *args]
-    return argv[0], argv[1:]
+                 cwd: str | None) -> tuple[str, list[str], dict[str, str]]:
+    """``(command, args, environment)`` of the engine client running the server inside the job's
+    ``container`` (a :class:`child.container.Container`): ``ENGINE exec -i`` with each variable
+    of ``env`` as ``--env NAME`` (its value in ``environment``, see the module doc), in ``cwd``
+    as a path inside (:meth:`child.container.Container.inside_path`: a relative one from the
+    job's directory there) or the container's working directory."""
+    from child.redact import tool_environment
+
+    pairs = [a for key in env for a in ("--env", key)]
+    workdir = container.inside_path(cwd) if cwd else container.workdir
+    argv = [*container.engine, "exec", "-i", *pairs, "--workdir", workdir, container.id, command, *args]
+    return argv[0], argv[1:], {**tool_environment(), **env}
 
 
 STARTED: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar("mcp_started", default=None)
