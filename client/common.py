@@ -81,11 +81,12 @@ def global_options(fn: Callable) -> Callable:
     """The options every front end takes before its command: ``--json``,
     ``--runtime-dir`` (``HERMES_RUNTIME_DIR``), ``--timeout`` (seconds per reply,
     :data:`DEFAULT_TIMEOUT`; after the command too, see :class:`Ctl`) and ``--version``.
-    They are stored on the root context's ``obj``."""
+    They are stored on the root context's ``obj`` (``timeout`` None when not typed: :func:`timeout_given`)."""
     fn = click.option("--version", is_flag=True, expose_value=False, callback=_show_version,
                       help="Show the version and exit (JSON {\"version\": …} with --json).")(fn)
-    fn = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT,
-                      show_default=True, expose_value=False, callback=_set_root("timeout"), help=TIMEOUT_HELP)(fn)
+    fn = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+                      show_default=f"{DEFAULT_TIMEOUT:g}", expose_value=False, callback=_set_root("timeout"),
+                      help=TIMEOUT_HELP)(fn)
     fn = click.option("--runtime-dir", envvar="HERMES_RUNTIME_DIR", type=click.Path(file_okay=False, readable=False),
                       default=None, expose_value=False, callback=_set_root("runtime_dir"),
                       help="Runtime directory of the daemon's sockets.")(fn)
@@ -107,6 +108,12 @@ def root_obj() -> dict[str, Any]:
     """The root context's ``obj`` (global options, the connection)."""
     ctx = click.get_current_context(silent=True)
     return ctx.find_root().ensure_object(dict) if ctx else {}
+
+
+def timeout_given() -> float | None:
+    """The ``--timeout`` typed on the command line (before or after the command), in seconds; None
+    when none was (each reply then waits :data:`DEFAULT_TIMEOUT`)."""
+    return root_obj().get("timeout")
 
 
 def is_json() -> bool:

@@ -9,7 +9,15 @@ from typing import Any
 import click
 
 from client import render
-from client.common import conn, is_json, json_option, out, print_all, working_dir
+from client.common import conn, is_json, json_option, out, print_all, timeout_given, working_dir
+from hermesd.protocol import EXIT_CODES
+
+ANSWER_GRACE_SECONDS = 5.0
+"""Seconds the client waits beyond ``--timeout`` for the daemon's answer that the probe ran out of
+it (the daemon stops the probe at ``--timeout`` and says so; this is that answer's way back)."""
+LONGEST_PROBE_SECONDS = 600.0
+"""Seconds the client waits for the answer without ``--timeout`` (the daemon's own limit of a probe,
+its server's ``connect_timeout_seconds`` and a margin, comes first but for a server given longer)."""
 
 
 def server_line(s: dict[str, Any]) -> str:
@@ -38,8 +46,13 @@ def list_command() -> None:
 @json_option
 @click.argument("name")
 def tools_command(name: str) -> None:
-    """Start MCP server NAME and list the tools it offers (as the model sees them: mcp__NAME__TOOL)."""
-    answer = conn().call("mcp.tools", name=name, cwd=working_dir(), _timeout=max(conn().timeout, 600.0))
+    """Start MCP server NAME and list the tools it offers (as the model sees them: mcp__NAME__TOOL).
+    The global --timeout bounds it (the server is stopped then; exit 9); without it, the server's
+    connect_timeout_seconds (and 15 s for the probe itself) do."""
+    given = timeout_given()
+    args = {"name": name, "cwd": working_dir(), **({"timeout_seconds": given} if given is not None else {})}
+    wait = given + ANSWER_GRACE_SECONDS if given is not None else LONGEST_PROBE_SECONDS
+    answer = conn().call("mcp.tools", _timeout=wait, **args)
     if is_json():
         render.emit_json(answer)
     else:
@@ -50,8 +63,10 @@ def tools_command(name: str) -> None:
         if answer["state"] == "ready":
             out(f"{render.counted(len(answer['tools']), 'tool')} from MCP server {name} (started in {answer['seconds']:g}s)")
     if answer["state"] != "ready":
-        print(f"hermesctl mcp tools: MCP server {name} {answer['state']}: {answer.get('error')}", file=sys.stderr)
-        sys.exit(1)
+        timed_out = answer["state"] == "timed_out"  # the error says within what: "did not list its tools within 3s …"
+        said = answer.get("error") if timed_out else f"{answer['state']}: {answer.get('error')}"
+        print(f"hermesctl mcp tools: MCP server {name} {said}", file=sys.stderr)
+        sys.exit(EXIT_CODES["timeout"] if timed_out else 1)
 
 
 COMMANDS = (mcp_group,)

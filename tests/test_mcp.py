@@ -331,6 +331,31 @@ def test_a_cancel_while_a_server_starts_is_no_failure_of_the_server(make_daemon,
     assert "mute: failed" not in log.read_text()
 
 
+def test_mcp_tools_is_bounded_by_the_global_timeout_and_stops_the_server(make_daemon, tmp_path):
+    mute, started = tmp_path / "mute.py", tmp_path / "mute.pid"  # starts, says its pid, never answers the handshake
+    mute.write_text(f"import os, pathlib, time\npathlib.Path({str(started)!r}).write_text(str(os.getpid()))\n"
+                    "time.sleep(600)\n")
+    d = make_daemon(config={"mcp_servers": {"mute": {"command": sys.executable, "args": [str(mute)],
+                                                     "connect_timeout_seconds": 600}}})
+    probing = subprocess.Popen([sys.executable, "-m", "client", "--timeout", "10", "mcp", "tools", "mute"], env=d.env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: started.exists() and started.read_text() or probing.poll() is not None, 60,
+             what="the probe to start the server")
+    assert started.exists(), "the probe did not start the server within --timeout 10 (a machine too loaded?)"
+    server = psutil.Process(int(started.read_text()))
+    out, err = probing.communicate(timeout=60)
+    assert probing.returncode == 9 and not out, (out, err)
+    assert err.strip() == ("hermesctl mcp tools: MCP server mute did not list its tools within 10s (the caller's "
+                           "timeout, hermesctl --timeout); it was stopped"), err
+    wait_for(lambda: _gone(server), timeout=20, what="the server stopped with its probe")
+    after = d.ctl("mcp", "tools", "mute", "--timeout", "2", "--json")  # after the command too; --json
+    assert after.returncode == 9 and len(after.stderr.strip().splitlines()) == 1, after
+    answer = json.loads(after.stdout)
+    assert answer["state"] == "timed_out" and answer["error"].startswith("did not list its tools within 2s"), answer
+    with pytest.raises(ProtocolError, match="argument 'timeout_seconds' must be >= 0.001"):
+        d.call("mcp.tools", name="mute", timeout_seconds=0)
+
+
 @pytest.fixture
 def http_server():
     """A streamable HTTP MCP server made with the mcp SDK, run by uvicorn on a free port of 127.0.0.1."""

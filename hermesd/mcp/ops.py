@@ -86,12 +86,16 @@ async def mcp_tools(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     :func:`hermesd.mcp.probe.probe`): ``{name, state, error, seconds, tools: [{name, tool, offered,
     description, input_schema}]}`` (``tool``: ``mcp__NAME__TOOL``; ``offered``: its ``tools:`` lets jobs
     have it).  ``cwd``: the directory a job's would be (its server's relative ``cwd`` and paths in its
-    ``args`` are relative to it; ``hermesctl`` sends its own; default: the state directory).  ``not_found``
-    for a name that is no server of ``mcp_servers``; ``bad_request`` for a ``cwd`` that is no absolute
-    path of a directory, or a disabled server (``enabled: false``: not started, as a job's ``mcp:NAME``
-    toolset is refused)."""
+    ``args`` are relative to it; ``hermesctl`` sends its own; default: the state directory).
+    ``timeout_seconds``: how long the caller waits (``hermesctl --timeout``); the server is stopped
+    past it, or past its ``connect_timeout_seconds`` and 15 s when sooner, and ``state`` is
+    ``timed_out`` (``error``: within what).  ``not_found`` for a name that is no server of
+    ``mcp_servers``; ``bad_request`` for a ``cwd`` that is no absolute path of a directory, a
+    ``timeout_seconds`` not above 0, or a disabled server (``enabled: false``: not started, as a
+    job's ``mcp:NAME`` toolset is refused)."""
     name = arg(args, "name", str)
     cwd = arg(args, "cwd", str, None)
+    timeout = arg(args, "timeout_seconds", (int, float), None, lo=0.001)
     if cwd is not None and not (os.path.isabs(cwd) and os.path.isdir(cwd)):
         raise ProtocolError("bad_request", f"cwd: {cwd!r} is not the absolute path of a directory", {"field": "cwd"})
     known = servers(ctx.config.mcp_servers)
@@ -103,4 +107,4 @@ async def mcp_tools(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                             "not started", {"server": name})
     from hermesd.mcp.probe import probe  # here: an idle daemon does without (Plugin.on_demand)
 
-    return await probe(ctx, known[name], cwd)
+    return await probe(ctx, known[name], cwd, timeout)

@@ -5,7 +5,8 @@ MCP client, :mod:`child.mcp.probe`) with the server's settings on its standard i
 process group of its own, awaited on the event loop (its exit status from the daemon's
 reaper, ``ProcessManager.watch``, as a hook's), its output in files under the state
 directory (never a pipe the daemon must drain), killed with its server past the server's
-``connect_timeout_seconds`` and a margin.  It dies with the daemon (its lifeline).
+``connect_timeout_seconds`` and a margin, or sooner past the caller's own timeout (``hermesctl
+--timeout``).  It dies with the daemon (its lifeline).
 """
 
 from __future__ import annotations
@@ -26,16 +27,21 @@ MARGIN_SECONDS = 15.0
 """Seconds a probe may take beyond its server's ``connect_timeout_seconds`` (Python and the SDK starting)."""
 
 
-async def probe(ctx: Any, server: Server, cwd: str | None = None) -> dict[str, Any]:
+async def probe(ctx: Any, server: Server, cwd: str | None = None, timeout: float | None = None) -> dict[str, Any]:
     """The server's tools as :mod:`child.mcp.probe` prints them, the probe run in ``cwd`` (a job's
     directory, where the server's own ``cwd`` is relative to; default: the state directory); when the
-    probe itself fails or is too slow, ``state`` ``failed`` and an ``error`` with the end of its stderr."""
+    probe itself fails, ``state`` ``failed`` and an ``error`` with the end of its stderr.  It may take
+    its server's ``connect_timeout_seconds`` and :data:`MARGIN_SECONDS`, or ``timeout`` seconds (the
+    caller's) when fewer: past that it is killed with its server, ``state`` ``timed_out`` and an
+    ``error`` saying within what (``did not list its tools within 3s (…)``)."""
     import tempfile  # here, not at start: it imports shutil, and shutil bz2 and lzma (the idle daemon's memory)
 
     loop = asyncio.get_running_loop()
     exited: asyncio.Future[int] = loop.create_future()
     folder = ctx.config.state_dir()
-    limit = server.connect_timeout_seconds + MARGIN_SECONDS
+    own = server.connect_timeout_seconds + MARGIN_SECONDS
+    limit = own if timeout is None else min(own, timeout)
+    timed_out = False
     with tempfile.TemporaryFile(dir=folder) as stdin, tempfile.TemporaryFile(dir=folder) as out, \
             tempfile.TemporaryFile(dir=folder) as err:
         stdin.write(json.dumps(server.to_wire()).encode())
@@ -48,6 +54,7 @@ async def probe(ctx: Any, server: Server, cwd: str | None = None) -> dict[str, A
         try:
             code = await asyncio.wait_for(asyncio.shield(exited), limit)
         except asyncio.TimeoutError:
+            timed_out = True
             _kill(proc.pid)
             code = await exited
         finally:
@@ -55,6 +62,11 @@ async def probe(ctx: Any, server: Server, cwd: str | None = None) -> dict[str, A
         out.seek(0)
         err.seek(0)
         text, errors = out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
+    if timed_out:
+        why = ("the caller's timeout, hermesctl --timeout" if limit < own else
+               f"its connect_timeout_seconds {server.connect_timeout_seconds:g} and {MARGIN_SECONDS:g}s for the probe")
+        return {"name": server.name, "state": "timed_out", "tools": [], "seconds": limit,
+                "error": f"did not list its tools within {limit:g}s ({why}); it was stopped"}
     try:
         return json.loads(text)
     except ValueError:
