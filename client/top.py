@@ -1,7 +1,8 @@
 """``hermesctl top``: the command.  On a terminal it runs the textual app
 (:mod:`client.tui`, imported only then, so other commands never load textual);
 without one (cron, pipes), or with ``--once``/``--json``, it prints one snapshot
-of the :class:`client.top_board.Board`."""
+of the :class:`client.top_board.Board`, fitted to ``COLUMNS``, else the terminal's width, else
+:data:`client.top_board.SNAPSHOT_COLUMNS`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 import click
 
 from client import render
-from client.top_board import Board, load, snapshot_text
+from client.top_board import SNAPSHOT_COLUMNS, Board, load, snapshot_text
 from client.common import DEFAULT_TIMEOUT, conn, is_json, out, root_obj
 
 
@@ -25,7 +26,10 @@ def top_command(json_: bool, once: bool, refresh: float) -> None:
     newest first), caps, batch progress and
     recent events.  Keys: c cancel the selected job (asks first), a approve its
     approval request (asks first), d deny it (asks why), l show its log, q (or Ctrl-C) quit.
-    Without a terminal (cron, pipes) it prints one snapshot instead."""
+    Without a terminal (cron, pipes) it prints one snapshot instead.  A snapshot (--once) fits
+    the width COLUMNS says, else the terminal's, else (no terminal: a pipe, a file, cron's mail)
+    80 columns, as the live view does: a running job's row keeps its calls and cost, the goal
+    giving up its tail first."""
     as_json = json_ or is_json()
     if as_json or once or not (sys.stdin.isatty() and sys.stdout.isatty()):
         board = load(conn(), Board())
@@ -33,7 +37,7 @@ def top_command(json_: bool, once: bool, refresh: float) -> None:
             return render.emit_json({"status": board.status, "caps": board.status.get("caps"),
                                      "batches": board.batches(), "tree": [n.to_json() for n in board.tree()],
                                      "last_seq": board.last_seq})
-        return out(snapshot_text(board))
+        return out(snapshot_text(board, render.terminal_columns() or SNAPSHOT_COLUMNS))
     conn().call("hello")  # fail early and clearly (exit 3) when the daemon is not running
     conn().close()
     from client.tui import TopApp

@@ -56,7 +56,14 @@ GOAL_CHARS = 50
 """The most of a job's goal a row shows."""
 GUIDE_CELLS = 4
 """Cells of the tree's guide per level (textual's ``Tree.guide_depth``); a row with children
-also starts with its toggle (``▼ ``, 2 cells)."""
+also starts with its toggle (``▼ ``, :data:`TOGGLE_CELLS`)."""
+TOGGLE_CELLS = 2
+"""Cells of a row's toggle (``▼ ``) when it has children."""
+SNAPSHOT_INDENT = 2
+"""Cells the one-shot snapshot indents each level of the tree by (its rows have no toggle)."""
+SNAPSHOT_COLUMNS = 80
+"""The width of the one-shot snapshot when neither ``COLUMNS`` nor a terminal says one (the live
+``top``'s smallest screen, 80×24)."""
 
 
 def job_label(rec: dict[str, Any], now: float | None = None, width: int | None = None) -> str:
@@ -165,12 +172,12 @@ class Board:
 
     # the tree ------------------------------------------------------------
 
-    def tree(self, width: int | None = None) -> list[Node]:
+    def tree(self, width: int | None = None, indent: int = GUIDE_CELLS, toggle: int = TOGGLE_CELLS) -> list[Node]:
         """Sessions → jobs → their children; jobs without session or parent at the top.  At
         every level live jobs come first, in dispatch order, then finished ones, the newest
         first (the last to finish on top; a holder as new as its newest job).  ``width``: the
-        cells of the panel, whose tree indents each level by :data:`GUIDE_CELLS` (each row's
-        label then fits its room: :func:`job_label`)."""
+        cells of the panel, whose tree indents each level by ``indent`` cells and a row with
+        children by ``toggle`` more (each row's label then fits its room: :func:`job_label`)."""
         now = time.time()
         waiting = {r.get("job"): r["id"] for r in self.approvals.values()}
         nodes = {i: Node(i, "", i, r.get("status")) for i, r in self.jobs.items()}
@@ -201,7 +208,7 @@ class Board:
         def label(level: list[Node], depth: int) -> None:
             for node in level:
                 if node.job is not None:
-                    room = None if width is None else width - GUIDE_CELLS * depth - (2 if node.children else 0)
+                    room = None if width is None else width - indent * depth - (toggle if node.children else 0)
                     node.label = job_label({**self.jobs[node.job], "waits_for": waiting.get(node.job)}, now, room)
                 label(node.children, depth + 1)
 
@@ -306,8 +313,10 @@ def fetch_jobs(conn: Connection, ids: Iterable[str]) -> list[dict[str, Any]]:
     return found
 
 
-def snapshot_text(board: Board) -> str:
-    """The board as plain text: headline, caps, batches, the job tree."""
+def snapshot_text(board: Board, width: int | None = None) -> str:
+    """The board as plain text: headline, caps, batches, the job tree.  ``width``: the columns
+    it fits as the live ``top`` does (each job's row keeps its calls and cost, its goal giving up
+    its tail first: :func:`job_label`; any line still longer is cut); None: lines whole."""
     lines = [board.headline(), "", "caps:"] + [f"  {c}" for c in board.caps()]
     if board.batches():
         lines += ["", "batches:"] + [f"  {b}" for b in board.batches()]
@@ -318,10 +327,10 @@ def snapshot_text(board: Board) -> str:
 
     def walk(nodes: list[Node], depth: int) -> None:
         for node in nodes:
-            lines.append("  " * (depth + 1) + node.label)
+            lines.append(" " * SNAPSHOT_INDENT * (depth + 1) + node.label)
             walk(node.children, depth + 1)
 
-    walk(board.tree(), 0)
+    walk(board.tree(None if width is None else width - SNAPSHOT_INDENT, SNAPSHOT_INDENT, 0), 0)
     if not board.jobs:
         lines.append("  (none)")
-    return "\n".join(lines)
+    return "\n".join(lines if width is None else (line[:width] for line in lines))

@@ -1,15 +1,17 @@
-"""What hermesctl prints for people: ids that stay whole in a narrow terminal,
-slash-command answers as text, out-of-range numbers refused as usage errors, and a
-deleted working directory refused without a traceback."""
+"""What hermesctl prints for people: ids that stay whole in a narrow terminal, top's
+snapshot fitted to it, slash-command answers as text, out-of-range numbers refused as
+usage errors, and a deleted working directory refused without a traceback."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
 
 from hermesd.protocol import ProtocolError
+from tests.harness import wait_for
 
 
 def test_ps_keeps_ids_whole_and_cuts_only_the_goal(daemon):
@@ -24,6 +26,24 @@ def test_ps_keeps_ids_whole_and_cuts_only_the_goal(daemon):
     assert any(line.endswith("short") for line in lines[1:])
     piped = daemon.ctl("ps", "--all", env={"COLUMNS": ""})  # no terminal, no COLUMNS: lines stay whole
     assert any(line.endswith(long_goal.rstrip()) for line in piped.stdout.splitlines()), piped.stdout
+
+
+def test_top_once_fits_the_width_and_keeps_calls_and_cost_on_a_running_row(daemon):
+    goal = "refactor the billing module so that every provider's price table is read once and cached"
+    script = [{"text": "look", "sleep": 0, "tool_calls": [{"name": "terminal", "input": {"command": "true"}}]},
+              {"text": "and rest", "sleep": 60}]
+    job = daemon.delegate(goal, background=True, script=script, toolsets=["terminal"])["id"]
+    wait_for(lambda: daemon.call("job", id=job)["api_calls"] >= 1, what="the job's first model call")
+    row = re.compile(rf"^ +{job}  running  \d+s  refactor.*  · \d+ calls?  (\$[\d.]+|unknown|-)")
+    for columns, width in (("80", 80), ("64", 64), ("", 80)):  # "": no terminal, no COLUMNS: 80
+        shown = daemon.ctl("top", "--once", env={"COLUMNS": columns})
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert lines[0].startswith("hermesd ") and all(len(line) <= width for line in lines), (columns, shown.stdout.splitlines())
+        assert any(row.search(line) for line in lines), (columns, shown.stdout)
+    wide = daemon.ctl("top", "--once", env={"COLUMNS": "300"}).stdout
+    assert f"{goal[:49]}…  · " in wide, wide  # room enough: as much of the goal as a row ever shows
+    daemon.call("cancel", id=job)
 
 
 def test_slash_commands_answer_in_text(daemon):
