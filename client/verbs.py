@@ -217,13 +217,15 @@ def toolset_names(value: str | None) -> list[str] | None:
 
 
 def read_text(value: str | None, file: Any, name: str) -> str:
-    """The text given as argument ``name`` (``-``: standard input) or by ``--NAME-file``;
-    raises :class:`Usage` when neither or both are given."""
+    """The text given as argument ``name`` (``-``: standard input) or by ``--NAME-file``; text
+    read (from standard input or a file) without its trailing whitespace — the newline a file or
+    ``echo`` ends with —, its start and inner lines as they are; an argument as typed.  Raises
+    :class:`Usage` when neither or both are given."""
     if (value is None) == (file is None):
         raise Usage(f"give {name.upper()} or --{name}-file (not both); '-' reads standard input")
-    if file is not None:
-        return file.read()
-    return sys.stdin.read() if value == "-" else value
+    if file is None and value != "-":
+        return value
+    return (sys.stdin if file is None else file).read().rstrip()
 
 
 def env_pairs(pairs: tuple[str, ...], option: str = "--env") -> dict[str, str | None]:
