@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
 import click
 
-from client.common import LOGS, complete_job_id, conn, fail, json_option, print_log, show, stopped_watching
+from client.common import (LOGS, Duration, complete_job_id, conn, fail, json_option, print_log, show,
+                           stopped_watching)
 from client.render import counted
 
 
@@ -55,23 +55,6 @@ def logs(job_id: str, follow: bool) -> None:
             printer(job_id, follow)
     except KeyboardInterrupt:
         stopped_watching(job_id, follow=f"hermesctl logs -f {job_id}")
-
-
-class Duration(click.ParamType):
-    """A duration: ``90`` (seconds), ``45s``, ``30m``, ``12h``, ``7d``, ``2w``, or sums
-    such as ``1d12h``; converted to seconds."""
-
-    name = "duration"
-    UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, (int, float)):
-            return float(value)
-        text = str(value).strip().lower()
-        parts = re.fullmatch(r"(?:\d+(?:\.\d+)?[smhdw]?)+", text) and re.findall(r"(\d+(?:\.\d+)?)([smhdw]?)", text)
-        if not parts:
-            self.fail(f"{value!r} is not a duration (e.g. 90, 45s, 30m, 12h, 7d, 2w, 1d12h)", param, ctx)
-        return sum(float(n) * self.UNITS[unit or "s"] for n, unit in parts)
 
 
 @click.command()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import shutil
 import sys
 import time
@@ -102,6 +103,30 @@ def with_timeout_option(command: click.Command) -> None:
     if not any("--timeout" in getattr(p, "opts", ()) for p in command.params):
         command.params.append(click.Option(["--timeout"], type=click.FloatRange(min=0, min_open=True), default=None,
                                            expose_value=False, callback=_set_timeout, help=TIMEOUT_HELP))
+
+
+class Duration(click.ParamType):
+    """A duration: ``90`` (seconds), ``45s``, ``30m``, ``12h``, ``7d``, ``2w``, or sums
+    such as ``1d12h``; converted to seconds (``clean --older-than``; ``usage --since`` too)."""
+
+    name = "duration"
+    UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    EXAMPLES = "90, 45s, 30m, 12h, 7d, 2w, 1d12h"
+
+    @classmethod
+    def seconds(cls, value: Any) -> float | None:
+        """``value`` (text) as seconds; None when it is no duration."""
+        text = str(value).strip().lower()
+        parts = re.fullmatch(r"(?:\d+(?:\.\d+)?[smhdw]?)+", text) and re.findall(r"(\d+(?:\.\d+)?)([smhdw]?)", text)
+        return sum(float(n) * cls.UNITS[unit or "s"] for n, unit in parts) if parts else None
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        seconds = self.seconds(value)
+        if seconds is None:
+            self.fail(f"{value!r} is not a duration (e.g. {self.EXAMPLES})", param, ctx)
+        return seconds
 
 
 def root_obj() -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -67,7 +68,7 @@ def test_tokens_and_cost_per_job_rolled_up_shown_and_kept(make_daemon, api):
     assert text[-1].startswith("total") and text[-1].endswith("+ unknown")
     assert d.ctl("usage", "--since", "2999-01-01").stdout.strip() == "nothing spent since 2999-01-01"
     bad = d.ctl("usage", "--since", "yesterday")
-    assert bad.returncode != 0 and "argument 'since' must be an ISO 8601 date" in bad.stderr
+    assert bad.returncode != 0 and "'yesterday' is neither an ISO 8601 date or time" in bad.stderr
 
     status = d.ctl("status").stdout
     assert "spent today: 3 model calls" in status and "+ unknown" in status
@@ -91,6 +92,26 @@ def test_a_budget_stops_the_job_naming_it(make_daemon):
     events = d.call("events_since", since=0, types=["budget.exceeded"])["events"]
     assert [e["job"] for e in events] == [job["id"]] and events[0]["data"]["limit"] == 300
     assert job["cost_usd"] == 0 and not job["cost_unknown"]  # no model was called: no bill
+
+
+def test_usage_since_takes_how_long_ago_as_clean_older_than_does(daemon):
+    job = daemon.wait_job(daemon.delegate("count me", script=[{"text": "ok"}])["id"])
+    for ago, back in (("2h", timedelta(hours=2)), ("1d12h", timedelta(hours=36))):
+        before = datetime.now(timezone.utc)
+        shown = daemon.ctl("usage", "--since", ago, "--by", "job", "--json")
+        after = datetime.now(timezone.utc)
+        assert shown.returncode == 0, shown.stderr
+        answer = json.loads(shown.stdout)
+        since = datetime.fromisoformat(answer["since"]).replace(tzinfo=timezone.utc)  # the daemon's UTC, to the second
+        assert before - back - timedelta(seconds=1) <= since <= after - back, (ago, before, answer["since"])
+        assert job["id"] in [r["key"] for r in answer["rows"]], answer
+    bad = daemon.ctl("usage", "--since", "10x")
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        "hermesctl usage: Invalid value for '--since': '10x' is neither an ISO 8601 date or time (2026-12-01, "
+        "2026-12-01T09:00:00Z) nor how long ago (10m, 2h, 7d, 1d12h) (see 'hermesctl usage --help')"), bad.stderr
+    helped = " ".join(daemon.ctl("usage", "--help").stdout.split())
+    assert "or from this long ago (10m, 2h, 7d, 1d12h, as clean --older-than reads it)" in helped, helped
+    assert "is not a duration (e.g. 90, 45s" in daemon.ctl("clean", "--older-than", "soon").stderr  # the one parser
 
 
 @pytest.mark.parametrize("value", [0, -1, "x"])
