@@ -45,7 +45,7 @@ from hermesd.contract.providers import context_window
 from hermesd.contract.tokens import TOKEN_KEYS
 from hermesd.contract.wire import JobResult, JobSpec
 from hermesd.sessions.spec import TurnSpec
-from hermesd.protocol import one_line, timed_out_text
+from hermesd.protocol import counted, one_line, timed_out_text
 
 def log(text: str) -> None:
     """One line of the job's log (``hermesctl logs ID``): local time, then ``text``.
@@ -399,7 +399,8 @@ class Agent:
         self.new, self.turn, self.api_calls, self.trace = done.messages, done.turn, done.api_calls, done.trace
         self.tokens.update(done.tokens)
         self.steered = set(done.steered)
-        log(f"resumed from the journal: {len(done.messages)} message(s), {done.api_calls} model call(s) already made"
+        log(f"resumed from the journal: {counted(len(done.messages), 'message')}, "
+            f"{counted(done.api_calls, 'model call')} already made"
             + (f"; interrupted by the restart: {', '.join(done.interrupted)}" if done.interrupted else ""))
 
     def resume(self, registry: Any, ctx: Any) -> JobResult | None:
@@ -493,7 +494,8 @@ class Agent:
 
     def finish(self, status: str, exit_reason: str, error: str | None = None) -> JobResult:
         """The result (see :func:`run`)."""
-        log(f"finished: {status} ({exit_reason}) after {self.api_calls} model call(s)" + (f": {error}" if error else ""))
+        log(f"finished: {status} ({exit_reason}) after {counted(self.api_calls, 'model call')}"
+            + (f": {error}" if error else ""))
         replies = [m.final_text(msg) for msg in self.new if msg["role"] == "assistant"]
         summary = replies[-1] if status == "completed" else "\n\n".join(r for r in replies if r)
         if status == "completed" and self.spec.output_schema is not None:

@@ -13,7 +13,7 @@ import sys
 import time
 
 from hermesd.paths import plugin_modules
-from hermesd.protocol import one_line
+from hermesd.protocol import counted, one_line  # noqa: F401  (counted: the clients' render.counted)
 
 TYPE_CHECKING = False  # as hermesd.protocol's: typing is not imported
 if TYPE_CHECKING:
@@ -35,13 +35,6 @@ def escaped(text: Any, keep: str = "") -> str:
         return text
     return "".join(c if c.isprintable() or c in keep else
                    (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in text)
-
-
-def counted(n: Any, noun: str, plural: str | None = None) -> str:
-    """``n`` and ``noun``, singular when ``n`` is 1: ``1 call``, ``3 calls``, ``0 calls`` (``plural``
-    when not ``noun + "s"``; a missing ``n`` counts as 0)."""
-    n = n or 0
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def value_text(value: Any) -> str:

@@ -345,12 +345,20 @@ def one_line(text: Any, width: int | None = None) -> str:
     return line if width is None or len(line) <= width else line[: width - 1] + "…"
 
 
+def counted(n: Any, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, singular when ``n`` is 1: ``1 call``, ``3 calls``, ``0 calls`` (``plural``
+    when not ``noun + "s"``; a missing ``n`` counts as 0).  For the clients' output and the
+    children's logs alike."""
+    n = n or 0
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def doing_text(activity: str | None, api_calls: int) -> str:
     """What a child was doing, as a job's error says it: ``"waiting for the model's first
     reply (0 model calls completed)"``; ``""`` when it never said (``activity`` None)."""
     if not activity:
         return ""
-    return f"{activity} ({api_calls} model call{'s' if api_calls != 1 else ''} completed)"
+    return f"{activity} ({counted(api_calls, 'model call')} completed)"
 
 
 def timed_out_text(seconds: float, activity: str | None, api_calls: int) -> str:

@@ -72,7 +72,9 @@ def test_logs_say_what_the_agent_did(daemon):
     assert lines[0].startswith("turn 1: model replied") and lines[0].endswith("calls terminal")
     assert lines[1].startswith("turn 1: terminal {'command': 'echo from-the-tool'} -> ok")
     assert "from-the-tool" in lines[1]
-    assert lines[2].endswith("final answer") and lines[3] == "finished: completed (completed) after 2 model call(s)"
+    assert lines[2].endswith("final answer") and lines[3] == "finished: completed (completed) after 2 model calls"
+    one = daemon.wait_job(daemon.delegate("say it", script=[{"text": "said"}])["id"])["id"]
+    assert daemon.ctl("logs", one).stdout.rstrip().endswith(" finished: completed (completed) after 1 model call")
 
 
 def test_a_deleted_current_directory_is_a_clean_error(daemon, tmp_path):

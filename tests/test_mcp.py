@@ -74,7 +74,7 @@ def test_a_delegation_calls_the_tools_of_real_stdio_servers(make_daemon, tmp_pat
     assert offered["mcp__time__get_current_time"]["parameters"]["required"] == ["timezone"]
     assert recorded["tool_stats"]["mcp__time__get_current_time"] == {"count": 2, "success": 1, "failure": 1}
     log = (d.home / "jobs" / job / "log").read_text()
-    assert "mcp time: ready" in log and "mcp git: ready" in log
+    assert "mcp time: ready" in log and "mcp git: ready" in log and "s, 1 tool: git_status\n" in log
     stderr = [line for line in log.splitlines() if " mcp time: " in line and "ready in" not in line]
     assert stderr and "Not/AZone" in "\n".join(stderr)  # the server's own stderr, in the job's log
     used = d.call("result", id=job)["mcp"]

@@ -28,6 +28,7 @@ from mcp_types import REQUEST_TIMEOUT
 from child.mcp import stdio
 from child.mcp.results import result_text
 from hermesd.mcp.config import Server
+from hermesd.protocol import counted
 
 MAX_STARTS = 3
 """Times one server is started in a job at most (the first start included)."""
@@ -123,7 +124,7 @@ class Servers:
         else:
             c.state = "ready"
             offered = [t.name for t in c.tools]
-            self.log(f"mcp {c.server.name}: ready in {time.monotonic() - began:.2f}s, {len(offered)} tool(s)"
+            self.log(f"mcp {c.server.name}: ready in {time.monotonic() - began:.2f}s, {counted(len(offered), 'tool')}"
                      + (f": {', '.join(offered)}" if offered else ""))
             missing = sorted(set(c.server.include or []) - {t.name for t in c.listed})
             if missing:
