@@ -5,7 +5,7 @@ config file (PyYAML); an invalid file ends it there, exit 7, as before.  Then
 :func:`exec_daemon` replaces the process (same pid, so systemd, a pid file or a
 test that holds a ``Popen`` keep following it) with::
 
-    python -P -OO -m hermesd.daemon FD
+    python -P -OO -Xno_debug_ranges -m hermesd.daemon FD
 
 where ``FD`` is an anonymous in-memory file (``memfd_create(2)``) holding the
 checked config as JSON (``{"path", "source", "log_level", "config"}``;
@@ -16,8 +16,11 @@ reads it, rebuilds the config with :func:`hermesd.config.from_data` and runs
 Why (an idle daemon's memory, bench/README.md): the daemon never holds argparse or
 PyYAML (about 1.3 MiB; a ``reload`` imports PyYAML when it re-reads the file),
 nor docstrings and asserts (``-OO``: about 1.5 MiB of code objects across the
-standard library, pyzmq and hermesd, none of which the daemon reads; its
-children are new interpreters started without ``-OO``).  ``-P``
+standard library, pyzmq and hermesd, none of which the daemon reads), nor the
+columns of each instruction's position in them (``-X no_debug_ranges``: about
+0.1 MiB; a traceback in the daemon's log names each line without the ``^^^^``
+under the expression).  Its children are new interpreters started without
+either.  ``-P``
 (:data:`hermesd.contract.launch.PYTHON`, as for every Python hermesd starts) keeps the
 working directory out of ``sys.path``, so a ``logging.py`` where it is started
 cannot shadow a module.  The interpreter options that change behaviour
@@ -44,17 +47,17 @@ LOG_FORMAT = "%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"
 
 def interpreter_options() -> list[str]:
     """The options of the Python that runs the daemon (after :data:`hermesd.contract.launch.PYTHON`):
-    ``-OO`` and those of this interpreter that change behaviour (isolation, environment,
-    warnings, ``-X``)."""
+    ``-OO``, ``-X no_debug_ranges`` (see the module doc) and those of this interpreter that
+    change behaviour (isolation, environment, warnings, ``-X``)."""
     flags = sys.flags
-    options = ["-OO"]
+    options = ["-OO", "-Xno_debug_ranges"]
     if flags.isolated:
         options.append("-I")
     else:
         options += ["-E"] * bool(flags.ignore_environment) + ["-s"] * bool(flags.no_user_site)
     options += ["-B"] * bool(flags.dont_write_bytecode)
     options += [f"-W{w}" for w in sys.warnoptions]
-    options += [f"-X{k}" if v is True else f"-X{k}={v}" for k, v in sys._xoptions.items()]
+    options += [f"-X{k}" if v is True else f"-X{k}={v}" for k, v in sys._xoptions.items() if k != "no_debug_ranges"]
     return options
 
 

@@ -60,9 +60,9 @@ def test_the_idle_daemon_maps_neither_psutil_nor_the_compression_libraries_nor_d
 
 def test_the_daemon_runs_optimized_without_the_yaml_parser_until_a_reload(daemon):
     """``hermesd run`` read the config, then exec'd the daemon process (the same pid) under
-    ``-OO``, the config handed over as JSON; PyYAML comes in with the first ``reload``."""
+    ``-OO -X no_debug_ranges``, the config handed over as JSON; PyYAML comes in with the first ``reload``."""
     argv = Path(f"/proc/{daemon.proc.pid}/cmdline").read_bytes().split(b"\0")
-    assert b"-OO" in argv and b"hermesd.daemon" in argv, argv
+    assert b"-OO" in argv and b"-Xno_debug_ranges" in argv and b"hermesd.daemon" in argv, argv
     assert daemon.call("status")["config"] == str(daemon.home / "config.yaml")
     maps = lambda: Path(f"/proc/{daemon.proc.pid}/maps").read_text()  # noqa: E731
     assert "_yaml" not in maps()
@@ -72,9 +72,10 @@ def test_the_daemon_runs_optimized_without_the_yaml_parser_until_a_reload(daemon
 
 def test_the_daemon_interpreter_keeps_the_options_that_change_behaviour():
     code = "from hermesd.daemon import interpreter_options; print(' '.join(interpreter_options()))"
-    out = subprocess.run([sys.executable, "-I", "-W", "error::ResourceWarning", "-X", "dev", "-c", code],
-                         capture_output=True, text=True, check=True).stdout.split()
-    assert out[0] == "-OO" and "-I" in out and "-Werror::ResourceWarning" in out and "-Xdev" in out
+    out = subprocess.run([sys.executable, "-I", "-W", "error::ResourceWarning", "-X", "dev", "-X", "no_debug_ranges",
+                          "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[:2] == ["-OO", "-Xno_debug_ranges"] and out.count("-Xno_debug_ranges") == 1, out
+    assert "-I" in out and "-Werror::ResourceWarning" in out and "-Xdev" in out
 
 
 
