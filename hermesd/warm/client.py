@@ -95,7 +95,7 @@ class ZygoteClient:
     def __init__(self, env: dict[str, str], loop: Any, *, command: tuple[str, ...] = COMMAND,
                  preload: tuple[str, ...] | None = None, more: tuple[str, ...] = ()):
         # SPT_NOENV: setproctitle must leave the environment area alone (see child.zygote)
-        self.env = {**env, "SPT_NOENV": "1", ROOM_ENV: "." * ENV_ROOM_BYTES}
+        self.env = {**env, "SPT_NOENV": "1"}  # and the room (ROOM_ENV), made at each start only
         self.loop = loop
         modules = ("+" + ",".join(more) if more else "-") if preload is None else ",".join(preload)
         self.argv = [*command, "{fd}", modules, "." * TITLE_ROOM]
@@ -129,8 +129,9 @@ class ZygoteClient:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._started = time.monotonic()
         argv = [a.replace("{fd}", str(theirs.fileno())) for a in self.argv]
+        env = {**self.env, ROOM_ENV: "." * ENV_ROOM_BYTES}  # not held between starts: 64 KiB of an idle daemon
         try:
-            self.proc = subprocess.Popen(argv, env=self.env, cwd="/", stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(argv, env=env, cwd="/", stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
                                          start_new_session=True)
         except (OSError, ValueError) as exc:
