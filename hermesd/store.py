@@ -224,15 +224,14 @@ class Store:
             raise StoreError(f"{self.path} has schema version {version}, newer than this hermesd "
                              f"({self.version}); upgrade hermesd or use another HERMES_HOME")
         for number in range(version, self.version):
-            self.db.execute("BEGIN IMMEDIATE")
+            # One script per version: execute() would keep each statement prepared in the
+            # connection's cache (128 of them) for the daemon's life; executescript() does not.
             try:
-                for statement in self.migrations[number].split(";"):
-                    if statement.strip():
-                        self.db.execute(statement)
-                self.db.execute(f"PRAGMA user_version={number + 1}")
-                self.db.execute("COMMIT")
+                self.db.executescript(f"BEGIN IMMEDIATE;\n{self.migrations[number]};\n"
+                                      f"PRAGMA user_version={number + 1};\nCOMMIT")
             except BaseException:
-                self.db.execute("ROLLBACK")
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
                 raise
 
     def after_commit(self, callback: Callable[[], None]) -> None:

@@ -19,7 +19,7 @@ from hermesd.plugin import Plugin, Plugins
 from hermesd.protocol import ProtocolError, Request
 from hermesd.router import Router
 from hermesd.server import PLUGINS, ROUTER
-from hermesd.store import Store
+from hermesd.store import Store, StoreError
 
 
 def test_every_stop_reason_says_how_a_job_ends():
@@ -203,6 +203,23 @@ def test_a_version_8_state_db_gains_the_kanban_keys_and_the_steer_inbox_keeping_
         assert store.one("SELECT id, title, idempotency_key FROM kanban_tasks") == {
             "id": "kb_1", "title": "kept", "idempotency_key": None}
         assert store.all("SELECT * FROM steer_inbox") == []
+    finally:
+        store.close()
+
+
+def test_a_migration_applies_whole_or_not_at_all(tmp_path):
+    """Each version's statements run in one transaction (one script, so none of them stays
+    prepared in the connection's cache): one that fails leaves the database at the version
+    before it, without the tables of that version's other statements."""
+    path = tmp_path / "state.db"
+    Store(path, ["CREATE TABLE a (x)"]).close()
+    with pytest.raises(StoreError, match="table a already exists"):
+        Store(path, ["CREATE TABLE a (x)", "", "CREATE TABLE b (y);\nCREATE TABLE a (z)"])
+    store = Store(path, ["CREATE TABLE a (x)", "", "CREATE TABLE b (y);\nCREATE INDEX b_y ON b (y)"])
+    try:
+        names = {r["name"] for r in store.all("SELECT name FROM sqlite_master")}
+        assert names == {"a", "b", "b_y"} and store.db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert not store.db.in_transaction
     finally:
         store.close()
 
