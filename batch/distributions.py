@@ -16,7 +16,6 @@ a run keeps the probabilities it started with (``Settings.distribution_toolsets`
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from hermesd.contract.toolsets import TOOLSETS
@@ -82,6 +81,8 @@ def sample(name: str, index: int, probs: dict[str, float] | None = None) -> list
 
     Deterministic in ``(name, index)``.  Raises :class:`UnknownDistribution`.
     """
+    import random  # here: the daemon loads it at its first use (hermesd.daemon.DEFERRED)
+
     probs = get(name, probs)
     rng = random.Random(f"{name}:{index}")
     drawn = [t for t in _order(probs) if rng.random() < probs[t]]

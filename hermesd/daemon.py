@@ -37,7 +37,8 @@ import logging
 import os
 import signal
 import sys
-from typing import NoReturn
+import types
+from typing import Any, NoReturn
 
 from hermesd import config as config_mod, private
 from hermesd.contract.launch import PYTHON
@@ -79,6 +80,42 @@ def exec_daemon(config: config_mod.Config, path: str | None, log_level: str) -> 
         if stream is not None:
             stream.flush()
     os.execv(PYTHON[0], [*PYTHON, *interpreter_options(), "-m", "hermesd.daemon", str(fd)])
+
+
+DEFERRED = ("random",)
+"""Standard-library modules that a library the daemon imports loads at its own import, for calls
+the daemon does not make: pyzmq's ``zmq.sugar.socket`` imports ``random`` for
+``Socket.bind_to_random_port`` (with its ``_random`` and ``_sha512`` extensions, 0.1 MiB of an idle
+daemon: bench/README.md).  :func:`defer_imports` has them load at their first use (a batch's
+toolset draw, the governor's jitter)."""
+
+
+def defer_imports(names: tuple[str, ...] = DEFERRED) -> None:
+    """Put each module of ``names`` not imported yet in ``sys.modules`` unrun (a
+    :class:`Deferred`): an ``import`` of it binds the module, and the first read of an attribute
+    it does not have yet runs it, in place (``import random`` then ``random.uniform`` work as ever)."""
+    from importlib.util import find_spec, module_from_spec
+
+    for name in names:
+        spec = None if name in sys.modules else find_spec(name)
+        if spec is None or spec.loader is None:
+            continue
+        module = module_from_spec(spec)  # its __spec__, __name__, __file__…, not run
+        module.__class__ = Deferred
+        sys.modules[name] = module
+
+
+class Deferred(types.ModuleType):
+    """A module not run yet (:func:`defer_imports`).  Unlike :class:`importlib.util.LazyLoader`'s
+    modules, reading what it already has (``__spec__``, which Python 3.11's ``import`` statement
+    reads of a module found in ``sys.modules``) does not run it: only a missing attribute does.
+    The daemon's event-loop thread is the one that uses these modules (two threads reading a
+    missing attribute at once could both run it)."""
+
+    def __getattr__(self, attr: str) -> Any:
+        self.__class__ = types.ModuleType
+        self.__spec__.loader.exec_module(self)
+        return getattr(self, attr)
 
 
 def keep_tls_out() -> None:
@@ -133,6 +170,7 @@ def _run(fd: int) -> int:
         print(f"hermesd: invalid configuration: {err}", file=sys.stderr)
         return 7
     keep_tls_out()
+    defer_imports()
     from hermesd import server
 
     return server.run(config, handoff["path"], early_signals=EARLY_SIGNALS)

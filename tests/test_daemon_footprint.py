@@ -46,16 +46,27 @@ def test_the_zygote_imports_only_the_sdks_in_use_and_learns_a_new_one(daemon):
     wait_for(lambda: TLS.search(Path(f"/proc/{zygote}/maps").read_text()), 60, 0.1,
              "the zygote importing the openai SDK (and ssl) for the spares to come")
 
-NOT_RESIDENT = re.compile(r"_psutil_linux|_bz2\.cpython|_lzma\.cpython|libbz2|liblzma|_decimal\.cpython")
+NOT_RESIDENT = re.compile(r"_psutil_linux|_bz2\.cpython|_lzma\.cpython|libbz2|liblzma|_decimal\.cpython|_random\.cpython")
 """What the idle daemon does without (bench/README.md): psutil (``hermesd.system.procfs`` reads ``/proc``),
 bz2/lzma, which ``shutil`` imports (it is imported where a folder is removed or a program looked
-up, not at start), and ``decimal`` (the config imports it to word an error)."""
+up, not at start), ``decimal`` (the config imports it to word an error) and ``random`` (pyzmq
+imports it; ``hermesd.daemon.defer_imports`` makes it load at its first use)."""
 
 
 def test_the_idle_daemon_maps_neither_psutil_nor_the_compression_libraries_nor_decimal(daemon):
     daemon.call("status")
     found = sorted(set(NOT_RESIDENT.findall(Path(f"/proc/{daemon.proc.pid}/maps").read_text())))
     assert found == [], f"the idle daemon loaded {found}"
+
+
+def test_a_deferred_module_loads_at_its_first_use():
+    """``hermesd.daemon.defer_imports``: a library's ``import random`` binds it without running it;
+    its first attribute access runs it, and it works as imported."""
+    code = ("import sys; from hermesd.daemon import defer_imports; defer_imports(('random',)); "
+            "import random; lazy = '_random' not in sys.modules; value = random.Random('seed').random(); "
+            "print(lazy, '_random' in sys.modules, 0 <= value < 1)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "True"], out
 
 
 def test_the_daemon_runs_optimized_without_the_yaml_parser_until_a_reload(daemon):

@@ -47,7 +47,6 @@ waiter asks again at least that often.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -344,4 +343,6 @@ def _charge(name: str, input_tokens: float) -> float:
 
 def jitter(seconds: float) -> float:
     """``seconds`` plus a random 0–10 % (at least 0–50 ms)."""
+    import random  # here: the daemon loads it at its first use (hermesd.daemon.DEFERRED)
+
     return seconds + random.uniform(0.0, max(0.05, seconds * 0.1))
