@@ -82,25 +82,33 @@ def exec_daemon(config: config_mod.Config, path: str | None, log_level: str) -> 
     os.execv(PYTHON[0], [*PYTHON, *interpreter_options(), "-m", "hermesd.daemon", str(fd)])
 
 
-DEFERRED = ("random",)
-"""Standard-library modules that a library the daemon imports loads at its own import, for calls
-the daemon does not make: pyzmq's ``zmq.sugar.socket`` imports ``random`` for
-``Socket.bind_to_random_port`` (with its ``_random`` and ``_sha512`` extensions, 0.1 MiB of an idle
-daemon: bench/README.md).  :func:`defer_imports` has them load at their first use (a batch's
-toolset draw, the governor's jitter)."""
+DEFERRED: dict[str, dict[str, Any]] = {
+    "random": {},
+    "pickle": {"DEFAULT_PROTOCOL": 4, "HIGHEST_PROTOCOL": 5},
+}
+"""Standard-library modules that pyzmq imports at its own import for calls the daemon does not
+make, and what of each it reads then (its values before it runs: pickle's as in Python 3.11 to
+3.13, which tests/test_daemon_footprint.py compares with the interpreter's): ``zmq.sugar.socket``
+imports ``random`` for ``Socket.bind_to_random_port`` and ``pickle`` for ``send_pyobj`` and
+``recv_pyobj``, whose default protocol it reads.  With their extensions (``_random``,
+``_sha512``, ``_bisect``, ``_pickle``) they were about 0.5 MiB of an idle daemon (bench/README.md);
+:func:`defer_imports` has them run at their first use (a batch's toolset draw, the governor's
+jitter)."""
 
 
-def defer_imports(names: tuple[str, ...] = DEFERRED) -> None:
-    """Put each module of ``names`` not imported yet in ``sys.modules`` unrun (a
-    :class:`Deferred`): an ``import`` of it binds the module, and the first read of an attribute
-    it does not have yet runs it, in place (``import random`` then ``random.uniform`` work as ever)."""
+def defer_imports(modules: dict[str, dict[str, Any]] = DEFERRED) -> None:
+    """Put each module named in ``modules`` that is not imported yet in ``sys.modules`` unrun (a
+    :class:`Deferred`) with the attributes given for it: an ``import`` of it binds the module, the
+    first read of an attribute it does not have yet runs it, in place (``import random`` then
+    ``random.uniform`` work as ever), and its own values replace the ones given."""
     from importlib.util import find_spec, module_from_spec
 
-    for name in names:
+    for name, known in modules.items():
         spec = None if name in sys.modules else find_spec(name)
         if spec is None or spec.loader is None:
             continue
         module = module_from_spec(spec)  # its __spec__, __name__, __file__…, not run
+        vars(module).update(known)
         module.__class__ = Deferred
         sys.modules[name] = module
 

@@ -46,11 +46,11 @@ def test_the_zygote_imports_only_the_sdks_in_use_and_learns_a_new_one(daemon):
     wait_for(lambda: TLS.search(Path(f"/proc/{zygote}/maps").read_text()), 60, 0.1,
              "the zygote importing the openai SDK (and ssl) for the spares to come")
 
-NOT_RESIDENT = re.compile(r"_psutil_linux|_bz2\.cpython|_lzma\.cpython|libbz2|liblzma|_decimal\.cpython|_random\.cpython")
+NOT_RESIDENT = re.compile(r"_psutil_linux|_bz2\.cpython|_lzma\.cpython|libbz2|liblzma|_decimal\.cpython|_random\.cpython|_pickle\.cpython")
 """What the idle daemon does without (bench/README.md): psutil (``hermesd.system.procfs`` reads ``/proc``),
 bz2/lzma, which ``shutil`` imports (it is imported where a folder is removed or a program looked
-up, not at start), ``decimal`` (the config imports it to word an error) and ``random`` (pyzmq
-imports it; ``hermesd.daemon.defer_imports`` makes it load at its first use)."""
+up, not at start), ``decimal`` (the config imports it to word an error), ``random`` and ``pickle``
+(pyzmq imports them; ``hermesd.daemon.defer_imports`` makes them load at their first use)."""
 
 
 def test_the_idle_daemon_maps_neither_psutil_nor_the_compression_libraries_nor_decimal(daemon):
@@ -61,12 +61,15 @@ def test_the_idle_daemon_maps_neither_psutil_nor_the_compression_libraries_nor_d
 
 def test_a_deferred_module_loads_at_its_first_use():
     """``hermesd.daemon.defer_imports``: a library's ``import random`` binds it without running it;
-    its first attribute access runs it, and it works as imported."""
-    code = ("import sys; from hermesd.daemon import defer_imports; defer_imports(('random',)); "
-            "import random; lazy = '_random' not in sys.modules; value = random.Random('seed').random(); "
-            "print(lazy, '_random' in sys.modules, 0 <= value < 1)")
+    its first attribute access runs it, and it works as imported; what a deferred module is given
+    to have before it runs is what it has once it runs (``pickle``'s protocols, which pyzmq reads)."""
+    code = ("import sys; from hermesd.daemon import DEFERRED, defer_imports; defer_imports(); "
+            "import pickle, random, zmq; lazy = not {'_random', '_pickle'} & set(sys.modules); "
+            "value = random.Random('seed').random(); ok = pickle.loads(pickle.dumps([1])) == [1]; "
+            "same = all(getattr(pickle, k) == v for k, v in DEFERRED['pickle'].items()); "
+            "print(lazy, {'_random', '_pickle'} <= set(sys.modules), 0 <= value < 1, ok, same)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["True", "True", "True"], out
+    assert out == ["True"] * 5, out
 
 
 def test_the_daemon_runs_optimized_without_the_yaml_parser_until_a_reload(daemon):
