@@ -17,8 +17,8 @@ SHARED_SCOPES = ("package", "module", "class", "session")
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    """Order and group the tests for a parallel run (pytest-xdist, as ``.ci/run`` runs them:
-    ``--dist loadgroup --no-loadscope-reorder``).
+    """Order and group the tests for a parallel run (pytest-xdist, as ``.ci/run`` runs them with
+    ``HERMES_TEST_WORKERS`` above 1: ``--dist loadgroup --no-loadscope-reorder``).
 
     * The ``cpu`` tests (the embedded model, TRL training, a pip install: each keeps both cores busy
       by itself, and two at once each take three times as long) form one group, run one after
