@@ -95,13 +95,23 @@ class Soak:
         """``op``, asked again while the daemon is restarting or busy (:func:`bench.soak.workload.call`)."""
         return call(self.d, op, **args)
 
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job the daemon keeps, oldest first: ``ps`` page after page (a page holds at most 1,000)."""
+        jobs, cursor = [], None
+        while True:
+            page = self.call("ps", all=True, **({"cursor": cursor} if cursor is not None else {}))
+            jobs += page["jobs"]
+            if not page.get("more") or page.get("next") is None:
+                return jobs
+            cursor = page["next"]
+
     def settle(self, timeout: float) -> bool:
         """Wait until every job is terminal, every Kanban task settled and no notification pending, twice
         in a row; False (and a problem noted) after ``timeout`` seconds."""
         calm = [0]
 
         def quiet() -> bool:
-            jobs = self.call("ps", all=True)["jobs"]
+            jobs = self.jobs()
             self.job_ids |= {j["id"] for j in jobs}
             tasks = self.call("kanban.list")["tasks"]
             pending = self.call("status").get("pending_notifications", 0)
@@ -114,7 +124,7 @@ class Soak:
             wait_for(quiet, timeout, 0.5, "the work to settle")
             return True
         except AssertionError:
-            stuck = [(j["id"], j["kind"], j["status"]) for j in self.call("ps", all=True)["jobs"]
+            stuck = [(j["id"], j["kind"], j["status"]) for j in self.jobs()
                      if j["status"] not in TERMINAL_NAMES]
             self.problems.append(f"did not settle in {timeout:.0f}s: {stuck[:10]}")
             return False

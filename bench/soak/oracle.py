@@ -78,7 +78,7 @@ def check(soak: Any) -> tuple[list[str], dict[str, Any]]:
     """The breaches of the oracle for the settled ``soak`` (a :class:`bench.soak.Soak`), and figures:
     ``jobs``, ``prompts``, ``lost``, ``duplicated``, ``extra_calls``, ``statuses``."""
     bad: list[str] = []
-    jobs = {j["id"]: j for j in soak.call("ps", all=True)["jobs"]}
+    jobs = {j["id"]: j for j in soak.jobs()}
     states = _events(soak, ["job.state"])
     ends = Counter(e["job"] for e in states if (e.get("data") or {}).get("status") in TERMINAL_NAMES)
     notes = Counter(e["job"] for e in _events(soak, ["async_delegation"]))
