@@ -24,6 +24,7 @@ def pytest_collection_modifyitems(config, items):
       by itself, and two at once each take three times as long) form one group, run one after
       another by one worker, and come first; then the other ``slow`` tests, then the rest (a
       stable sort): the longest taken first leave no worker alone with one of them at the end.
+      Without xdist the order is the files' own.
     * A test that uses a fixture of ours shared beyond one test (module or session scope: a Ray
       cluster, a browser, the embedded model) goes with the rest of its file, so one worker makes
       that fixture once: into the ``cpu`` group when the file has a ``cpu`` test, else a group of
@@ -49,7 +50,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("cpu"))
         elif path(item) in shared_files:
             item.add_marker(pytest.mark.xdist_group(path(item)))
-    items.sort(key=lambda item: (item.get_closest_marker("cpu") is None, item.get_closest_marker("slow") is None))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # one process keeps the files' own order
+        items.sort(key=lambda item: (item.get_closest_marker("cpu") is None, item.get_closest_marker("slow") is None))
     return (yield)
 
 
