@@ -56,7 +56,7 @@ def test_a_burst_of_refusals_is_one_pause_and_only_a_refused_probe_doubles_the_s
 
 
 def test_the_step_stops_at_its_longest():
-    backoff = Backoff(strikes=40)
+    backoff = Backoff(strikes=40, doublings=40)
     assert backoff.step() == MOST_SECONDS
 
 
@@ -69,6 +69,20 @@ def test_retry_after_wins_also_within_a_burst():
     assert limiter.paused_until == 8.5  # the provider asks for longer: it wins
     limiter.done(third.id, "rate_limited", NONE, {}, 2.0)
     assert limiter.paused_until == 8.5 and limiter.backoff.strikes == 1  # the same burst: nothing changes
+
+
+def test_pauses_the_provider_timed_do_not_grow_the_step():
+    limiter = _limiter()
+    now = 0.0
+    for i in range(5):  # five probes refused, each with retry-after 20 ms
+        probe = limiter.ask("j0", f"p{i}", 1, 1, now)
+        assert isinstance(probe, Grant)
+        limiter.done(probe.id, "overloaded", headers.Learned(retry_after=0.02), {}, now + 0.01)
+        assert limiter.paused_until == now + 0.03
+        now = limiter.paused_until
+    probe = limiter.ask("j0", "mid-stream", 1, 1, now)  # then an overload mid-stream, no retry-after
+    limiter.done(probe.id, "overloaded", NONE, {}, now + 0.01)
+    assert limiter.paused_until == now + 0.01 + FIRST_SECONDS  # the first step, not 2 ** 5 s
 
 
 def test_a_success_of_a_call_from_before_the_pause_does_not_reset_the_step():

@@ -12,7 +12,10 @@ Back-off is per pause, not per refusal:
   comes at once) counts as answered;
 * **the step grows only when a probe is refused again:** 1, 2, 4 … s up to :data:`MOST_SECONDS`
   (the pause itself is exact; each wait told carries the limiter's jitter), and a success of a
-  call granted after the pause began resets it.  The probe is one call, so a short step costs the
+  call granted after the pause began resets it.  Only pauses whose length hermesd chose grow
+  it: after pauses the provider timed (``retry-after``, or the headers' hint) a refusal without
+  either starts again at the first step — not at 16 s because the provider had asked five
+  times for 20 ms;  The probe is one call, so a short step costs the
   provider nothing: after an outage of 15 s the fleet's probes come at about 1, 3, 7 and 15 s and
   the first answer within a second or two of the recovery, where one step per refusal (four calls
   refused together) had waited 28 s;
@@ -48,7 +51,8 @@ class Backoff:
     """The pause of one limiter (see the module doc).
 
     ``until`` (monotonic) and ``reason`` of the current pause; ``strikes``: pauses since the last
-    success (the next step is ``FIRST_SECONDS * 2 ** strikes``); ``began_seq``: the last grant
+    success; ``doublings``: those of them whose length was the step, not the provider's (the
+    next step is ``FIRST_SECONDS * 2 ** doublings``); ``began_seq``: the last grant
     made before the current pause began (its refusals and successes belong to it); ``probing``:
     the next call granted is a probe; ``probe``/``probe_at``: the probe in flight and when it
     was granted.
@@ -57,6 +61,7 @@ class Backoff:
     until: float = 0.0
     reason: str = ""
     strikes: int = 0
+    doublings: int = 0
     began_seq: int = 0
     probing: bool = False
     probe: str | None = None
@@ -64,7 +69,7 @@ class Backoff:
 
     def step(self) -> float:
         """The next pause's length, in seconds, for a refusal without ``retry-after``."""
-        return min(MOST_SECONDS, FIRST_SECONDS * 2.0 ** min(self.strikes, 32))
+        return min(MOST_SECONDS, FIRST_SECONDS * 2.0 ** min(self.doublings, 32))
 
     def refused(self, seq: int, last_seq: int, what: str, retry_after: float | None, now: float,
                 hint: float | None = None) -> bool:
@@ -77,6 +82,8 @@ class Backoff:
             return False
         wait = retry_after if retry_after is not None else hint if hint is not None else self.step()
         self.strikes += 1
+        if retry_after is None and hint is None:
+            self.doublings += 1
         self.began_seq = last_seq
         self.until = max(self.until, now + wait)
         self.reason = f"the provider answered {what}" + (
@@ -87,7 +94,7 @@ class Backoff:
     def succeeded(self, seq: int) -> None:
         """The call granted as ``seq`` went well: a call granted after the pause began resets the step."""
         if seq > self.began_seq:
-            self.strikes = 0
+            self.strikes = self.doublings = 0
             self.probing = False
 
     def wait(self, now: float) -> tuple[float, str]:
