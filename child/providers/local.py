@@ -23,11 +23,15 @@ from :data:`NUDGE_AFTER` results the prompt asks for the final answer, and from
 end.  A call identical to the previous one becomes a final answer in the same step.
 
 The same prompt gives the same step: sampling has a fixed seed, one thread count, and every
-prompt is evaluated whole, from an empty context (:meth:`LocalProvider._generate` resets the
-model first).  llama.cpp would otherwise reuse the KV cache of the longest prefix it evaluated
-last and decode only the rest, in batches of another shape, whose floating-point sums differ
-from a whole evaluation's on some CPUs (seen on AMD EPYC), so a repeated prompt could fork.
-That costs one prompt evaluation per step (a few hundred ms for this model's prompts).
+prompt is evaluated in the same two parts from an empty context, whatever was evaluated before
+(:meth:`LocalProvider._generate`): the system turn (instructions and tools, the same in every
+step of a job), then the rest.  The system turn's evaluated state is kept
+(``Llama.save_state``, :data:`HEADS` per process) and restored for the next prompt that starts
+with it, so a step evaluates only what follows.  llama.cpp left to itself would reuse the KV
+cache of the longest prefix it evaluated last and decode only the rest, so the split point, and
+with it the batches' shapes, would depend on what came before; their floating-point sums differ
+on some CPUs (seen on AMD EPYC), so a repeated prompt could fork.  A fixed split cannot: a
+restored state is the same bytes a fresh evaluation of the system turn writes.
 """
 
 from __future__ import annotations
@@ -70,6 +74,12 @@ DESCRIPTION_CHARS = 100
 
 _MODELS: dict[tuple[str, int, int], tuple[Any, threading.Lock]] = {}  # (Llama, its lock)
 _MODELS_LOCK = threading.Lock()
+
+HEADS_KEPT = 4
+"""System turns whose evaluated state a process keeps (a few MiB each for this model), newest last."""
+HEADS: dict[tuple[int, tuple[int, ...]], Any] = {}
+"""``(id of the Llama, the system turn's tokens) -> llama_cpp.LlamaState`` after evaluating them
+from an empty context (used under the model's lock)."""
 
 
 def _gguf_in_package() -> Path | None:
@@ -386,14 +396,35 @@ class LocalProvider:
                 raise ProviderError(f"prompt needs {used} tokens, the local model has room for {budget}")
             del turns[1]
 
+    def _restore_head(self, llama: Any, tokens: list[int], prompt: str) -> None:
+        """Put ``llama`` in the state of the prompt's system turn evaluated from an empty context
+        (kept in :data:`HEADS`, made on first use), so that only the rest of ``tokens`` is decoded;
+        a prompt whose tokens do not start with its system turn's is evaluated whole (reset)."""
+        end = prompt.find("<|im_end|>\n")
+        head = llama.tokenize(prompt[:end + len("<|im_end|>\n")].encode(), special=True) if end >= 0 else []
+        if not head or len(head) >= len(tokens) or tokens[:len(head)] != head:
+            llama.reset()
+            return
+        key = (id(llama), tuple(head))
+        state = HEADS.pop(key, None)
+        if state is None:
+            llama.reset()
+            llama.eval(head)
+            state = llama.save_state()
+        HEADS[key] = state  # newest last
+        while len(HEADS) > HEADS_KEPT:
+            del HEADS[next(iter(HEADS))]
+        llama.load_state(state)  # also after a fresh evaluation: both ways start from the same restore
+
     def _generate(self, prompt: str, grammar: Any, max_new: int, usage: dict[str, int]) -> str:
-        """Raw completion text; adds llama.cpp's token counts to ``usage``.  The context is
-        reset first, so the prompt is evaluated whole (see the module docstring)."""
+        """Raw completion text; adds llama.cpp's token counts to ``usage``.  The prompt is
+        evaluated from the system turn's kept state (see the module docstring)."""
         llama = self._llama()
-        llama.reset()
+        tokens = llama.tokenize(prompt.encode(), special=True)  # as create_completion tokenizes a str
         try:
+            self._restore_head(llama, tokens, prompt)
             out = llama.create_completion(
-                prompt, max_tokens=max_new, temperature=self.temperature, top_k=40, top_p=0.95,
+                tokens, max_tokens=max_new, temperature=self.temperature, top_k=40, top_p=0.95,
                 repeat_penalty=1.1, seed=self.seed, stop=["<|im_end|>"], grammar=grammar)
         except (ValueError, RuntimeError) as e:
             raise ProviderError(f"local model failed: {e}") from e
