@@ -9,6 +9,7 @@ it did not: a daemon restarted may have a new runtime directory), and serves unt
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -94,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     if not is_loopback(host):
         print(f"WARNING: the dashboard serves {host}:{port}, reachable from other machines (dashboard.allow_remote): "
               "anyone with its token can see and act on your jobs; put TLS in front of it", file=sys.stderr, flush=True)
+    if cfg.nice > os.nice(0):  # hermesd and its children first when the CPU is short
+        with contextlib.suppress(OSError):
+            os.nice(cfg.nice - os.nice(0))
     import uvicorn
 
     from dashboard.app import build

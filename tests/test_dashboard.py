@@ -18,6 +18,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.browser import CHROMEDRIVER, CHROMIUM, Dashboard, chromium
@@ -416,6 +417,7 @@ def test_metrics_parse_and_match_status_and_usage(site):
 
 def test_read_only_port_in_use_and_remote_addresses(site, tmp_path):
     daemon, dashboard, _ = site
+    assert psutil.Process(dashboard.pid).nice() == 10  # dashboard.nice: hermesd first when the CPU is short
     port = int(dashboard.base.rsplit(":", 1)[1])
     taken = subprocess.run([sys.executable, "-m", "dashboard", "--listen", f"127.0.0.1:{port}",
                             "--runtime-dir", str(tmp_path)], env=daemon.env, capture_output=True, text=True, timeout=60)
@@ -423,6 +425,11 @@ def test_read_only_port_in_use_and_remote_addresses(site, tmp_path):
     remote = subprocess.run([sys.executable, "-m", "dashboard", "--listen", "0.0.0.0:0", "--runtime-dir", str(tmp_path)],
                             env=daemon.env, capture_output=True, text=True, timeout=60)
     assert remote.returncode == 2 and "allow_remote" in remote.stderr
+    greedy = tmp_path / "greedy.yaml"
+    greedy.write_text("provider: scripted\ndashboard:\n  nice: -5\n")
+    refused = subprocess.run([sys.executable, "-m", "dashboard", "--listen", "127.0.0.1:0", "--config", str(greedy),
+                              "--runtime-dir", str(tmp_path)], env=daemon.env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "dashboard.nice" in refused.stderr and "0 to 19" in refused.stderr, refused.stderr
     loud = tmp_path / "remote.yaml"
     loud.write_text("provider: scripted\ndashboard:\n  allow_remote: true\n")
     remote = subprocess.Popen([sys.executable, "-m", "dashboard", "--listen", "0.0.0.0:0", "--config", str(loud),
@@ -434,7 +441,7 @@ def test_read_only_port_in_use_and_remote_addresses(site, tmp_path):
         remote.terminate()
         remote.wait(10)
     config = tmp_path / "ro.yaml"
-    config.write_text("provider: scripted\ndashboard:\n  read_only: true\n  metrics_public: true\n")
+    config.write_text("provider: scripted\ndashboard:\n  read_only: true\n  metrics_public: true\n  nice: 15\n")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         free = probe.getsockname()[1]
@@ -445,6 +452,7 @@ def test_read_only_port_in_use_and_remote_addresses(site, tmp_path):
         ro = Dashboard.__new__(Dashboard)
         ro.base, ro.token = f"http://127.0.0.1:{free}", dashboard.token
         wait_for(lambda: _answers(ro), 30, 0.1, "the read-only dashboard")
+        assert psutil.Process(proc.pid).nice() == 15
         job = daemon.delegate("hang", script=HANG, toolsets=["terminal"])["id"]
         status, page = ro.http(f"/job/{job}")
         assert status == 200 and 'id="cancel"' not in page and "read-only" in page

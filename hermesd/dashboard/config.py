@@ -41,12 +41,15 @@ class Dashboard:
 
     ``listen``: ``HOST:PORT`` it serves on; an address other than loopback needs ``allow_remote:
     true`` (and is said loudly at start); ``read_only``: no buttons, every action refused;
-    ``metrics_public``: ``/metrics`` without the token (a scraper on loopback)."""
+    ``metrics_public``: ``/metrics`` without the token (a scraper on loopback); ``nice``: the niceness
+    the dashboard process takes at start (0–19, ``nice(2)``): when the CPU is short, hermesd and its
+    children are served before the pages people watch."""
 
     listen: str = DEFAULT_LISTEN
     allow_remote: bool = False
     read_only: bool = False
     metrics_public: bool = False
+    nice: int = 10
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,12 @@ class Sections:
     dashboard: Dashboard = section(Dashboard)
 
     def check(self: Any) -> list[tuple[str, str]]:
-        """``dashboard.listen`` is ``HOST:PORT``; a host other than loopback needs ``allow_remote``."""
+        """``dashboard.listen`` is ``HOST:PORT``; a host other than loopback needs ``allow_remote``;
+        ``dashboard.nice`` is 0–19."""
+        nice = self.dashboard.nice
+        if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
+            return [("dashboard.nice", f"must be a whole number from 0 to 19 (nice(2): higher yields the CPU "
+                     f"to hermesd sooner), not {nice!r}")]
         try:
             host, _ = split_listen(self.dashboard.listen)
         except ValueError as exc:
