@@ -16,7 +16,9 @@ import pytest
 from hermesd.protocol import ProtocolError
 from tests.harness import wait_for
 
-pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+# start_method (run again with the other start method, .ci/run): the tests of items as children — their
+# scheduling, cwd, cancel and exits; not the files, refusals and command line, which no
+# start method changes.
 
 THINK = {"thinking": "I plan the answer.", "tool_calls": [{"name": "terminal", "input": {"command": "echo hi"}}]}
 FLY = {"thinking": "I call a tool.", "tool_calls": [{"name": "fly_to_moon", "input": {}}]}
@@ -166,6 +168,7 @@ def _events(daemon) -> list[dict[str, Any]]:
     return daemon.call("events_since", since=0, limit=10000, types=["job.state"])["events"]
 
 
+@pytest.mark.start_method
 def test_per_prompt_scheduling_within_num_workers_and_max_children(make_daemon, tmp_path):
     daemon = make_daemon({"supervisor": {"max_children": 3}})
     quick = [{"thinking": "I think it over.", "text": "ok"}]
@@ -204,6 +207,7 @@ def test_with_warm_start_every_item_starts_warm(make_daemon, tmp_path):
     assert daemon.call("status")["start"]["starts"] == {"warm": 12, "cold": 0}
 
 
+@pytest.mark.start_method
 def test_cwd_is_honoured(  # docker_image: tests/test_containers.py
         make_daemon, tmp_path):
     daemon = make_daemon()
@@ -250,6 +254,7 @@ def test_bad_arguments_are_refused_before_anything_starts(daemon, tmp_path):
     assert daemon.call("batch.list")["batches"] == [] and not (daemon.base / "out").exists()
 
 
+@pytest.mark.start_method
 def test_cancel_then_resume_runs_only_what_is_left_and_an_existing_run_needs_resume(make_daemon, tmp_path):
     daemon = make_daemon({"supervisor": {"max_children": 2}})
     entries = [{"prompt": f"p{i}", "script": [{"thinking": "I think it over.", "text": "ok", "sleep": 0.3}]} for i in range(12)]
@@ -282,6 +287,7 @@ def test_cancel_then_resume_runs_only_what_is_left_and_an_existing_run_needs_res
     assert len(daemon.call("ps", all=True, kind="batch_item")["jobs"]) == items_before + len(new_items)
 
 
+@pytest.mark.start_method
 def test_the_generic_cancel_op_stops_a_batch_too(daemon, tmp_path):
     entries = [{"prompt": f"p{i}", "script": [{"thinking": "I think it over.", "text": "ok", "sleep": 60}]} for i in range(4)]
     record = start(daemon, write_dataset(tmp_path / "d.jsonl", entries), "gc", num_workers=2)
@@ -296,6 +302,7 @@ def test_the_generic_cancel_op_stops_a_batch_too(daemon, tmp_path):
     assert len(items("cancelled")) == 2 and (Path(record["run_dir"]) / "statistics.json").exists()
 
 
+@pytest.mark.start_method
 def test_a_failed_prompt_is_retried_by_resume(make_daemon, tmp_path):
     daemon = make_daemon()
     entries = [{"prompt": f"p{i}", "script": [{"thinking": "I think it over.", "text": "ok", "sleep": 3 if i == 1 else 0}]}

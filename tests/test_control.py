@@ -16,7 +16,8 @@ from hermesd.protocol import ProtocolError
 from tests.fakes.anthropic_server import FakeAnthropic, Message, text_block
 from tests.harness import wait_for
 
-pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
+# start_method (run again with the other start method, .ci/run): the tests where how a child starts
+# shows: a child interrupted or timed out (its process group stopped), its environment, a shutdown.
 
 QUIET = [{"text": "thinking hard", "sleep": 30}]
 """A model call that never answers and shows no activity."""
@@ -29,6 +30,7 @@ def _stale(make_daemon, seconds=1.5, **config):
 # -- timeouts: activity, not clocks ------------------------------------------------------------
 
 
+@pytest.mark.start_method
 def test_a_quiet_child_is_interrupted_as_stale_saying_what_it_was_doing(make_daemon):
     d = _stale(make_daemon)
     rec = d.wait_job(d.delegate("quiet", script=QUIET)["id"], timeout=30)
@@ -60,6 +62,7 @@ def test_streaming_from_the_fake_anthropic_server_is_reported_as_activity(make_d
         assert len(streaming) >= 2, progress  # throttled (every 2 s), but all along the stream
 
 
+@pytest.mark.start_method
 def test_no_default_wall_clock_and_an_opt_in_one(make_daemon):
     assert config_mod.Config().delegation.child_timeout_seconds is None
     d = make_daemon()
@@ -167,6 +170,7 @@ def test_retry_runs_the_same_spec_again_linked_to_the_old_job(daemon):
     daemon.call("cancel", id=running["id"])
 
 
+@pytest.mark.start_method
 def test_env_per_job_reaches_the_child_and_hermes_names_are_refused(daemon):
     rec = daemon.ctl("delegate", "env", "--env", "GREETING=hello world", "--toolsets", "terminal", "--json")
     assert rec.returncode == 0, rec.stderr
@@ -206,6 +210,7 @@ def test_on_job_end_gets_the_record_and_a_slow_or_failing_hook_never_hurts(make_
                 and str(out) in " ".join(p.info["cmdline"] or [])]
 
 
+@pytest.mark.start_method
 def test_on_job_end_runs_to_the_end_for_the_jobs_a_shutdown_interrupts(make_daemon, tmp_path):
     out = tmp_path / "hooks"
     out.mkdir()

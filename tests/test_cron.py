@@ -21,8 +21,6 @@ from client.ctl import cli
 from hermesd.protocol import EXIT_CODES
 from tests.harness import ROOT, wait_for
 
-pytestmark = pytest.mark.start_method  # runs again with the other start method (.ci/run)
-
 CRONTAB = ROOT / "systemd" / "crontab.example"
 BIN = Path(sys.executable).parent
 SLEEPY = [{"text": "started", "sleep": 30}]
