@@ -116,10 +116,15 @@ class ItemOwner(Protocol):
     def on_freed(self, index: int) -> None:
         """The worker slot of the item of ``index`` is free."""
 
+    def fill(self) -> None:
+        """Hand over pending prompts while workers are free (the executor calls it when it can
+        take items again: :meth:`ItemExecutor.ready`, a :class:`SubmitError` with ``retry_later``)."""
+
 
 class SubmitError(Exception):
-    """An item could not be handed over; ``retry_later`` when the executor is stopping
-    (the prompt is not at fault and stays pending)."""
+    """An item could not be handed over; ``retry_later`` when the executor is stopping, or
+    cannot take it now (the prompt is not at fault and stays pending; when the executor goes
+    on, it calls the owner's ``fill`` again)."""
 
     def __init__(self, message: str, *, retry_later: bool):
         super().__init__(message)

@@ -15,6 +15,8 @@ from batch.executor import ItemOutcome, ItemOwner, ItemRequest, SubmitError, gua
 from hermesd import clock
 from hermesd.contract.wire import JobResult
 from hermesd.protocol import ProtocolError
+from hermesd.store import StoreError
+from hermesd.unwritable import RETRY_SECONDS
 
 
 @dataclass
@@ -34,6 +36,7 @@ class SupervisorExecutor:
     def __init__(self, ctx: Any):
         self.d = ctx
         self.items: dict[str, _Live] = {}
+        self._retries: dict[str, Any] = {}  # owner's job id → the timer of its next fill (see submit)
 
     @staticmethod
     def pool(owner: ItemOwner) -> str:
@@ -46,6 +49,9 @@ class SupervisorExecutor:
 
     def close(self, owner: ItemOwner, status: str | None = None) -> None:
         """Forget the owner's pool (queued items of it no longer wait for it)."""
+        timer = self._retries.pop(owner.job_id, None)
+        if timer is not None:
+            timer.cancel()
         self.d.runner.close_pool(self.pool(owner))
 
     def accepting(self) -> bool:
@@ -61,7 +67,12 @@ class SupervisorExecutor:
         return self.d.runner.warm_start_at_hand()
 
     def submit(self, owner: ItemOwner, request: ItemRequest) -> None:
-        """Admit a ``batch_item`` job (parent: the batch) that starts when its pools have room."""
+        """Admit a ``batch_item`` job (parent: the batch) that starts when its pools have room.
+
+        Raises :class:`SubmitError`: ``retry_later`` while the daemon shuts down, and while the
+        state database cannot take the item's row (another process holds its write lock, the
+        disk is full: a retryable ``StoreError``, :mod:`hermesd.unwritable`) — then the owner's
+        ``fill`` runs again :data:`hermesd.unwritable.RETRY_SECONDS` later."""
         handle = self.d.jobs.new_id("batch_item")
         spec = item_spec(request)
         self.items[handle] = _Live(owner, request.index)
@@ -72,6 +83,23 @@ class SupervisorExecutor:
         except ProtocolError as err:
             self.items.pop(handle, None)
             raise SubmitError(err.message, retry_later=err.code == "shutting_down") from None
+        except StoreError as err:  # no row was written: no item will ever report for this prompt
+            self.items.pop(handle, None)
+            if err.retryable:
+                self._fill_later(owner)
+            raise SubmitError(str(err), retry_later=err.retryable) from None
+
+    def _fill_later(self, owner: ItemOwner) -> None:
+        """Call ``owner.fill`` once, :data:`RETRY_SECONDS` from now (unless a call is already timed):
+        its prompts wait for the state database, and no item of theirs will end to call it."""
+        if owner.job_id in self._retries:
+            return
+
+        def again() -> None:
+            self._retries.pop(owner.job_id, None)
+            guarded(owner.fill)
+
+        self._retries[owner.job_id] = self.d.loop.call_later(RETRY_SECONDS, again)
 
     def cancel_all(self, owner: ItemOwner, error: str | None = None) -> None:
         """Cancel every live item of ``owner`` (queued ones end at once), for ``error``."""
