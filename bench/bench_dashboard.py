@@ -1,7 +1,8 @@
 """The dashboard: isolated from the daemon, and quick with many jobs kept (issue 43).
 
-* isolation: a 1,000-prompt batch (scripted provider) run twice on one daemon, once with nobody
-  watching and once with ``--browsers`` (5) headless Chromiums on its batch page (Debian's
+* isolation: a 1,000-prompt batch (scripted provider) run three times on one daemon: once to warm
+  it up (not measured: a daemon's memory grows over its first ~1,000 jobs, ``bench_rss_growth.py``),
+  once with nobody watching and once with ``--browsers`` (5) headless Chromiums on its batch page (Debian's
   ``chromium``, Selenium; ``--browsers-kind http`` instead has as many plain clients do what the
   page's script does: hold ``/live`` and fetch the batch page's live part on each change).  During
   each run a separate connection times ``status`` round trips every 50 ms and the daemon's RSS is
@@ -123,6 +124,9 @@ def isolation(args: argparse.Namespace) -> None:
         dataset.write_text("".join(json.dumps({"prompt": f"prompt {i}", "script": ITEM}) + "\n"
                                    for i in range(args.prompts)))
         runs = {}
+        # a daemon's RSS grows over its first ~1,000 jobs (SQLite's page cache, a full ps page:
+        # bench_rss_growth.py): a first batch, not measured, so both runs compared see it warm
+        run_batch(d, dataset, "warmup", 0, args.browsers_kind)
         for label, watchers in (("nobody watching", 0), (f"{args.browsers} {args.browsers_kind} watching", args.browsers)):
             runs[label] = got = run_batch(d, dataset, f"bench{watchers}", watchers, args.browsers_kind)
             print(f"{label}: status round trip {summary(got['trips'], 50, 99)}; daemon RSS mean "

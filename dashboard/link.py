@@ -21,7 +21,9 @@ from hermesd.protocol import ProtocolError
 
 BACKLOG_EVENTS = 2000
 """How many past events a fresh dashboard reads after loading the jobs (progress of running batches)."""
-PAGE = 1000
+PAGE = 200
+"""Jobs per ``ps`` request while loading them: small pages keep the daemon's reply, and the memory it
+builds it in, small (a 1,000-job page left hermesd ~1.5 MiB larger, bench/bench_dashboard.py)."""
 
 
 class Link:
