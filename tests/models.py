@@ -1,6 +1,6 @@
 """Hugging Face models converted from a GGUF file for tests, made once per machine and kept
 (beside :mod:`tests.venvs`' environments, ``~/.cache/hermesd-tests``): transformers dequantizes a
-GGUF's weights in numpy on every ``from_pretrained(gguf_file=...)`` (minutes of CPU on two cores
+GGUF's weights in numpy on every ``from_pretrained(gguf_file=...)`` (about a minute on two cores
 for SmolLM2-135M), while the same weights saved once with ``save_pretrained`` load in a second.
 
 A kept model is used only when its marker says it was made from exactly this GGUF file (its
@@ -23,11 +23,8 @@ MARKER = "hermesd-made-from.txt"
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def hf_from_gguf(folder: Path, gguf_file: str) -> Path:

@@ -15,7 +15,7 @@ Back-off is per pause, not per refusal:
   call granted after the pause began resets it.  Only pauses whose length hermesd chose grow
   it: after pauses the provider timed (``retry-after``, or the headers' hint) a refusal without
   either starts again at the first step — not at 16 s because the provider had asked five
-  times for 20 ms;  The probe is one call, so a short step costs the
+  times for 20 ms.  The probe is one call, so a short step costs the
   provider nothing: after an outage of 15 s the fleet's probes come at about 1, 3, 7 and 15 s and
   the first answer within a second or two of the recovery, where one step per refusal (four calls
   refused together) had waited 28 s;
